@@ -1,0 +1,132 @@
+# xprt — plain GNU Makefile.  `make V=1` shows the commands.
+#   make            build lib/libxprt.a and every tool into $(B)/
+#   make check      unit tests, bats, short fuzz runs, man lint, ASan+UBSan tests
+#   make bench      benchmarks side by side with the peer tools
+#   make install    PREFIX=/usr/local DESTDIR=
+#   make SAN=1      build with ASan+UBSan into build-san/
+#   make TSAN=1     build with TSan into build-tsan/
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WARN    := -Wall -Wextra -Wformat=2 -Wmissing-prototypes -Wshadow -Wwrite-strings \
+           -Wno-unused-parameter
+ifdef WERROR
+WARN    += -Werror
+endif
+CPPFLAGS += -Ilib -D_GNU_SOURCE
+LDLIBS  := -lyaml -lpthread
+
+ifdef SAN
+B       ?= build-san
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+else ifdef TSAN
+B       ?= build-tsan
+CFLAGS  += -fsanitize=thread -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=thread
+else
+B       ?= build
+endif
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+LIB_SRC   := $(sort $(wildcard lib/*/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
+LIB       := $(B)/libxprt.a
+
+TOOLS     := $(notdir $(wildcard cmd/*))
+TOOL_BINS := $(TOOLS:%=$(B)/%)
+
+TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
+TEST_BINS := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
+
+BENCH_SRC  := $(sort $(wildcard bench/*.c))
+BENCH_BINS := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+
+FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+
+MANPAGES  := $(wildcard man/*.[1-8])
+
+.PHONY: all tools tests benches fuzz check check-unit check-bats check-fuzz \
+        check-man check-san check-tsan bench install uninstall clean
+
+all: tools
+tools: $(TOOL_BINS)
+tests: $(TEST_BINS)
+benches: $(BENCH_BINS)
+
+$(B)/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
+
+$(LIB): $(LIB_OBJ)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+# Every cmd/<tool>/*.c links into one binary named <tool>.
+.SECONDEXPANSION:
+$(B)/%: $$(addprefix $(B)/,$$(subst .c,.o,$$(wildcard cmd/$$*/*.c))) $(LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
+
+$(B)/tests/%: $(B)/tests/unit/%.o $(LIB)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+
+$(B)/bench/%: $(B)/bench/%.o $(LIB)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lm
+
+# Fuzz targets: clang libFuzzer with ASan+UBSan, whole library compiled in.
+FUZZ_CC     ?= clang
+FUZZ_FLAGS  := -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS)
+fuzz: $(FUZZ_BINS)
+build-fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard lib/*/*.h)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  FUZZ    $@")
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) $(LDLIBS)
+
+check: tools tests
+	$(Q)tests/run-all
+
+check-unit: tests
+	$(Q)tests/run-all unit
+check-bats: tools
+	$(Q)tests/run-all bats
+check-fuzz:
+	$(Q)tests/run-all fuzz
+check-man:
+	$(Q)tests/run-all man
+check-san:
+	$(Q)tests/run-all san
+check-tsan:
+	$(Q)tests/run-all tsan
+
+bench: tools benches
+	$(Q)bench/run
+
+install: tools
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(TOOL_BINS) $(DESTDIR)$(PREFIX)/bin/
+	ln -sf mkshmcon $(DESTDIR)$(PREFIX)/bin/rmshmcon
+	for m in $(MANPAGES); do s=$${m##*.}; install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
+	  install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s/; done
+
+uninstall:
+	rm -f $(TOOLS:%=$(DESTDIR)$(PREFIX)/bin/%) $(DESTDIR)$(PREFIX)/bin/rmshmcon
+	for m in $(MANPAGES); do s=$${m##*.}; rm -f $(DESTDIR)$(PREFIX)/share/man/man$$s/$${m##*/}; done
+
+clean:
+	rm -rf build build-san build-tsan build-fuzz
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

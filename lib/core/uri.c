@@ -1,0 +1,194 @@
+#include "core/uri.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/parse.h"
+
+static const char *const scheme_names[] = {
+	[XURI_AUTO] = "auto", [XURI_SHM] = "shm",   [XURI_TCP] = "tcp",
+	[XURI_UDP] = "udp",   [XURI_RDMA] = "rdma", [XURI_UD] = "ud",
+};
+
+const char *xuri_scheme_name(enum xuri_scheme s)
+{
+	if ((unsigned)s >= sizeof(scheme_names) / sizeof(scheme_names[0]))
+		return "?";
+	return scheme_names[s];
+}
+
+static int uri_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int uri_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+static bool name_char(char c)
+{
+	return isalnum((unsigned char)c) || c == '.' || c == '_' || c == '-';
+}
+
+static bool valid_shm_name(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > XURI_SHM_NAME_MAX || s[0] == '.' || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!name_char(s[i]))
+			return false;
+	return true;
+}
+
+/* Hex groups, ':' and '.' (for ::ffff:1.2.3.4), then an optional %zone.
+ * The resolver does the real validation; this only keeps out characters that
+ * would make the canonical form ambiguous. */
+static bool valid_ipv6(const char *s, size_t n)
+{
+	bool colon = false;
+	size_t i = 0;
+
+	for (; i < n && s[i] != '%'; i++) {
+		if (s[i] == ':')
+			colon = true;
+		else if (!isxdigit((unsigned char)s[i]) && s[i] != '.')
+			return false;
+	}
+	if (i < n) {
+		if (++i == n)
+			return false;
+		for (; i < n; i++)
+			if (!name_char(s[i]))
+				return false;
+	}
+	return colon;
+}
+
+static int parse_hostport(const char *s, const char *rest, uint16_t default_port,
+			  struct xuri *u, char *err, size_t errlen)
+{
+	const char *host, *port = NULL, *why;
+	size_t hlen;
+	uint64_t v;
+
+	if (*rest == '[') {
+		const char *close = strchr(rest, ']');
+
+		if (!close)
+			return uri_err(err, errlen, "missing ']' in '%s'", s);
+		host = rest + 1;
+		hlen = (size_t)(close - host);
+		if (hlen >= sizeof(u->host) || !valid_ipv6(host, hlen))
+			return uri_err(err, errlen, "invalid IPv6 address '[%.*s]' in '%s'",
+				       (int)hlen, host, s);
+		if (close[1] == ':')
+			port = close + 2;
+		else if (close[1] != '\0')
+			return uri_err(err, errlen, "unexpected '%s' after ']' in '%s'", close + 1, s);
+	} else {
+		const char *colon = strrchr(rest, ':');
+
+		host = rest;
+		hlen = colon ? (size_t)(colon - rest) : strlen(rest);
+		if (colon)
+			port = colon + 1;
+		if (memchr(host, ':', hlen))
+			return uri_err(err, errlen, "IPv6 address must be in brackets in '%s'", s);
+		if (hlen == 0)
+			return uri_err(err, errlen, "missing host in '%s'", s);
+		for (size_t i = 0; i < hlen; i++)
+			if (!name_char(host[i]))
+				return uri_err(err, errlen, "invalid host '%.*s' in '%s'",
+					       (int)hlen, host, s);
+		if (hlen >= sizeof(u->host))
+			return uri_err(err, errlen, "host name too long in '%s'", s);
+	}
+	memcpy(u->host, host, hlen);
+	u->host[hlen] = '\0';
+
+	if (!port || !*port) {
+		if (!port && default_port) {
+			u->port = default_port;
+			return 0;
+		}
+		return uri_err(err, errlen, "missing port in '%s'", s);
+	}
+	if (xparse_u64(port, 1, 65535, &v, &why) < 0) {
+		if (strcmp(why, "invalid") == 0)
+			return uri_err(err, errlen, "invalid port '%s' in '%s'", port, s);
+		return uri_err(err, errlen, "port '%s' out of range", port);
+	}
+	u->port = (uint16_t)v;
+	return 0;
+}
+
+int xuri_parse(const char *s, uint16_t default_port, struct xuri *u, char *err, size_t errlen)
+{
+	const char *rest, *sep;
+
+	memset(u, 0, sizeof(*u));
+	if (!s || !*s)
+		return uri_err(err, errlen, "empty address");
+	sep = strstr(s, "://");
+	if (sep) {
+		size_t n = (size_t)(sep - s);
+
+		u->scheme = XURI_AUTO;
+		for (int i = XURI_SHM; i <= XURI_UD; i++) {
+			if (strlen(scheme_names[i]) == n && strncasecmp(s, scheme_names[i], n) == 0)
+				u->scheme = (enum xuri_scheme)i;
+		}
+		if (u->scheme == XURI_AUTO)
+			return uri_err(err, errlen, "unknown scheme '%.*s' in '%s'", (int)n, s, s);
+		rest = sep + 3;
+	} else {
+		u->scheme = XURI_AUTO;
+		rest = s;
+	}
+
+	if (u->scheme == XURI_SHM) {
+		if (!valid_shm_name(rest))
+			return uri_err(err, errlen, "invalid shm name '%s'", rest);
+		strcpy(u->name, rest);
+		return 0;
+	}
+	return parse_hostport(s, rest, default_port, u, err, errlen);
+}
+
+int xuri_format(const struct xuri *u, char *buf, size_t len)
+{
+	const char *scheme = "", *sep = "";
+	int n;
+
+	if ((unsigned)u->scheme > XURI_UD)
+		return -EINVAL;
+	if (u->scheme == XURI_SHM) {
+		n = snprintf(buf, len, "shm://%s", u->name);
+	} else {
+		if (u->scheme != XURI_AUTO) {
+			scheme = scheme_names[u->scheme];
+			sep = "://";
+		}
+		if (strchr(u->host, ':'))
+			n = snprintf(buf, len, "%s%s[%s]:%u", scheme, sep, u->host, u->port);
+		else
+			n = snprintf(buf, len, "%s%s%s:%u", scheme, sep, u->host, u->port);
+	}
+	if (n < 0)
+		return -EINVAL;
+	return (size_t)n >= len ? -ENOSPC : 0;
+}

@@ -1,0 +1,80 @@
+/* A SHMCM connection end: LINX's connection manager run in one process over
+ * the shared-memory mailbox.  Three parts, as in the seed (Fig. 1):
+ *
+ *  - connection management: a single thread running a job queue (the seed's
+ *    workqueue) that feeds the sans-I/O engine (shmcm_cm.h) with down-calls,
+ *    CON packets, timer ticks and peer-death notices, and carries out what it
+ *    returns;
+ *  - rx: a thread (or the caller, in poll mode) that drains the mailbox,
+ *    hands CON packets to the job queue and delivers user data, reassembled;
+ *  - tx: shmcm_transmit(), called from the user's thread, which fragments a
+ *    message to the MTU.
+ *
+ * The three stay in step through the seed's shmcm locks: deliver (no
+ * delivery after the disconnected up-call), transmit (no user data after a
+ * CON_RST) and con-pkt (no CON packet queued after destroy).
+ */
+#ifndef XPRT_SHMCM_H
+#define XPRT_SHMCM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shmcm/shmcm_cm.h"
+
+struct shmcm_conn;
+
+struct shmcm_upcalls {
+	/* On the connection-management thread. */
+	void (*connected)(void *arg);
+	void (*disconnected)(void *arg, enum shmcm_reason why);
+	/* On the rx thread (or inside shmcm_poll); `data` is valid only for
+	 * the call.  May call shmcm_transmit(); must not block for long. */
+	void (*deliver)(void *arg, uint32_t src, uint32_t dst,
+			const void *data, size_t len);
+	void *arg;
+};
+
+enum shmcm_flow {
+	SHMCM_FLOW_WAIT,	/* a full mailbox makes the sender wait */
+	SHMCM_FLOW_DEFER,	/* LINX: queue up to defq_max packets, then disconnect */
+};
+
+struct shmcm_params {
+	const char *name;
+	int side;		/* MBOX_SIDE_A or MBOX_SIDE_B */
+	enum shmcm_flow flow;
+	uint32_t max_msg;	/* largest message reassembled; 0 = 64 MiB */
+	bool poll;		/* no rx thread: the caller runs shmcm_poll() */
+	uint64_t spin_ns;	/* rx thread busy-polls this long before it sleeps */
+};
+
+struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
+			      const struct shmcm_upcalls *uc,
+			      char *err, size_t errlen);
+/* Down-calls.  connect returns at once; disconnect returns once done
+ * (when called from an up-call, it only queues the job). */
+int shmcm_connect(struct shmcm_conn *c);
+int shmcm_disconnect(struct shmcm_conn *c);
+/* Sends one message.  0, -ENOTCONN (not connected, or disconnected while
+ * waiting for room), -EMSGSIZE, or -ENOBUFS (deferred queue overflow: the
+ * connection is being reset). */
+int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
+		   const void *buf, size_t len);
+/* Poll mode: handle up to `max` packets; returns how many. */
+int shmcm_poll(struct shmcm_conn *c, unsigned max);
+/* Waits until connected (0), or disconnected after having been connected
+ * (-ENOTCONN), or the timeout (ns, 0 = none) passes (-ETIMEDOUT). */
+int shmcm_wait_connected(struct shmcm_conn *c, uint64_t timeout_ns);
+/* Waits until the peer has read everything we sent (0), the connection is
+ * gone (-ENOTCONN), or the timeout passes (-ETIMEDOUT). */
+int shmcm_wait_drained(struct shmcm_conn *c, uint64_t timeout_ns);
+enum shmcm_state shmcm_get_state(const struct shmcm_conn *c);
+enum shmcm_reason shmcm_get_reason(const struct shmcm_conn *c);
+uint32_t shmcm_get_mtu(const struct shmcm_conn *c);
+/* Destroys the end: disconnects if needed, waits for the job queue, stops
+ * the threads and releases the side.  NULL ok. */
+void shmcm_close(struct shmcm_conn *c);
+
+#endif

@@ -1,0 +1,97 @@
+/* The SHMCM connection state machine (seed 000, "The connection state
+ * machine"), with no I/O: the caller feeds events with the current state of
+ * the world and carries out the returned actions in this order:
+ *
+ *   disable_deliver, disable_tx   (synchronize the rx/tx shmcm locks)
+ *   enable_tx
+ *   send[0..nsend)                CON packets, in order
+ *   connected / disconnected      up-calls
+ *   enable_deliver
+ *
+ * which is the order LINX's handle_* functions use, so no user data can be
+ * sent before the CON_ACK that opens the connection, and none delivered
+ * after the disconnected up-call.
+ *
+ * Two deliberate departures from LINX 2.6.9, both from the seed's FIXMEs:
+ * - While CONNECTING, CON_REQ is re-sent on a tick once the peer has taken
+ *   every packet we sent without answering (it was not listening yet, or it
+ *   dropped our request as stale).  Re-sending only when our ring is drained
+ *   keeps an absent peer's mailbox from filling with requests.
+ * - Because a request may now arrive twice, a CON_REQ in CONNECTED that
+ *   carries the generation we are already connected to is a duplicate and is
+ *   ignored; one with another generation still resets the connection.
+ */
+#ifndef XPRT_SHMCM_CM_H
+#define XPRT_SHMCM_CM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum shmcm_state {
+	SHMCM_DISCONNECTED = 1,
+	SHMCM_CONNECTING = 2,
+	SHMCM_CONNECTED = 3,
+};
+
+/* LINX: the connection timer ticks ALIVES_PER_TMO times per con_tmo, and a
+ * peer is declared dead when ALIVE_RESET_VALUE ticks pass without a packet
+ * from it (4/3 of con_tmo). */
+#define SHMCM_ALIVES_PER_TMO   3u
+#define SHMCM_ALIVE_RESET      4u
+#define SHMCM_TICK_MIN_MS      (100u / SHMCM_ALIVES_PER_TMO)
+
+enum shmcm_cm_event {
+	SHMCM_EV_CONNECT,	/* connect down-call */
+	SHMCM_EV_DISCONNECT,	/* disconnect down-call */
+	SHMCM_EV_CON_PKT,	/* a CON packet from the peer (con_type, cno) */
+	SHMCM_EV_TICK,		/* the connection timer */
+	SHMCM_EV_INTERNAL,	/* internal error (e.g. deferred queue full) */
+	SHMCM_EV_PEER_GONE,	/* the peer process is known to be dead */
+};
+
+enum shmcm_reason {
+	SHMCM_R_NONE = 0,
+	SHMCM_R_LOCAL,		/* our disconnect down-call */
+	SHMCM_R_PEER_RST,	/* peer sent CON_RST */
+	SHMCM_R_PEER_REQ,	/* peer re-connected (CON_REQ of a new generation) */
+	SHMCM_R_TIMEOUT,	/* nothing from the peer for the connection timeout */
+	SHMCM_R_PEER_GONE,	/* peer process died */
+	SHMCM_R_INTERNAL,	/* internal error, e.g. deferred queue overflow */
+};
+
+struct shmcm_cm_ev {
+	enum shmcm_cm_event type;
+	uint32_t con_type;	/* SHMCM_EV_CON_PKT */
+	uint16_t cno;		/* SHMCM_EV_CON_PKT */
+	bool peer_activity;	/* SHMCM_EV_TICK: peer sent something since last tick */
+	bool tx_idle;		/* SHMCM_EV_TICK: peer has consumed all we sent */
+};
+
+struct shmcm_cm_out {
+	bool disable_deliver, disable_tx, enable_tx, enable_deliver;
+	bool connected, disconnected;
+	enum shmcm_reason reason;	/* with disconnected */
+	unsigned nsend;
+	struct { uint32_t con_type; uint16_t cno; } send[2];
+};
+
+struct shmcm_cm {
+	enum shmcm_state state;
+	uint16_t cno;		/* our generation, incremented on connect */
+	uint16_t peer_cno;	/* saved from the CON_REQ/CON_ACK that connected */
+	uint32_t alive_count;
+	uint32_t con_reqs;	/* CON_REQs sent, re-sends included */
+	bool resend_req;	/* internal error while CONNECTING */
+	enum shmcm_reason last_reason;
+};
+
+/* `cno` is the last generation used on this side (kept in the mailbox so a
+ * restarted process does not reuse one). */
+void shmcm_cm_init(struct shmcm_cm *cm, uint16_t cno);
+void shmcm_cm_handle(struct shmcm_cm *cm, const struct shmcm_cm_ev *ev,
+		     struct shmcm_cm_out *out);
+
+const char *shmcm_state_name(enum shmcm_state s);
+const char *shmcm_reason_str(enum shmcm_reason r);
+
+#endif

@@ -1,0 +1,226 @@
+/* The shared-memory mailbox under SHMCM: one POSIX shared-memory object per
+ * connection (mode 0600), a header validated on attach, and two
+ * single-producer/single-consumer slot rings, ring 0 carrying side a -> b and
+ * ring 1 b -> a.  A side is owned by one process at a time; ownership is a
+ * single 64-bit word (pid, process start time) so a dead owner -- even one
+ * killed with SIGKILL -- is recognised and never blocks a new one, and a
+ * recycled pid is not mistaken for the old owner.
+ *
+ * Wake-ups: a consumer that runs dry arms `cons_sleep` and sleeps on the
+ * ring's `head` futex; a producer touches the futex only when it sees the
+ * flag armed, so there is no system call per message while both ends are
+ * busy.  A producer waiting for free slots does the same on `tail`.
+ * Every index is monotonic (u32, wrapping); the slot count is a power of two.
+ */
+#ifndef XPRT_MBOX_H
+#define XPRT_MBOX_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MBOX_MAGIC	0x58534d42u	/* "XSMB" */
+#define MBOX_VERSION	1u
+#define MBOX_PREFIX	"xprt-shmcm-"
+#define MBOX_NAME_MAX	100
+#define MBOX_SLOTS_MIN	2u
+#define MBOX_SLOTS_MAX	65536u
+#define MBOX_SEG_MAX	(1ull << 32)	/* 4 GiB per connection at most */
+#define MBOX_CL		64
+
+enum { MBOX_SIDE_A = 0, MBOX_SIDE_B = 1 };
+
+struct mbox_ring_ctl {
+	_Alignas(MBOX_CL) _Atomic uint32_t head;	/* written by the producer */
+	_Alignas(MBOX_CL) _Atomic uint32_t tail;	/* written by the consumer */
+	_Alignas(MBOX_CL) _Atomic uint32_t cons_sleep;	/* consumer asleep on head */
+	_Alignas(MBOX_CL) _Atomic uint32_t prod_sleep;	/* producer asleep on tail */
+};
+
+/* Per-side status, written only by the side's owner, read by anyone
+ * (mkshmcon status).  Grouped by the thread that writes it. */
+struct mbox_side {
+	_Alignas(MBOX_CL) _Atomic uint64_t owner;	/* pid << 32 | start time; 0 = free */
+	_Atomic uint32_t cno;		/* last connection generation used */
+	_Atomic uint32_t state;		/* enum shmcm_state, 0 = never attached */
+	_Atomic uint32_t peer_cno;
+	_Atomic uint32_t alive_count;
+	_Atomic uint32_t con_reqs;
+	_Atomic uint32_t flow;		/* 0 wait, 1 deferred queue */
+	_Atomic uint32_t last_reason;	/* enum shmcm_reason */
+	_Atomic uint32_t attaches;
+	_Alignas(MBOX_CL) _Atomic uint64_t sent_bytes;
+	_Atomic uint64_t sent_pkts;
+	_Atomic uint64_t defq_size;
+	_Atomic uint64_t defq_peak;
+	_Alignas(MBOX_CL) _Atomic uint64_t recv_bytes;
+	_Atomic uint64_t recv_pkts;
+	_Atomic uint64_t recv_bad;	/* malformed packets dropped */
+	_Atomic uint64_t recv_stale;	/* packets of an old generation dropped */
+};
+
+struct mbox_hdr {
+	uint32_t magic;		/* written last: a reader sees a complete header */
+	uint16_t version;
+	uint16_t hdr_size;
+	uint32_t nslots;
+	uint32_t slot_size;
+	uint32_t mtu;		/* largest packet; also the MRU of the other side */
+	uint32_t con_tmo_ms;
+	uint32_t defq_max;	/* packets; 0 = a full mailbox disconnects */
+	uint32_t creator_pid;
+	uint64_t seg_size;
+	uint64_t created_ns;	/* CLOCK_REALTIME */
+	uint64_t ring_off[2];
+	struct mbox_side side[2];
+	struct mbox_ring_ctl ring[2];
+};
+
+struct mbox_cfg {
+	uint32_t nslots;
+	uint32_t mtu;
+	uint32_t con_tmo_ms;
+	uint32_t defq_max;
+};
+
+struct mbox {
+	struct mbox_hdr *h;
+	size_t size;
+	int fd;
+	int side;			/* claimed side, or -1 */
+	uint64_t owner;			/* our owner word while claimed */
+	char name[MBOX_NAME_MAX + 1];
+	uint32_t mask, slot_size;
+	/* producer view of our tx ring */
+	struct mbox_ring_ctl *tx;
+	uint8_t *tx_slots;
+	uint32_t tx_head, tx_tail_cache;
+	/* consumer view of our rx ring */
+	struct mbox_ring_ctl *rx;
+	uint8_t *rx_slots;
+	uint32_t rx_tail, rx_head_cache;
+};
+
+/* All functions returning int give 0 or a negative errno and, on error, one
+ * line in `err` naming what was wrong. */
+
+int mbox_check_name(const char *name, char *err, size_t errlen);
+int mbox_check_cfg(const struct mbox_cfg *cfg, char *err, size_t errlen);
+/* Creates (or re-creates, when no live process owns either side) the
+ * mailbox; *replaced tells whether an old one was re-initialised. */
+int mbox_create(const char *name, const struct mbox_cfg *cfg, bool *replaced,
+		char *err, size_t errlen);
+int mbox_open(const char *name, struct mbox **out, char *err, size_t errlen);
+/* Claims `side` for this process, flushes what was left in its rx ring. */
+int mbox_claim(struct mbox *m, int side, char *err, size_t errlen);
+void mbox_close(struct mbox *m);	/* releases the side; NULL ok */
+/* Removes the mailbox; refuses while a live process owns a side unless
+ * `force`. */
+int mbox_unlink(const char *name, bool force, char *err, size_t errlen);
+/* Names of every mailbox in /dev/shm, sorted; free with mbox_names_free. */
+int mbox_list(char ***names, size_t *n);
+void mbox_names_free(char **names, size_t n);
+
+/* Owner of `side`: its pid when a live process owns it, else 0. */
+pid_t mbox_side_pid(const struct mbox_hdr *h, int side);
+/* A pollable fd that becomes readable when the owner of `side` exits, or
+ * -errno (-ESRCH: no live owner). */
+int mbox_side_pidfd(const struct mbox_hdr *h, int side, pid_t *pid);
+static inline int mbox_peer(int side) { return side ^ 1; }
+
+/* ---- producer side (our tx ring); only the claiming process calls ---- */
+
+static inline void *mbox_tx_reserve(struct mbox *m)
+{
+	if (m->tx_head - m->tx_tail_cache > m->mask) {
+		m->tx_tail_cache = atomic_load_explicit(&m->tx->tail, memory_order_acquire);
+		if (m->tx_head - m->tx_tail_cache > m->mask)
+			return NULL;
+	}
+	return m->tx_slots + (size_t)(m->tx_head & m->mask) * m->slot_size;
+}
+
+void mbox_wake_consumer(struct mbox_ring_ctl *r);
+
+/* Publishes every reserved-and-filled slot up to and including the last one
+ * reserved (call once per slot, or after a batch with n slots). */
+static inline void mbox_tx_publish(struct mbox *m, uint32_t n)
+{
+	m->tx_head += n;
+	/* The exchange is a full barrier: the store of head is ordered before
+	 * the load of cons_sleep (Dekker with mbox_rx_wait). */
+	atomic_exchange_explicit(&m->tx->head, m->tx_head, memory_order_seq_cst);
+	if (atomic_load_explicit(&m->tx->cons_sleep, memory_order_relaxed))
+		mbox_wake_consumer(m->tx);
+}
+
+/* Number of free slots right now. */
+static inline uint32_t mbox_tx_space(struct mbox *m)
+{
+	m->tx_tail_cache = atomic_load_explicit(&m->tx->tail, memory_order_acquire);
+	return m->mask + 1 - (m->tx_head - m->tx_tail_cache);
+}
+
+/* True when the peer has consumed every packet we published. */
+static inline bool mbox_tx_idle(struct mbox *m)
+{
+	return atomic_load_explicit(&m->tx->tail, memory_order_acquire) ==
+	       atomic_load_explicit(&m->tx->head, memory_order_relaxed);
+}
+
+/* Waits until a slot is free, at most timeout_ns; -ETIMEDOUT otherwise. */
+int mbox_tx_wait(struct mbox *m, uint64_t timeout_ns);
+/* Wakes a producer of this ring sleeping in mbox_tx_wait (our own tx thread). */
+void mbox_tx_kick(struct mbox *m);
+
+/* ---- consumer side (our rx ring) ---- */
+
+/* Packets ready to read. */
+static inline uint32_t mbox_rx_avail(struct mbox *m)
+{
+	uint32_t n = m->rx_head_cache - m->rx_tail;
+
+	if (n == 0) {
+		m->rx_head_cache = atomic_load_explicit(&m->rx->head, memory_order_acquire);
+		n = m->rx_head_cache - m->rx_tail;
+		/* A head further ahead than the ring is a corrupt or hostile
+		 * producer: never index past what the ring holds. */
+		if (n > m->mask + 1)
+			n = m->mask + 1;
+	}
+	return n;
+}
+
+/* i-th unread slot (i < mbox_rx_avail()). */
+static inline const uint8_t *mbox_rx_slot(const struct mbox *m, uint32_t i)
+{
+	return m->rx_slots + (size_t)((m->rx_tail + i) & m->mask) * m->slot_size;
+}
+
+void mbox_wake_producer(struct mbox_ring_ctl *r);
+
+/* Returns n slots to the producer. */
+static inline void mbox_rx_release(struct mbox *m, uint32_t n)
+{
+	m->rx_tail += n;
+	atomic_exchange_explicit(&m->rx->tail, m->rx_tail, memory_order_seq_cst);
+	if (atomic_load_explicit(&m->rx->prod_sleep, memory_order_relaxed))
+		mbox_wake_producer(m->rx);
+}
+
+/* True when packets sit unread in our rx ring. */
+static inline bool mbox_rx_pending(struct mbox *m)
+{
+	return atomic_load_explicit(&m->rx->head, memory_order_acquire) !=
+	       atomic_load_explicit(&m->rx->tail, memory_order_relaxed);
+}
+
+/* Spins `spin_ns`, then sleeps until a packet arrives or timeout_ns passes.
+ * Returns 0 when packets are there, -ETIMEDOUT, or -EINTR. */
+int mbox_rx_wait(struct mbox *m, uint64_t spin_ns, uint64_t timeout_ns);
+/* Wakes our own consumer sleeping in mbox_rx_wait (e.g. to stop it). */
+void mbox_rx_kick(struct mbox *m);
+
+#endif
