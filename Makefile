@@ -54,7 +54,7 @@ FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 
 MANPAGES  := $(wildcard man/*.[1-8])
 
-.PHONY: all tools tests benches fuzz check check-unit check-bats check-fuzz \
+.PHONY: all demo tools tests benches fuzz check check-unit check-bats check-fuzz \
         check-man check-san check-tsan bench install uninstall clean
 
 all: tools
@@ -73,7 +73,7 @@ $(LIB): $(LIB_OBJ)
 
 # Every cmd/<tool>/*.c links into one binary named <tool>.
 .SECONDEXPANSION:
-$(B)/%: $$(addprefix $(B)/,$$(subst .c,.o,$$(wildcard cmd/$$*/*.c))) $(LIB)
+$(TOOL_BINS): $(B)/%: $$(addprefix $(B)/,$$(subst .c,.o,$$(wildcard cmd/$$*/*.c))) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
 
@@ -98,6 +98,9 @@ build-fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard lib/*/*.h)
 
 check: tools tests
 	$(Q)tests/run-all
+
+demo: tools
+	$(Q)B=$(B) demo/demo.sh
 
 check-unit: tests
 	$(Q)tests/run-all unit

@@ -164,7 +164,7 @@ static int on_start(struct cparse *c, const yaml_event_t *ev, enum xnode_type t)
 		struct frame *top = &c->stack[c->depth - 1];
 
 		if (xnode_type(top->n) == XN_MAP && !top->key)
-			return cerr(c, &ev->start_mark, "a key must be a plain value, not a %s",
+			return cerr(c, &ev->start_mark, "a key must be a scalar, not a %s",
 				    t == XN_MAP ? "mapping" : "list");
 		if (c->depth == XCONF_MAX_DEPTH)
 			return cerr(c, &ev->start_mark, "nesting deeper than %d levels",

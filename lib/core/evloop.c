@@ -40,6 +40,7 @@ struct xloop {
 	uint32_t gen;
 	struct xtimer **heap;
 	size_t nheap, capheap;
+	size_t ntimers; /* queued + running; the heap always has room for all */
 	uint64_t seq;
 	struct xtimer *running;
 };
@@ -203,21 +204,30 @@ static void heap_down(struct xloop *l, size_t i)
 	heap_set(l, i, t);
 }
 
-static int heap_push(struct xloop *l, struct xtimer *t)
+/* Re-arming a periodic timer must not fail, so room for every live timer is
+ * reserved when it is added. */
+static int heap_reserve(struct xloop *l, size_t n)
 {
-	if (l->nheap == l->capheap) {
-		size_t cap = l->capheap ? l->capheap * 2 : 16;
-		struct xtimer **h = realloc(l->heap, cap * sizeof(*h));
+	size_t cap = l->capheap ? l->capheap : 16;
+	struct xtimer **h;
 
-		if (!h)
-			return -ENOMEM;
-		l->heap = h;
-		l->capheap = cap;
-	}
+	if (n <= l->capheap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	h = realloc(l->heap, cap * sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	l->heap = h;
+	l->capheap = cap;
+	return 0;
+}
+
+static void heap_push(struct xloop *l, struct xtimer *t)
+{
 	t->seq = l->seq++;
 	heap_set(l, l->nheap++, t);
 	heap_up(l, t->idx);
-	return 0;
 }
 
 static void heap_remove(struct xloop *l, struct xtimer *t)
@@ -245,6 +255,10 @@ struct xtimer *xloop_timer_add(struct xloop *l, uint64_t delay_ns, uint64_t peri
 		errno = EINVAL;
 		return NULL;
 	}
+	if (heap_reserve(l, l->ntimers + 1) < 0) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return NULL;
@@ -252,11 +266,8 @@ struct xtimer *xloop_timer_add(struct xloop *l, uint64_t delay_ns, uint64_t peri
 	t->period = period_ns;
 	t->cb = cb;
 	t->arg = arg;
-	if (heap_push(l, t) < 0) {
-		free(t);
-		errno = ENOMEM;
-		return NULL;
-	}
+	l->ntimers++;
+	heap_push(l, t);
 	return t;
 }
 
@@ -269,8 +280,8 @@ void xloop_timer_cancel(struct xloop *l, struct xtimer *t)
 		t->cancelled = true;
 		return;
 	}
-	if (t->idx != NOT_QUEUED)
-		heap_remove(l, t);
+	heap_remove(l, t);
+	l->ntimers--;
 	free(t);
 }
 
@@ -290,16 +301,19 @@ static int run_timers(struct xloop *l)
 		l->running = NULL;
 		ran++;
 		if (t->cancelled || t->period == 0) {
+			l->ntimers--;
 			free(t);
 			continue;
 		}
-		uint64_t missed = (now - t->deadline) / t->period;
+		/* Re-read the clock: the callback itself may have been slow, and
+		 * periods it overran are skipped rather than fired back to back. */
+		uint64_t steps = (xtime_ns() - t->deadline) / t->period + 1;
 
-		t->deadline += (missed + 1) * t->period;
-		if (heap_push(l, t) < 0) {
-			free(t);
-			return -ENOMEM;
-		}
+		if (t->period > (UINT64_MAX - t->deadline) / steps)
+			t->deadline = UINT64_MAX;
+		else
+			t->deadline += steps * t->period;
+		heap_push(l, t);
 	}
 	return ran;
 }
@@ -343,7 +357,7 @@ static int wait_events(struct xloop *l, struct epoll_event *evs, int64_t ns)
 int xloop_run_once(struct xloop *l, int timeout_ms)
 {
 	struct epoll_event evs[MAX_EVENTS];
-	int n, ran = 0, r;
+	int n, ran = 0;
 
 	n = wait_events(l, evs, wait_ns(l, timeout_ms));
 	if (n < 0) {
@@ -372,8 +386,7 @@ int xloop_run_once(struct xloop *l, int timeout_ms)
 		e->cb(l, fd, evs[i].events, e->arg);
 		ran++;
 	}
-	r = run_timers(l);
-	return r < 0 ? r : ran + r;
+	return ran + run_timers(l);
 }
 
 int xloop_run(struct xloop *l)

@@ -29,8 +29,9 @@ int xparse_duration(const char *s, uint64_t bare_unit_ns, uint64_t min_ns, uint6
 /* on|off|yes|no|true|false|1|0, case-insensitive. */
 int xparse_bool(const char *s, bool *out, const char **errstr);
 
-/* Formatting into the caller's buffer; each returns buf.  Buffers of 32
- * bytes are always enough. */
+/* Formatting into the caller's buffer; each returns buf.  Output is cut at
+ * len, never overflowed; 32 bytes hold every size and duration and any rate
+ * below 10^21 B/s. */
 const char *xfmt_size(uint64_t bytes, char *buf, size_t len);     /* "512 B", "64 KiB", "1.5 MiB" */
 const char *xfmt_rate(double bytes_per_s, char *buf, size_t len); /* "512 B/s", "12.34 GB/s" */
 const char *xfmt_duration(uint64_t ns, char *buf, size_t len);    /* "850 ns", "1.25 us", "2.00 s" */

@@ -283,20 +283,23 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 	pthread_mutex_lock(&c->tx_mutex);
 	if (c->pq_head)
 		pend_flush(c);
-	do {
+	for (;;) {
 		uint32_t n = (uint32_t)len - off < fsz ? (uint32_t)len - off : fsz;
 		uint32_t psize = SHMCM_UDATA_HLEN + n;
 		uint8_t *slot = c->pq_head ? NULL : mbox_tx_reserve(c->mb);
 
 		if (!slot && c->flow == SHMCM_FLOW_WAIT) {
 			/* Let the job queue send its CON packets while we wait. */
+			uint32_t seen = mbox_tx_seen_tail(c->mb);
+
+			publish_tx_stats(c);
 			pthread_mutex_unlock(&c->tx_mutex);
 			for (;;) {
 				if (atomic_load(&c->tx_abort)) {
 					rc = -ENOTCONN;
 					goto out_unlock;
 				}
-				if (mbox_tx_wait(c->mb, 50 * 1000000ull) == 0)
+				if (mbox_tx_wait(c->mb->tx, seen, 50 * 1000000ull) == 0)
 					break;
 			}
 			pthread_mutex_lock(&c->tx_mutex);
@@ -331,7 +334,9 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 			c->sent_bytes += psize;
 		}
 		off += n;
-	} while (off < len);
+		if (off >= len)
+			break;	/* an empty message is one packet too */
+	}
 	publish_tx_stats(c);
 	pthread_mutex_unlock(&c->tx_mutex);
 out_unlock:
@@ -791,6 +796,10 @@ out_free:
 
 int shmcm_connect(struct shmcm_conn *c)
 {
+	/* a new attempt: shmcm_wait_connected() waits for this one */
+	pthread_mutex_lock(&c->st_lock);
+	c->was_connected = false;
+	pthread_mutex_unlock(&c->st_lock);
 	job_async(c, JOB_CONNECT);
 	return 0;
 }

@@ -277,7 +277,6 @@ static void init_header(struct mbox_hdr *h, const struct mbox_cfg *c)
 	h->created_ns = xtime_real_ns();
 	h->ring_off[0] = off[0];
 	h->ring_off[1] = off[1];
-	atomic_thread_fence(memory_order_release);
 	atomic_store_explicit((_Atomic uint32_t *)&h->magic, MBOX_MAGIC, memory_order_release);
 }
 
@@ -551,11 +550,11 @@ int mbox_rx_wait(struct mbox *m, uint64_t spin_ns, uint64_t timeout_ns)
 			}
 		} while (xtime_ns() < end);
 	}
-	atomic_store_explicit(&m->rx->cons_sleep, 1, memory_order_relaxed);
-	/* full barrier between arming and re-checking (pairs with the
-	 * exchange in mbox_tx_publish) */
-	atomic_thread_fence(memory_order_seq_cst);
-	head = atomic_load_explicit(&m->rx->head, memory_order_acquire);
+	/* Arm, then re-check: both seq_cst, pairing with the seq_cst exchange
+	 * of head and load of cons_sleep in mbox_tx_publish (Dekker), so
+	 * either we see the new head or the producer sees us asleep. */
+	atomic_exchange_explicit(&m->rx->cons_sleep, 1, memory_order_seq_cst);
+	head = atomic_load_explicit(&m->rx->head, memory_order_seq_cst);
 	if (head != m->rx_tail) {
 		atomic_store_explicit(&m->rx->cons_sleep, 0, memory_order_relaxed);
 		return mbox_rx_avail(m) ? 0 : -EINTR;
@@ -572,29 +571,24 @@ void mbox_rx_kick(struct mbox *m)
 	xfutex_wake(&m->rx->head, 1, true);
 }
 
-int mbox_tx_wait(struct mbox *m, uint64_t timeout_ns)
+int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns)
 {
-	uint32_t tail;
 	int rc;
 
-	if (mbox_tx_space(m))
-		return 0;
 	for (int i = 0; i < 2000; i++) {
-		cpu_relax();
-		if (atomic_load_explicit(&m->tx->tail, memory_order_relaxed) != m->tx_tail_cache)
+		if (atomic_load_explicit(&r->tail, memory_order_acquire) != seen)
 			return 0;
+		cpu_relax();
 	}
-	atomic_store_explicit(&m->tx->prod_sleep, 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_seq_cst);
-	tail = atomic_load_explicit(&m->tx->tail, memory_order_acquire);
-	if (m->tx_head - tail <= m->mask) {
-		atomic_store_explicit(&m->tx->prod_sleep, 0, memory_order_relaxed);
-		m->tx_tail_cache = tail;
+	/* Dekker with the consumer's exchange of tail in mbox_rx_release. */
+	atomic_exchange_explicit(&r->prod_sleep, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&r->tail, memory_order_seq_cst) != seen) {
+		atomic_store_explicit(&r->prod_sleep, 0, memory_order_relaxed);
 		return 0;
 	}
-	rc = xfutex_wait(&m->tx->tail, tail, timeout_ns, true);
-	atomic_store_explicit(&m->tx->prod_sleep, 0, memory_order_relaxed);
-	if (mbox_tx_space(m))
+	rc = xfutex_wait(&r->tail, seen, timeout_ns, true);
+	atomic_store_explicit(&r->prod_sleep, 0, memory_order_relaxed);
+	if (atomic_load_explicit(&r->tail, memory_order_acquire) != seen)
 		return 0;
 	return rc == -ETIMEDOUT ? -ETIMEDOUT : -EINTR;
 }

@@ -152,7 +152,7 @@ static inline void mbox_tx_publish(struct mbox *m, uint32_t n)
 	/* The exchange is a full barrier: the store of head is ordered before
 	 * the load of cons_sleep (Dekker with mbox_rx_wait). */
 	atomic_exchange_explicit(&m->tx->head, m->tx_head, memory_order_seq_cst);
-	if (atomic_load_explicit(&m->tx->cons_sleep, memory_order_relaxed))
+	if (atomic_load_explicit(&m->tx->cons_sleep, memory_order_seq_cst))
 		mbox_wake_consumer(m->tx);
 }
 
@@ -170,8 +170,18 @@ static inline bool mbox_tx_idle(struct mbox *m)
 	       atomic_load_explicit(&m->tx->head, memory_order_relaxed);
 }
 
-/* Waits until a slot is free, at most timeout_ns; -ETIMEDOUT otherwise. */
-int mbox_tx_wait(struct mbox *m, uint64_t timeout_ns);
+/* The tail seen by the last failed mbox_tx_reserve(): what mbox_tx_wait()
+ * waits to see move. */
+static inline uint32_t mbox_tx_seen_tail(const struct mbox *m)
+{
+	return m->tx_tail_cache;
+}
+
+/* Waits until the consumer moves the ring's tail past `seen` (a slot came
+ * free), at most timeout_ns; 0, -ETIMEDOUT or -EINTR.  Touches only the
+ * shared ring, never the producer's private view, so it may be called
+ * without the lock that serialises producers. */
+int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns);
 /* Wakes a producer of this ring sleeping in mbox_tx_wait (our own tx thread). */
 void mbox_tx_kick(struct mbox *m);
 
@@ -206,7 +216,7 @@ static inline void mbox_rx_release(struct mbox *m, uint32_t n)
 {
 	m->rx_tail += n;
 	atomic_exchange_explicit(&m->rx->tail, m->rx_tail, memory_order_seq_cst);
-	if (atomic_load_explicit(&m->rx->prod_sleep, memory_order_relaxed))
+	if (atomic_load_explicit(&m->rx->prod_sleep, memory_order_seq_cst))
 		mbox_wake_producer(m->rx);
 }
 

@@ -1,0 +1,422 @@
+/* The SHMCM runtime over a real mailbox: two ends, in threads of this
+ * process or in a forked child. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/xtime.h"
+#include "shmcm/shmcm.h"
+#include "shmcm/shmcm_wire.h"
+#include "xprt/mbox.h"
+
+struct end {
+	struct shmcm_conn *c;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	_Atomic int ups, downs;
+	_Atomic int reason;
+	/* delivered messages, concatenated, with their sizes */
+	uint8_t *got;
+	size_t got_len, nmsg;
+	uint32_t sizes[256];
+	/* stress checking */
+	uint64_t next_seq, errors;
+};
+
+static char conn_name[64];
+
+static void mkname(const char *what)
+{
+	char err[256];
+	bool replaced;
+
+	snprintf(conn_name, sizeof(conn_name), "unit-%s-%d", what, (int)getpid());
+	struct mbox_cfg cfg = { 64, 256, 300, 0 };
+	assert_int_equal(mbox_create(conn_name, &cfg, &replaced, err, sizeof(err)), 0);
+}
+
+static void cfgname(const char *what, struct mbox_cfg cfg)
+{
+	char err[256];
+	bool replaced;
+
+	snprintf(conn_name, sizeof(conn_name), "unit-%s-%d", what, (int)getpid());
+	assert_int_equal(mbox_create(conn_name, &cfg, &replaced, err, sizeof(err)), 0);
+}
+
+static void rmname(void)
+{
+	char err[256];
+
+	mbox_unlink(conn_name, true, err, sizeof(err));
+}
+
+static void up(void *arg)
+{
+	struct end *e = arg;
+
+	pthread_mutex_lock(&e->mu);
+	e->ups++;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+static void down(void *arg, enum shmcm_reason why)
+{
+	struct end *e = arg;
+
+	pthread_mutex_lock(&e->mu);
+	e->reason = why;
+	e->downs++;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+static void collect(void *arg, uint32_t src, uint32_t dst, const void *d, size_t n)
+{
+	struct end *e = arg;
+
+	pthread_mutex_lock(&e->mu);
+	e->got = realloc(e->got, e->got_len + n + 1);
+	memcpy(e->got + e->got_len, d, n);
+	e->got_len += n;
+	if (e->nmsg < 256)
+		e->sizes[e->nmsg] = (uint32_t)n;
+	e->nmsg++;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+static struct shmcm_conn *open_end(struct end *e, int side, enum shmcm_flow flow, bool poll,
+				   void (*deliver)(void *, uint32_t, uint32_t, const void *, size_t))
+{
+	struct shmcm_params p = { .name = conn_name, .side = side, .flow = flow, .poll = poll };
+	struct shmcm_upcalls uc = { up, down, deliver ? deliver : collect, e };
+	char err[256];
+
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	e->c = shmcm_open(&p, &uc, err, sizeof(err));
+	if (!e->c)
+		fail_msg("shmcm_open: %s", err);
+	return e->c;
+}
+
+static void close_end(struct end *e)
+{
+	shmcm_close(e->c);
+	free(e->got);
+	pthread_mutex_destroy(&e->mu);
+	pthread_cond_destroy(&e->cv);
+}
+
+/* Waits (bounded) until cond(e) holds. */
+static bool wait_for(struct end *e, bool (*cond)(struct end *), uint64_t ms)
+{
+	uint64_t end = xtime_ns() + ms * 1000000ull;
+	bool ok;
+
+	for (;;) {
+		pthread_mutex_lock(&e->mu);
+		ok = cond(e);
+		pthread_mutex_unlock(&e->mu);
+		if (ok || xtime_ns() > end)
+			return ok;
+		usleep(1000);
+	}
+}
+
+static bool is_down(struct end *e) { return e->downs > 0; }
+
+static void connect_pair(struct end *a, struct end *b)
+{
+	shmcm_connect(a->c);
+	shmcm_connect(b->c);
+	assert_int_equal(shmcm_wait_connected(a->c, 5000000000ull), 0);
+	assert_int_equal(shmcm_wait_connected(b->c, 5000000000ull), 0);
+}
+
+static size_t want_len;
+static bool got_all(struct end *e) { return e->got_len >= want_len; }
+
+/* Messages of every size around the fragment boundary arrive whole, in
+ * order; then a graceful disconnect reaches the peer as CON_RST. */
+static void test_messages_and_close(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	uint8_t *msg = malloc(4096), *want = malloc(1 << 20);
+	size_t off = 0;
+	uint32_t sizes[] = { 0, 1, 223, 224, 225, 447, 448, 449, 1000, 4096 };
+
+	mkname("msg");
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
+	connect_pair(&a, &b);
+	assert_int_equal(shmcm_get_mtu(a.c), 256);
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		for (uint32_t j = 0; j < sizes[i]; j++)
+			msg[j] = (uint8_t)(i * 31 + j);
+		assert_int_equal(shmcm_transmit(a.c, 1, 2, msg, sizes[i]), 0);
+		memcpy(want + off, msg, sizes[i]);
+		off += sizes[i];
+	}
+	want_len = off;
+	assert_true(wait_for(&b, got_all, 5000));
+	assert_int_equal(b.got_len, off);
+	assert_memory_equal(b.got, want, off);
+	assert_int_equal(b.nmsg, sizeof(sizes) / sizeof(sizes[0]));
+	for (size_t i = 0; i < b.nmsg; i++)
+		assert_int_equal(b.sizes[i], sizes[i]);
+
+	/* too big for one message: 4 GiB */
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, msg, (size_t)UINT32_MAX + 1), -EMSGSIZE);
+
+	assert_int_equal(shmcm_wait_drained(a.c, 2000000000ull), 0);
+	shmcm_disconnect(a.c);
+	assert_int_equal(shmcm_get_state(a.c), SHMCM_DISCONNECTED);
+	assert_int_equal(shmcm_get_reason(a.c), SHMCM_R_LOCAL);
+	assert_true(wait_for(&b, is_down, 3000));
+	assert_int_equal(b.reason, SHMCM_R_PEER_RST);
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, msg, 1), -ENOTCONN);
+	assert_int_equal(shmcm_transmit(b.c, 0, 0, msg, 1), -ENOTCONN);
+
+	/* and the two reconnect with new generations */
+	a.downs = b.downs = 0;
+	connect_pair(&a, &b);
+	assert_int_equal(shmcm_transmit(b.c, 0, 0, "again", 5), 0);
+	want_len = 5;
+	assert_true(wait_for(&a, got_all, 3000));
+	assert_memory_equal(a.got, "again", 5);
+
+	close_end(&a);
+	close_end(&b);
+	rmname();
+	free(msg);
+	free(want);
+}
+
+/* A second process cannot claim an occupied side. */
+static void test_side_busy(void **s)
+{
+	struct end a = { 0 };
+	pid_t pid;
+	int st;
+
+	mkname("busy");
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	pid = fork();
+	if (pid == 0) {
+		struct mbox *m;
+		char err[256];
+		if (mbox_open(conn_name, &m, err, sizeof(err)) < 0)
+			_exit(3);
+		int rc = mbox_claim(m, MBOX_SIDE_A, err, sizeof(err));
+		_exit(rc == -EBUSY && strstr(err, "in use by pid") ? 0 : 4);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(WEXITSTATUS(st), 0);
+	close_end(&a);
+	rmname();
+}
+
+/* LINX's deferred queue with its default limit of 0: the first full
+ * mailbox disconnects (here the peer is in poll mode and never polls). */
+static void test_defq_overflow(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	uint8_t msg[200] = { 0 };
+	int rc = 0, i;
+
+	cfgname("defq", (struct mbox_cfg){ 8, 256, 300, 4 });
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_DEFER, false, NULL);
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, NULL);
+	shmcm_connect(a.c);
+	shmcm_connect(b.c);
+	/* poll b until connected, then stop reading */
+	for (i = 0; i < 5000 && shmcm_get_state(b.c) != SHMCM_CONNECTED; i++) {
+		shmcm_poll(b.c, 16);
+		usleep(1000);
+	}
+	assert_int_equal(shmcm_wait_connected(a.c, 3000000000ull), 0);
+	for (i = 0; i < 100 && (rc = shmcm_transmit(a.c, 0, 0, msg, sizeof(msg))) == 0; i++)
+		;
+	assert_int_equal(rc, -ENOBUFS);
+	/* 8 slots minus the CON packets in them, plus 4 deferred */
+	assert_in_range(i, 4, 12);
+	assert_true(wait_for(&a, is_down, 3000));
+	assert_int_equal(a.reason, SHMCM_R_INTERNAL);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+}
+
+/* A peer process that dies is noticed at once, not after the timeout; the
+ * data it sent before dying is still delivered first. */
+static void test_peer_death(void **s)
+{
+	struct end a = { 0 };
+	int pfd[2];
+	pid_t pid;
+	char c;
+
+	cfgname("death", (struct mbox_cfg){ 64, 256, 60000, 0 });	/* 60 s timeout */
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct end b = { 0 };
+		open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
+		shmcm_connect(b.c);
+		if (shmcm_wait_connected(b.c, 5000000000ull) < 0)
+			_exit(3);
+		shmcm_transmit(b.c, 0, 0, "last words", 10);
+		if (write(pfd[1], "x", 1) != 1)
+			_exit(4);
+		pause();
+		_exit(0);
+	}
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	shmcm_connect(a.c);
+	assert_int_equal(shmcm_wait_connected(a.c, 5000000000ull), 0);
+	assert_int_equal(read(pfd[0], &c, 1), 1);
+	uint64_t t0 = xtime_ns();
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	assert_true(wait_for(&a, is_down, 2000));
+	assert_true(xtime_ns() - t0 < 1000000000ull);
+	assert_int_equal(a.reason, SHMCM_R_PEER_GONE);
+	assert_int_equal(a.got_len, 10);
+	assert_memory_equal(a.got, "last words", 10);
+	close_end(&a);
+	close(pfd[0]);
+	close(pfd[1]);
+	rmname();
+}
+
+/* ---------------------------------------------------------------- stress */
+
+static inline uint64_t mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+/* Message `seq`: a size and content both derived from seq, so the receiver
+ * checks every byte, the order and that nothing is missing. Mostly small,
+ * some fragmented. */
+static uint32_t stress_size(uint64_t seq)
+{
+	uint64_t r = mix(seq);
+	unsigned k = (unsigned)(r % 100);
+
+	if (k < 90)
+		return (uint32_t)(r >> 8) % 65;
+	if (k < 99)
+		return 65 + (uint32_t)(r >> 8) % 448;
+	return 513 + (uint32_t)(r >> 8) % 3000;
+}
+
+static void stress_fill(uint64_t seq, uint8_t *buf, uint32_t n)
+{
+	uint64_t x = mix(seq ^ 0x9e3779b97f4a7c15ull);
+
+	for (uint32_t i = 0; i < n; i += 8) {
+		uint32_t k = n - i < 8 ? n - i : 8;
+		x = mix(x + i);
+		memcpy(buf + i, &x, k);
+	}
+}
+
+static _Atomic uint64_t stress_done;
+
+static void stress_check(void *arg, uint32_t src, uint32_t dst, const void *d, size_t n)
+{
+	struct end *e = arg;
+	uint8_t want[4096];
+	uint64_t seq = e->next_seq++;
+	uint32_t sz = stress_size(seq);
+
+	if (n != sz || src != (uint32_t)seq) {
+		e->errors++;
+	} else {
+		stress_fill(seq, want, sz);
+		if (memcmp(want, d, n) != 0)
+			e->errors++;
+	}
+	atomic_store_explicit(&stress_done, e->next_seq, memory_order_release);
+}
+
+static void test_stress(void **s)
+{
+	const char *env = getenv("XPRT_STRESS_MSGS");
+	uint64_t total = env ? strtoull(env, NULL, 10) : 10000000ull;
+	uint8_t buf[4096];
+	pid_t pid;
+	int st;
+
+	cfgname("stress", (struct mbox_cfg){ 256, 512, 1000, 0 });
+	pid = fork();
+	if (pid == 0) {
+		struct end b = { 0 };
+		open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, stress_check);
+		shmcm_connect(b.c);
+		uint64_t deadline = xtime_ns() + 600 * 1000000000ull;
+		while (atomic_load(&stress_done) < total && xtime_ns() < deadline)
+			if (shmcm_poll(b.c, 256) == 0 && shmcm_get_state(b.c) == SHMCM_DISCONNECTED &&
+			    atomic_load(&stress_done) > 0)
+				break;
+		uint64_t got = atomic_load(&stress_done), errs = b.errors;
+		fprintf(stderr, "stress: received %llu of %llu messages, %llu bad\n",
+			(unsigned long long)got, (unsigned long long)total, (unsigned long long)errs);
+		close_end(&b);
+		_exit(got == total && errs == 0 ? 0 : 1);
+	}
+	struct end a = { 0 };
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	shmcm_connect(a.c);
+	assert_int_equal(shmcm_wait_connected(a.c, 5000000000ull), 0);
+	uint64_t t0 = xtime_ns();
+	for (uint64_t seq = 0; seq < total; seq++) {
+		uint32_t n = stress_size(seq);
+		stress_fill(seq, buf, n);
+		int rc = shmcm_transmit(a.c, (uint32_t)seq, 0, buf, n);
+		if (rc < 0)
+			fail_msg("transmit of message %llu: %s", (unsigned long long)seq, strerror(-rc));
+	}
+	assert_int_equal(shmcm_wait_drained(a.c, 60000000000ull), 0);
+	double secs = (double)(xtime_ns() - t0) / 1e9;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	fprintf(stderr, "stress: %llu messages in %.2f s (%.2f M msg/s)\n",
+		(unsigned long long)total, secs, (double)total / secs / 1e6);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	close_end(&a);
+	rmname();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_messages_and_close),
+		cmocka_unit_test(test_side_busy),
+		cmocka_unit_test(test_defq_overflow),
+		cmocka_unit_test(test_peer_death),
+		cmocka_unit_test(test_stress),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
