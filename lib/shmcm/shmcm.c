@@ -82,9 +82,12 @@ struct shmcm_conn {
 	struct shmcm_lock deliver_lock, tx_lock, con_pkt_lock;
 
 	/* tx */
-	pthread_mutex_t tx_mutex;	/* one producer at a time on our ring */
+	/* One producer at a time on our ring: the user's sender and the job
+	 * queue's CON packets.  A spinlock: sections are a copy into a slot,
+	 * and its release is a plain store, which the data path feels. */
+	pthread_spinlock_t tx_mutex;
 	_Atomic uint16_t tx_cno;
-	_Atomic uint32_t msgid;
+	uint16_t msgid;			/* under tx_mutex */
 	_Atomic bool tx_abort;
 	struct pend *pq_head, *pq_tail;	/* under tx_mutex */
 	uint64_t pq_udata;		/* user-data packets queued */
@@ -177,7 +180,7 @@ static bool put_pkt(struct shmcm_conn *c, const void *pkt, uint32_t len)
 	if (!slot)
 		return false;
 	memcpy(slot, pkt, len);
-	mbox_tx_publish(c->mb, 1);
+	mbox_tx_publish(c->mb);
 	c->sent_pkts++;
 	c->sent_bytes += len;
 	return true;
@@ -252,7 +255,7 @@ static void send_con(struct shmcm_conn *c, uint32_t type, uint16_t cno)
 	uint8_t pkt[SHMCM_CON_LEN];
 
 	shmcm_encode_con(pkt, type, cno);
-	pthread_mutex_lock(&c->tx_mutex);
+	pthread_spin_lock(&c->tx_mutex);
 	pend_flush(c);
 	if (c->pq_head || !put_pkt(c, pkt, SHMCM_CON_LEN)) {
 		/* A full mailbox holds plenty to prove we are alive; other
@@ -262,7 +265,7 @@ static void send_con(struct shmcm_conn *c, uint32_t type, uint16_t cno)
 					 c->mb->name, shmcm_con_type_name(type));
 	}
 	publish_tx_stats(c);
-	pthread_mutex_unlock(&c->tx_mutex);
+	pthread_spin_unlock(&c->tx_mutex);
 }
 
 int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
@@ -278,9 +281,9 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 	if (!shmcm_trylock(&c->tx_lock))
 		return -ENOTCONN;
 	cno = atomic_load_explicit(&c->tx_cno, memory_order_relaxed);
-	msgid = (uint16_t)atomic_fetch_add_explicit(&c->msgid, 1, memory_order_relaxed);
 
-	pthread_mutex_lock(&c->tx_mutex);
+	pthread_spin_lock(&c->tx_mutex);
+	msgid = c->msgid++;
 	if (c->pq_head)
 		pend_flush(c);
 	for (;;) {
@@ -293,7 +296,7 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 			uint32_t seen = mbox_tx_seen_tail(c->mb);
 
 			publish_tx_stats(c);
-			pthread_mutex_unlock(&c->tx_mutex);
+			pthread_spin_unlock(&c->tx_mutex);
 			for (;;) {
 				if (atomic_load(&c->tx_abort)) {
 					rc = -ENOTCONN;
@@ -302,7 +305,7 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 				if (mbox_tx_wait(c->mb->tx, seen, 50 * 1000000ull) == 0)
 					break;
 			}
-			pthread_mutex_lock(&c->tx_mutex);
+			pthread_spin_lock(&c->tx_mutex);
 			pend_flush(c);
 			continue;
 		}
@@ -313,7 +316,7 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 
 			if (c->pq_udata >= c->defq_max) {
 				publish_tx_stats(c);
-				pthread_mutex_unlock(&c->tx_mutex);
+				pthread_spin_unlock(&c->tx_mutex);
 				job_async(c, JOB_INTERNAL);
 				rc = -ENOBUFS;
 				goto out_unlock;
@@ -321,7 +324,7 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 			shmcm_encode_udata_hdr(hdr, psize, cno, msgid, src, dst, (uint32_t)len);
 			if (pend_add(c, hdr, sizeof(hdr), data + off, n, true) < 0) {
 				publish_tx_stats(c);
-				pthread_mutex_unlock(&c->tx_mutex);
+				pthread_spin_unlock(&c->tx_mutex);
 				job_async(c, JOB_INTERNAL);
 				rc = -ENOBUFS;
 				goto out_unlock;
@@ -329,7 +332,7 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 		} else {
 			shmcm_encode_udata_hdr(slot, psize, cno, msgid, src, dst, (uint32_t)len);
 			memcpy(slot + SHMCM_UDATA_HLEN, data + off, n);
-			mbox_tx_publish(c->mb, 1);
+			mbox_tx_publish(c->mb);
 			c->sent_pkts++;
 			c->sent_bytes += psize;
 		}
@@ -338,7 +341,7 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 			break;	/* an empty message is one packet too */
 	}
 	publish_tx_stats(c);
-	pthread_mutex_unlock(&c->tx_mutex);
+	pthread_spin_unlock(&c->tx_mutex);
 out_unlock:
 	shmcm_unlock(&c->tx_lock);
 	return rc;
@@ -400,20 +403,19 @@ static void rx_udata(struct shmcm_conn *c, const struct shmcm_pkt *p)
 /* Handles up to `max` packets from the mailbox; LINX's rx(). */
 static unsigned rx_run(struct shmcm_conn *c, unsigned max)
 {
+	const uint32_t pkt_max = mbox_pkt_max(c->mb);
 	unsigned done = 0;
 
 	while (done < max) {
-		uint32_t n = mbox_rx_avail(c->mb);
+		uint32_t n = 0, limit = max - done < RX_BATCH ? max - done : RX_BATCH;
 		bool delivering = false;
+		const uint8_t *slot;
 
-		if (n == 0)
-			break;
-		if (n > max - done)
-			n = max - done;
-		for (uint32_t i = 0; i < n; i++) {
+		while (n < limit && (slot = mbox_rx_peek(c->mb, n))) {
 			struct shmcm_pkt p;
-			int rc = shmcm_decode(mbox_rx_slot(c->mb, i), c->mb->slot_size, c->mru, &p);
+			int rc = shmcm_decode(slot, pkt_max, c->mru, &p);
 
+			n++;
 			c->recv_pkts++;
 			if (rc < 0) {
 				c->recv_bad++;
@@ -429,7 +431,6 @@ static unsigned rx_run(struct shmcm_conn *c, unsigned max)
 					shmcm_unlock(&c->deliver_lock);
 					delivering = false;
 				}
-				atomic_store_explicit(&c->rx_activity, 1, memory_order_relaxed);
 				rx_con(c, &p);
 				continue;
 			}
@@ -442,7 +443,10 @@ static unsigned rx_run(struct shmcm_conn *c, unsigned max)
 		}
 		if (delivering)
 			shmcm_unlock(&c->deliver_lock);
-		atomic_store_explicit(&c->rx_activity, 1, memory_order_relaxed);
+		if (n == 0)
+			break;
+		if (!atomic_load_explicit(&c->rx_activity, memory_order_relaxed))
+			atomic_store_explicit(&c->rx_activity, 1, memory_order_relaxed);
 		mbox_rx_release(c->mb, n);
 		done += n;
 	}
@@ -504,9 +508,9 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 		atomic_store(&c->tx_abort, true);
 		mbox_tx_kick(c->mb);
 		synchronize_shmcm_lock(&c->tx_lock);
-		pthread_mutex_lock(&c->tx_mutex);
+		pthread_spin_lock(&c->tx_mutex);
 		pend_clear(c);		/* user data of a dead connection */
-		pthread_mutex_unlock(&c->tx_mutex);
+		pthread_spin_unlock(&c->tx_mutex);
 	}
 	if (out.enable_tx) {
 		atomic_store(&c->tx_cno, c->cm.cno);
@@ -592,13 +596,13 @@ static void on_tick(struct xloop *l, struct xtimer *t, void *arg)
 	struct shmcm_cm_ev ev = { .type = SHMCM_EV_TICK };
 
 	peer_watch(c);
-	pthread_mutex_lock(&c->tx_mutex);
+	pthread_spin_lock(&c->tx_mutex);
 	if (c->pq_head) {
 		pend_flush(c);
 		publish_tx_stats(c);
 	}
 	ev.tx_idle = !c->pq_head && mbox_tx_idle(c->mb);
-	pthread_mutex_unlock(&c->tx_mutex);
+	pthread_spin_unlock(&c->tx_mutex);
 	/* Packets waiting in our ring mean the peer is alive and we are the
 	 * slow one (a stdout that blocks, say): not a reason to give up. */
 	ev.peer_activity = atomic_exchange(&c->rx_activity, 0) || mbox_rx_pending(c->mb);
@@ -622,6 +626,8 @@ static void handle_job(struct shmcm_conn *c, struct job *j)
 		cm_event(c, &ev);
 		break;
 	case JOB_CON_PKT:
+		/* the peer is attached now, if it was not at connect time */
+		peer_watch(c);
 		ev.type = SHMCM_EV_CON_PKT;
 		ev.con_type = j->con_type;
 		ev.cno = j->cno;
@@ -711,7 +717,7 @@ static void conn_free(struct shmcm_conn *c)
 	pthread_cond_destroy(&c->jq_cond);
 	pthread_mutex_destroy(&c->st_lock);
 	pthread_cond_destroy(&c->st_cond);
-	pthread_mutex_destroy(&c->tx_mutex);
+	pthread_spin_destroy(&c->tx_mutex);
 	free(c);
 }
 
@@ -732,7 +738,7 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 	pthread_cond_init(&c->jq_cond, NULL);
 	pthread_mutex_init(&c->st_lock, NULL);
 	pthread_cond_init(&c->st_cond, NULL);
-	pthread_mutex_init(&c->tx_mutex, NULL);
+	pthread_spin_init(&c->tx_mutex, PTHREAD_PROCESS_PRIVATE);
 	c->uc = *uc;
 	c->flow = p->flow;
 	c->poll_mode = p->poll;
@@ -857,9 +863,9 @@ int shmcm_wait_drained(struct shmcm_conn *c, uint64_t timeout_ns)
 	uint64_t nap = 20000;
 
 	for (;;) {
-		pthread_mutex_lock(&c->tx_mutex);
+		pthread_spin_lock(&c->tx_mutex);
 		bool idle = !c->pq_head && mbox_tx_idle(c->mb);
-		pthread_mutex_unlock(&c->tx_mutex);
+		pthread_spin_unlock(&c->tx_mutex);
 		if (idle)
 			return 0;
 		if (shmcm_get_state(c) != SHMCM_CONNECTED)

@@ -62,7 +62,7 @@ int mbox_check_cfg(const struct mbox_cfg *c, char *err, size_t errlen)
 		ERR("deferred queue limit %" PRIu32 " out of range: 0 to 1000000 packets", c->defq_max);
 		return -EINVAL;
 	}
-	uint64_t slot = ((uint64_t)c->mtu + MBOX_CL - 1) & ~(uint64_t)(MBOX_CL - 1);
+	uint64_t slot = ((uint64_t)c->mtu + MBOX_SLOT_HDR + MBOX_CL - 1) & ~(uint64_t)(MBOX_CL - 1);
 	if (slot * c->nslots * 2 > MBOX_SEG_MAX) {
 		ERR("mailbox too large: %" PRIu32 " slots of %" PRIu32 " bytes in each direction exceed 4 GiB",
 		    c->nslots, c->mtu);
@@ -76,7 +76,7 @@ static void layout(const struct mbox_cfg *c, uint32_t *slot_size, uint64_t off[2
 {
 	uint64_t page = 4096, hdr = (sizeof(struct mbox_hdr) + page - 1) & ~(page - 1);
 
-	*slot_size = (c->mtu + MBOX_CL - 1) & ~(uint32_t)(MBOX_CL - 1);
+	*slot_size = (c->mtu + MBOX_SLOT_HDR + MBOX_CL - 1) & ~(uint32_t)(MBOX_CL - 1);
 	off[0] = hdr;
 	off[1] = hdr + (uint64_t)*slot_size * c->nslots;
 	*total = off[1] + (uint64_t)*slot_size * c->nslots;
@@ -404,8 +404,7 @@ int mbox_claim(struct mbox *m, int side, char *err, size_t errlen)
 		/* indices that cannot be: start the ring over */
 		m->tx_tail_cache = m->tx_head;
 	}
-	m->rx_head_cache = atomic_load(&m->rx->head);
-	m->rx_tail = m->rx_head_cache;
+	m->rx_tail = atomic_load(&m->rx->head);
 	atomic_store(&m->rx->tail, m->rx_tail);
 	atomic_store(&m->rx->cons_sleep, 0);
 	atomic_store(&m->tx->prod_sleep, 0);
@@ -533,35 +532,51 @@ static inline void cpu_relax(void)
 #endif
 }
 
+static bool rx_ready(struct mbox *m)
+{
+	return mbox_rx_peek(m, 0) != NULL;
+}
+
 int mbox_rx_wait(struct mbox *m, uint64_t spin_ns, uint64_t timeout_ns)
 {
+	uint64_t now, end;
 	uint32_t head;
 	int rc;
 
-	if (mbox_rx_avail(m))
+	if (rx_ready(m))
 		return 0;
-	if (spin_ns) {
-		uint64_t end = xtime_ns() + spin_ns;
-		do {
-			for (int i = 0; i < 64; i++) {
-				cpu_relax();
-				if (atomic_load_explicit(&m->rx->head, memory_order_relaxed) != m->rx_tail)
-					return mbox_rx_avail(m) ? 0 : -EINTR;
-			}
-		} while (xtime_ns() < end);
+	now = xtime_ns();
+	end = now + spin_ns;
+	while (now < end) {
+		for (int i = 0; i < 64; i++) {
+			cpu_relax();
+			if (rx_ready(m))
+				return 0;
+		}
+		now = xtime_ns();
 	}
-	/* Arm, then re-check: both seq_cst, pairing with the seq_cst exchange
-	 * of head and load of cons_sleep in mbox_tx_publish (Dekker), so
-	 * either we see the new head or the producer sees us asleep. */
+	/* Arm, then watch for the arm window (see mbox.h) before sleeping. */
 	atomic_exchange_explicit(&m->rx->cons_sleep, 1, memory_order_seq_cst);
-	head = atomic_load_explicit(&m->rx->head, memory_order_seq_cst);
+	end = xtime_ns() + MBOX_ARM_WINDOW_NS;
+	do {
+		for (int i = 0; i < 32; i++) {
+			if (rx_ready(m)) {
+				atomic_store_explicit(&m->rx->cons_sleep, 0, memory_order_relaxed);
+				return 0;
+			}
+			cpu_relax();
+		}
+	} while (xtime_ns() < end);
+	head = atomic_load_explicit(&m->rx->head, memory_order_acquire);
 	if (head != m->rx_tail) {
 		atomic_store_explicit(&m->rx->cons_sleep, 0, memory_order_relaxed);
-		return mbox_rx_avail(m) ? 0 : -EINTR;
+		return rx_ready(m) ? 0 : -EINTR;
 	}
+	if (!timeout_ns || timeout_ns > MBOX_BACKSTOP_NS)
+		timeout_ns = MBOX_BACKSTOP_NS;
 	rc = xfutex_wait(&m->rx->head, head, timeout_ns, true);
 	atomic_store_explicit(&m->rx->cons_sleep, 0, memory_order_relaxed);
-	if (mbox_rx_avail(m))
+	if (rx_ready(m))
 		return 0;
 	return rc == -ETIMEDOUT ? -ETIMEDOUT : -EINTR;
 }
@@ -573,6 +588,7 @@ void mbox_rx_kick(struct mbox *m)
 
 int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns)
 {
+	uint64_t end;
 	int rc;
 
 	for (int i = 0; i < 2000; i++) {
@@ -580,12 +596,20 @@ int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns)
 			return 0;
 		cpu_relax();
 	}
-	/* Dekker with the consumer's exchange of tail in mbox_rx_release. */
+	/* Arm, then the arm window, as in mbox_rx_wait. */
 	atomic_exchange_explicit(&r->prod_sleep, 1, memory_order_seq_cst);
-	if (atomic_load_explicit(&r->tail, memory_order_seq_cst) != seen) {
-		atomic_store_explicit(&r->prod_sleep, 0, memory_order_relaxed);
-		return 0;
-	}
+	end = xtime_ns() + MBOX_ARM_WINDOW_NS;
+	do {
+		for (int i = 0; i < 32; i++) {
+			if (atomic_load_explicit(&r->tail, memory_order_acquire) != seen) {
+				atomic_store_explicit(&r->prod_sleep, 0, memory_order_relaxed);
+				return 0;
+			}
+			cpu_relax();
+		}
+	} while (xtime_ns() < end);
+	if (!timeout_ns || timeout_ns > MBOX_BACKSTOP_NS)
+		timeout_ns = MBOX_BACKSTOP_NS;
 	rc = xfutex_wait(&r->tail, seen, timeout_ns, true);
 	atomic_store_explicit(&r->prod_sleep, 0, memory_order_relaxed);
 	if (atomic_load_explicit(&r->tail, memory_order_acquire) != seen)

@@ -100,7 +100,7 @@ struct mbox {
 	/* consumer view of our rx ring */
 	struct mbox_ring_ctl *rx;
 	uint8_t *rx_slots;
-	uint32_t rx_tail, rx_head_cache;
+	uint32_t rx_tail;
 };
 
 /* All functions returning int give 0 or a negative errno and, on error, one
@@ -130,8 +130,42 @@ pid_t mbox_side_pid(const struct mbox_hdr *h, int side);
 int mbox_side_pidfd(const struct mbox_hdr *h, int side, pid_t *pid);
 static inline int mbox_peer(int side) { return side ^ 1; }
 
+/* ---- the rings ----
+ *
+ * Every slot starts with an 8-byte header whose `seq` word says which lap
+ * the slot holds: the producer fills slot i (monotonic index) and then
+ * stores seq = i + 1.  The consumer polls the seq of its next slot -- the
+ * line it has to fetch anyway -- and never reads `head` on the hot path, so
+ * the only cache line that moves per message is the message's own.  `head`
+ * and `tail` are still published (plain release stores on lines their
+ * writer owns) for free-space checks, drain detection and status.
+ *
+ * No fence per message: the producer publishes with release stores and
+ * then reads the sleep flag with a plain load.  A consumer about to sleep
+ * arms the flag with a full barrier and then keeps re-checking for
+ * MBOX_ARM_WINDOW_NS; a publish whose flag load missed the arming was
+ * already in the producer's store buffer and becomes visible well inside
+ * that window (TSO; a context switch or VM exit drains the buffer too).
+ * The futex sleep has a backstop timeout all the same.
+ */
+#define MBOX_SLOT_HDR		8u
+#define MBOX_ARM_WINDOW_NS	10000u
+#define MBOX_BACKSTOP_NS	20000000u
+
+struct mbox_slot_hdr {
+	_Atomic uint32_t seq;
+	uint32_t pad;
+};
+
+static inline struct mbox_slot_hdr *mbox_slot(uint8_t *slots, uint32_t slot_size,
+					      uint32_t mask, uint32_t idx)
+{
+	return (struct mbox_slot_hdr *)(slots + (size_t)(idx & mask) * slot_size);
+}
+
 /* ---- producer side (our tx ring); only the claiming process calls ---- */
 
+/* Room for a packet of up to `mtu` bytes, or NULL when the ring is full. */
 static inline void *mbox_tx_reserve(struct mbox *m)
 {
 	if (m->tx_head - m->tx_tail_cache > m->mask) {
@@ -139,28 +173,21 @@ static inline void *mbox_tx_reserve(struct mbox *m)
 		if (m->tx_head - m->tx_tail_cache > m->mask)
 			return NULL;
 	}
-	return m->tx_slots + (size_t)(m->tx_head & m->mask) * m->slot_size;
+	return (uint8_t *)mbox_slot(m->tx_slots, m->slot_size, m->mask, m->tx_head) + MBOX_SLOT_HDR;
 }
 
 void mbox_wake_consumer(struct mbox_ring_ctl *r);
 
-/* Publishes every reserved-and-filled slot up to and including the last one
- * reserved (call once per slot, or after a batch with n slots). */
-static inline void mbox_tx_publish(struct mbox *m, uint32_t n)
+/* Publishes the slot last reserved and filled. */
+static inline void mbox_tx_publish(struct mbox *m)
 {
-	m->tx_head += n;
-	/* The exchange is a full barrier: the store of head is ordered before
-	 * the load of cons_sleep (Dekker with mbox_rx_wait). */
-	atomic_exchange_explicit(&m->tx->head, m->tx_head, memory_order_seq_cst);
-	if (atomic_load_explicit(&m->tx->cons_sleep, memory_order_seq_cst))
-		mbox_wake_consumer(m->tx);
-}
+	struct mbox_slot_hdr *h = mbox_slot(m->tx_slots, m->slot_size, m->mask, m->tx_head);
 
-/* Number of free slots right now. */
-static inline uint32_t mbox_tx_space(struct mbox *m)
-{
-	m->tx_tail_cache = atomic_load_explicit(&m->tx->tail, memory_order_acquire);
-	return m->mask + 1 - (m->tx_head - m->tx_tail_cache);
+	m->tx_head++;
+	atomic_store_explicit(&h->seq, m->tx_head, memory_order_release);
+	atomic_store_explicit(&m->tx->head, m->tx_head, memory_order_release);
+	if (atomic_load_explicit(&m->tx->cons_sleep, memory_order_relaxed))
+		mbox_wake_consumer(m->tx);
 }
 
 /* True when the peer has consumed every packet we published. */
@@ -187,26 +214,20 @@ void mbox_tx_kick(struct mbox *m);
 
 /* ---- consumer side (our rx ring) ---- */
 
-/* Packets ready to read. */
-static inline uint32_t mbox_rx_avail(struct mbox *m)
+/* The i-th unread packet if it has arrived, else NULL. */
+static inline const uint8_t *mbox_rx_peek(struct mbox *m, uint32_t i)
 {
-	uint32_t n = m->rx_head_cache - m->rx_tail;
+	struct mbox_slot_hdr *h = mbox_slot(m->rx_slots, m->slot_size, m->mask, m->rx_tail + i);
 
-	if (n == 0) {
-		m->rx_head_cache = atomic_load_explicit(&m->rx->head, memory_order_acquire);
-		n = m->rx_head_cache - m->rx_tail;
-		/* A head further ahead than the ring is a corrupt or hostile
-		 * producer: never index past what the ring holds. */
-		if (n > m->mask + 1)
-			n = m->mask + 1;
-	}
-	return n;
+	if (atomic_load_explicit(&h->seq, memory_order_acquire) != m->rx_tail + i + 1)
+		return NULL;
+	return (const uint8_t *)h + MBOX_SLOT_HDR;
 }
 
-/* i-th unread slot (i < mbox_rx_avail()). */
-static inline const uint8_t *mbox_rx_slot(const struct mbox *m, uint32_t i)
+/* Bytes a packet in a slot may use. */
+static inline uint32_t mbox_pkt_max(const struct mbox *m)
 {
-	return m->rx_slots + (size_t)((m->rx_tail + i) & m->mask) * m->slot_size;
+	return m->slot_size - MBOX_SLOT_HDR;
 }
 
 void mbox_wake_producer(struct mbox_ring_ctl *r);
@@ -215,12 +236,12 @@ void mbox_wake_producer(struct mbox_ring_ctl *r);
 static inline void mbox_rx_release(struct mbox *m, uint32_t n)
 {
 	m->rx_tail += n;
-	atomic_exchange_explicit(&m->rx->tail, m->rx_tail, memory_order_seq_cst);
-	if (atomic_load_explicit(&m->rx->prod_sleep, memory_order_seq_cst))
+	atomic_store_explicit(&m->rx->tail, m->rx_tail, memory_order_release);
+	if (atomic_load_explicit(&m->rx->prod_sleep, memory_order_relaxed))
 		mbox_wake_producer(m->rx);
 }
 
-/* True when packets sit unread in our rx ring. */
+/* True when packets sit unread in our rx ring (any thread may ask). */
 static inline bool mbox_rx_pending(struct mbox *m)
 {
 	return atomic_load_explicit(&m->rx->head, memory_order_acquire) !=
@@ -228,7 +249,7 @@ static inline bool mbox_rx_pending(struct mbox *m)
 }
 
 /* Spins `spin_ns`, then sleeps until a packet arrives or timeout_ns passes.
- * Returns 0 when packets are there, -ETIMEDOUT, or -EINTR. */
+ * Returns 0 when a packet is there, -ETIMEDOUT, or -EINTR. */
 int mbox_rx_wait(struct mbox *m, uint64_t spin_ns, uint64_t timeout_ns);
 /* Wakes our own consumer sleeping in mbox_rx_wait (e.g. to stop it). */
 void mbox_rx_kick(struct mbox *m);

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "shmcm/shmcm_lock.h"
@@ -68,6 +69,10 @@ static void test_stress(void **s)
 	for (int i = 0; i < READERS; i++)
 		assert_int_equal(pthread_create(&t[i], NULL, reader, &sh), 0);
 	for (int r = 0; r < ROUNDS; r++) {
+		/* close the lock only once readers are going through it */
+		long seen = atomic_load(&sh.entered);
+		for (int w = 0; w < 100000 && atomic_load(&sh.entered) == seen; w++)
+			sched_yield();
 		synchronize_shmcm_lock(&sh.lock);
 		/* 1. nobody inside; 2. nobody can get in */
 		if (atomic_load(&sh.inside) != 0)
@@ -85,7 +90,7 @@ static void test_stress(void **s)
 	for (int i = 0; i < READERS; i++)
 		pthread_join(t[i], NULL);
 	assert_int_equal(atomic_load(&sh.violations), 0);
-	assert_true(atomic_load(&sh.entered) > 0);
+	assert_true(atomic_load(&sh.entered) >= ROUNDS);
 }
 
 int main(void)

@@ -82,7 +82,8 @@ static void mkfrag(struct frag *f, uint16_t msgid, uint32_t msg_size,
 		   const uint8_t *data, uint32_t n)
 {
 	shmcm_encode_udata_hdr(f->buf, SHMCM_UDATA_HLEN + n, 1, msgid, 10, 20, msg_size);
-	memcpy(f->buf + SHMCM_UDATA_HLEN, data, n);
+	if (n)
+		memcpy(f->buf + SHMCM_UDATA_HLEN, data, n);
 	assert_int_equal(shmcm_decode(f->buf, sizeof(f->buf), 256, &f->p), SHMCM_OK);
 }
 
