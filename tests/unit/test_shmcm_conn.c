@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -305,6 +306,77 @@ static void test_peer_death(void **s)
 	rmname();
 }
 
+
+/* A hand-driven peer on side a writes raw packets into the mailbox: data
+ * and CON packets of a stale generation are dropped, a malformed packet is
+ * dropped and counted, and the connection stays up throughout. */
+static void raw_send(struct mbox *m, const void *pkt, uint32_t len)
+{
+	void *slot = mbox_tx_reserve(m);
+
+	assert_non_null(slot);
+	memcpy(slot, pkt, len);
+	mbox_tx_publish(m);
+}
+
+static void raw_udata(struct mbox *m, uint16_t cno, const char *text, uint32_t claim)
+{
+	uint8_t pkt[128];
+	uint32_t n = (uint32_t)strlen(text);
+
+	shmcm_encode_udata_hdr(pkt, SHMCM_UDATA_HLEN + n, cno, 1, 0, 0, n);
+	memcpy(pkt + SHMCM_UDATA_HLEN, text, n);
+	if (claim) {	/* lie about the packet size */
+		uint32_t be = htobe32(claim);
+		memcpy(pkt + 4, &be, 4);
+	}
+	raw_send(m, pkt, SHMCM_UDATA_HLEN + n);
+}
+
+static void test_raw_peer(void **s)
+{
+	struct end b = { 0 };
+	struct mbox *m;
+	uint8_t pkt[SHMCM_CON_LEN];
+	char err[256];
+
+	mkname("raw");
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
+	shmcm_connect(b.c);
+	assert_int_equal(mbox_open(conn_name, &m, err, sizeof(err)), 0);
+	assert_int_equal(mbox_claim(m, MBOX_SIDE_A, err, sizeof(err)), 0);
+	/* our generation is 5, published before the packet that carries it */
+	atomic_store(&m->h->side[MBOX_SIDE_A].cno, 5);
+	shmcm_encode_con(pkt, SHMCM_CON_REQ, 4);	/* not our generation: stale */
+	raw_send(m, pkt, sizeof(pkt));
+	shmcm_encode_con(pkt, SHMCM_CON_REQ, 5);
+	raw_send(m, pkt, sizeof(pkt));
+	assert_int_equal(shmcm_wait_connected(b.c, 3000000000ull), 0);
+
+	raw_udata(m, 4, "old", 0);		/* stale generation */
+	raw_udata(m, 5, "new", 0);
+	raw_udata(m, 5, "bad", 100000);		/* size beyond the MRU */
+	shmcm_encode_con(pkt, SHMCM_CON_RST, 4);	/* stale reset: ignored */
+	raw_send(m, pkt, sizeof(pkt));
+	raw_udata(m, 5, "tail", 0);
+	want_len = 7;
+	assert_true(wait_for(&b, got_all, 3000));
+	assert_int_equal(b.got_len, 7);
+	assert_memory_equal(b.got, "newtail", 7);
+	assert_int_equal(shmcm_get_state(b.c), SHMCM_CONNECTED);
+	assert_true(atomic_load(&m->h->side[MBOX_SIDE_B].recv_stale) >= 3);
+	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].recv_bad), 1);
+
+	/* a reset of the current generation closes it */
+	shmcm_encode_con(pkt, SHMCM_CON_RST, 5);
+	raw_send(m, pkt, sizeof(pkt));
+	assert_true(wait_for(&b, is_down, 3000));
+	assert_int_equal(b.reason, SHMCM_R_PEER_RST);
+	mbox_close(m);
+	close_end(&b);
+	rmname();
+}
+
 /* ---------------------------------------------------------------- stress */
 
 static inline uint64_t mix(uint64_t x)
@@ -416,6 +488,7 @@ int main(void)
 		cmocka_unit_test(test_side_busy),
 		cmocka_unit_test(test_defq_overflow),
 		cmocka_unit_test(test_peer_death),
+		cmocka_unit_test(test_raw_peer),
 		cmocka_unit_test(test_stress),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
