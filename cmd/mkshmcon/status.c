@@ -189,8 +189,14 @@ int cmd_list(int argc, char **argv)
 
 		xnode_set_str(e, "name", names[i]);
 		if (mbox_open(names[i], &m, err, sizeof(err)) < 0) {
-			/* still listed, so the user can see and remove it */
-			xnode_set_str(e, "state", "invalid");
+			/* still listed, with the same columns, so the user can
+			 * see it and remove it */
+			xnode_set_null(e, "slots");
+			xnode_set_null(e, "mtu");
+			xnode_set_str(e, "a", "invalid");
+			xnode_set_str(e, "b", "invalid");
+			xnode_set_null(e, "pid_a");
+			xnode_set_null(e, "pid_b");
 			continue;
 		}
 		xnode_set_u64(e, "slots", m->h->nslots);

@@ -559,6 +559,7 @@ static void on_peer_exit(struct xloop *l, int fd, uint32_t revents, void *arg)
 	struct shmcm_conn *c = arg;
 
 	peer_unwatch(c);
+	c->peer_owner = 0;	/* whoever owns the side next is someone new */
 	atomic_store(&c->peer_dead, true);
 	atomic_store(&c->peer_check_queued, false);
 	if (c->poll_mode)
@@ -576,7 +577,14 @@ static void peer_watch(struct shmcm_conn *c)
 
 	if (owner == c->peer_owner)
 		return;
-	peer_unwatch(c);
+	if (c->peer_pidfd >= 0) {
+		/* The process we watched no longer owns the peer side: it
+		 * exited (and released it) before we saw its pidfd fire.
+		 * Gone either way; the new owner is watched on the next
+		 * tick, once this one is dealt with. */
+		on_peer_exit(c->loop, c->peer_pidfd, 0, c);
+		return;
+	}
 	c->peer_owner = owner;
 	fd = mbox_side_pidfd(c->mb->h, mbox_peer(c->mb->side), &pid);
 	if (fd < 0)
@@ -709,10 +717,9 @@ static void conn_free(struct shmcm_conn *c)
 		close(c->peer_pidfd);
 	shmcm_reasm_reset(&c->reasm);
 	pend_clear(c);
-	if (c->mb) {
+	if (c->me)		/* only once the side was claimed */
 		atomic_store(&c->me->state, SHMCM_DISCONNECTED);
-		mbox_close(c->mb);
-	}
+	mbox_close(c->mb);
 	pthread_mutex_destroy(&c->jq_lock);
 	pthread_cond_destroy(&c->jq_cond);
 	pthread_mutex_destroy(&c->st_lock);

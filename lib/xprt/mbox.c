@@ -339,6 +339,20 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 	 * before writing the magic.  A mailbox of another version, or one in
 	 * use, is left alone. */
 	rc = map_existing(name, &old, false, err, errlen);
+	if (rc == -EPROTO) {
+		/* smaller than a header: a creator died before sizing it */
+		fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
+		if (fd < 0) {
+			rc = -errno;
+			ERR("cannot re-create connection '%s': %s", name, strerror(-rc));
+			return rc;
+		}
+		rc = format_fd(fd, c, name, err, errlen);
+		close(fd);
+		if (rc == 0)
+			*replaced = true;
+		return rc;
+	}
 	if (rc < 0)
 		return rc;
 	if (old->size >= sizeof(struct mbox_hdr) &&
@@ -434,6 +448,8 @@ int mbox_unlink(const char *name, bool force, char *err, size_t errlen)
 	if ((rc = mbox_check_name(name, err, errlen)) < 0)
 		return rc;
 	rc = map_existing(name, &m, false, err, errlen);
+	if (rc == -EPROTO)
+		goto unlink;	/* too small to be used by anyone */
 	if (rc < 0)
 		return rc;
 	if (!force && m->size >= sizeof(struct mbox_hdr) &&
@@ -450,6 +466,7 @@ int mbox_unlink(const char *name, bool force, char *err, size_t errlen)
 		}
 	}
 	mbox_close(m);
+unlink:
 	shm_path(name, path, sizeof(path));
 	if (shm_unlink(path) < 0) {
 		rc = -errno;
