@@ -24,5 +24,9 @@ int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(pri
 void cmd_usage(FILE *f, const char *name);
 /* "shmcm/NAME" (LINX's DB key form) is accepted wherever NAME is. */
 const char *strip_db_prefix(const char *name);
+/* getopt's '?': one line naming the option, EXIT_USAGE. */
+int bad_option(const char *cmd, const char *optstring, char **argv);
+/* An invalid connection name is a usage error. */
+int check_name(const char *name);
 
 #endif

@@ -164,6 +164,17 @@ static bool stdin_is_devnull(void)
 	       S_ISCHR(a.st_mode) && a.st_rdev == b.st_rdev;
 }
 
+/* The peer's reason, told from our side. */
+static const char *peer_view(enum shmcm_reason r)
+{
+	switch (r) {
+	case SHMCM_R_TIMEOUT: return "it heard nothing from us within the connection timeout";
+	case SHMCM_R_INTERNAL: return "its deferred queue overflowed";
+	case SHMCM_R_PEER_REQ: return "it saw a new connection request from our side";
+	default: return shmcm_reason_str(r);
+	}
+}
+
 static int exit_status(struct pipe_end *pe, int sig)
 {
 	enum shmcm_reason r = (enum shmcm_reason)atomic_load(&pe->reason);
@@ -177,7 +188,18 @@ static int exit_status(struct pipe_end *pe, int sig)
 	}
 	if (sig)
 		return 128 + sig;
-	if (!atomic_load(&pe->down) || r == SHMCM_R_LOCAL || r == SHMCM_R_PEER_RST)
+	if (r == SHMCM_R_PEER_RST) {
+		/* The peer says why it reset: its own end of input (or
+		 * a signal) is a normal close, anything else is not. */
+		enum shmcm_reason pr = shmcm_get_peer_reason(pe->c);
+
+		if (pr == SHMCM_R_NONE || pr == SHMCM_R_LOCAL || pr == SHMCM_R_PEER_RST)
+			return EXIT_OK;
+		fprintf(stderr, "mkshmcon: connection '%s' reset by the peer: %s\n",
+			pe->name, peer_view(pr));
+		return EXIT_FAIL;
+	}
+	if (!atomic_load(&pe->down) || r == SHMCM_R_LOCAL)
 		return EXIT_OK;
 	fprintf(stderr, "mkshmcon: connection '%s' lost: %s\n", pe->name, shmcm_reason_str(r));
 	return EXIT_FAIL;
@@ -246,7 +268,7 @@ int cmd_connect(int argc, char **argv)
 			cmd_usage(stdout, "connect");
 			return EXIT_OK;
 		default:
-			return usage_error("connect", "invalid option");
+			return bad_option("connect", "x:MF:w:vdh", argv);
 		}
 	}
 	if (optind >= argc)
@@ -256,6 +278,8 @@ int cmd_connect(int argc, char **argv)
 	if (p.side < 0)
 		return usage_error("connect", "which side? -x a or -x b");
 	pe.name = p.name = strip_db_prefix(argv[optind]);
+	if (check_name(p.name))
+		return EXIT_USAGE;
 
 	/* Signals arrive through a signalfd, in the main thread only. */
 	signal(SIGPIPE, SIG_IGN);
@@ -360,6 +384,11 @@ int cmd_connect(int argc, char **argv)
 			}
 			if (trc == -EMSGSIZE)
 				goto out_close;
+			if (trc == -ENOBUFS) {
+				fprintf(stderr, "mkshmcon: connection '%s' reset: deferred queue overflow"
+					" (the peer did not keep up; see create -d)\n", pe.name);
+				goto out_close;
+			}
 			if (trc < 0 && trc != -ENOTCONN) {
 				fprintf(stderr, "mkshmcon: sending: %s\n", strerror(-trc));
 				goto out_close;

@@ -66,7 +66,7 @@ int cmd_create(int argc, char **argv)
 			cmd_usage(stdout, "create");
 			return EXIT_OK;
 		default:
-			return usage_error("create", "invalid option");
+			return bad_option("create", "n:m:t:d:qsh", argv);
 		}
 	}
 	if (optind >= argc)
@@ -75,9 +75,15 @@ int cmd_create(int argc, char **argv)
 		return usage_error("create", "unexpected argument '%s'", argv[optind + 1]);
 
 	const char *name = strip_db_prefix(argv[optind]);
+	if (check_name(name))
+		return EXIT_USAGE;
+	if (mbox_check_cfg(&cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "mkshmcon: %s\n", err);
+		return EXIT_USAGE;
+	}
 	if (mbox_create(name, &cfg, &replaced, err, sizeof(err)) < 0) {
 		fprintf(stderr, "mkshmcon: %s\n", err);
-		return err[0] && strstr(err, "out of range") ? EXIT_USAGE : EXIT_FAIL;
+		return EXIT_FAIL;
 	}
 	if (!quiet)
 		printf("mkshmcon: %s connection '%s': %" PRIu32 " slots of %" PRIu32

@@ -1,6 +1,9 @@
 /* mkshmcon — create, connect, inspect and remove SHMCM connections. */
 #include "cmd.h"
 #include "core/log.h"
+#include "xprt/mbox.h"
+
+#include <getopt.h>
 
 #include <libgen.h>
 #include <stdarg.h>
@@ -46,6 +49,30 @@ int usage_error(const char *cmd, const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
+int bad_option(const char *cmd, const char *optstring, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	if (optopt) {
+		const char *p = strchr(optstring, optopt);
+
+		if (p && p[1] == ':')
+			return usage_error(cmd, "option '%s' needs a value", arg);
+		return usage_error(cmd, "invalid option '-%c'", optopt);
+	}
+	return usage_error(cmd, "invalid option '%s'", arg);
+}
+
+int check_name(const char *name)
+{
+	char err[256];
+
+	if (mbox_check_name(name, err, sizeof(err)) == 0)
+		return 0;
+	fprintf(stderr, "mkshmcon: %s\n", err);
+	return EXIT_USAGE;
+}
+
 const char *strip_db_prefix(const char *name)
 {
 	return strncmp(name, "shmcm/", 6) == 0 ? name + 6 : name;
@@ -57,9 +84,11 @@ int main(int argc, char **argv)
 
 	if (strcmp(prog, "rmshmcon") == 0) {
 		xlog_init("rmshmcon");
+		opterr = 0;
 		return cmd_rm(argc, argv);
 	}
 	xlog_init("mkshmcon");
+	opterr = 0;	/* one line of our own instead of getopt's */
 	if (argc < 2) {
 		cmd_usage(stderr, NULL);
 		return EXIT_USAGE;

@@ -25,11 +25,14 @@ int cmd_rm(int argc, char **argv)
 			cmd_usage(stdout, "rm");
 			return EXIT_OK;
 		default:
-			return usage_error("rm", "invalid option");
+			return bad_option("rm", "fh", argv);
 		}
 	}
 	if (optind >= argc)
 		return usage_error("rm", "connection name missing");
+	for (int i = optind; i < argc; i++)
+		if (check_name(strip_db_prefix(argv[i])))
+			return EXIT_USAGE;
 	for (int i = optind; i < argc; i++) {
 		if (mbox_unlink(strip_db_prefix(argv[i]), force, err, sizeof(err)) < 0) {
 			fprintf(stderr, "mkshmcon: couldn't remove connection: %s\n", err);

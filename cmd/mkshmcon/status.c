@@ -98,7 +98,7 @@ static int parse_fmt_opts(const char *cmd, int argc, char **argv, enum xfmt *fmt
 			cmd_usage(stdout, cmd);
 			return -1;
 		default:
-			return usage_error(cmd, "invalid option");
+			return bad_option(cmd, "o:h", argv);
 		}
 	}
 	return 0;
@@ -134,6 +134,8 @@ int cmd_status(int argc, char **argv)
 		struct mbox *m;
 		const char *name = strip_db_prefix(argv[optind]);
 
+		if (check_name(name))
+			return EXIT_USAGE;
 		if (mbox_open(name, &m, err, sizeof(err)) < 0) {
 			fprintf(stderr, "mkshmcon: %s\n", err);
 			return EXIT_FAIL;

@@ -499,8 +499,12 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 	struct shmcm_cm_out out;
 
 	shmcm_cm_handle(&c->cm, ev, &out);
-	/* Our generation is published before any packet that carries it. */
+	/* Our generation is published before any packet that carries it, and
+	 * the reason for a reset before the CON_RST, so the peer can tell a
+	 * close from a failure. */
 	atomic_store_explicit(&c->me->cno, c->cm.cno, memory_order_release);
+	if (out.disconnected)
+		atomic_store_explicit(&c->me->last_reason, out.reason, memory_order_release);
 
 	if (out.disable_deliver)
 		synchronize_shmcm_lock(&c->deliver_lock);
@@ -906,6 +910,11 @@ enum shmcm_reason shmcm_get_reason(const struct shmcm_conn *c)
 	r = m->reason;
 	pthread_mutex_unlock(&m->st_lock);
 	return r;
+}
+
+enum shmcm_reason shmcm_get_peer_reason(const struct shmcm_conn *c)
+{
+	return (enum shmcm_reason)atomic_load_explicit(&c->peer->last_reason, memory_order_acquire);
 }
 
 uint32_t shmcm_get_mtu(const struct shmcm_conn *c)

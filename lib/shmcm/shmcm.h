@@ -72,6 +72,9 @@ int shmcm_wait_connected(struct shmcm_conn *c, uint64_t timeout_ns);
 int shmcm_wait_drained(struct shmcm_conn *c, uint64_t timeout_ns);
 enum shmcm_state shmcm_get_state(const struct shmcm_conn *c);
 enum shmcm_reason shmcm_get_reason(const struct shmcm_conn *c);
+/* Why the peer last disconnected, as it recorded in the mailbox before
+ * sending its CON_RST. */
+enum shmcm_reason shmcm_get_peer_reason(const struct shmcm_conn *c);
 uint32_t shmcm_get_mtu(const struct shmcm_conn *c);
 /* Destroys the end: disconnects if needed, waits for the job queue, stops
  * the threads and releases the side.  NULL ok. */
