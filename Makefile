@@ -124,12 +124,16 @@ install: tools
 	ln -sf mkshmcon $(DESTDIR)$(PREFIX)/bin/rmshmcon
 	for m in $(MANPAGES); do s=$${m##*.}; install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
 	  install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s/; done
+	ln -sf mkshmcon.8 $(DESTDIR)$(PREFIX)/share/man/man8/rmshmcon.8
 
 uninstall:
-	rm -f $(TOOLS:%=$(DESTDIR)$(PREFIX)/bin/%) $(DESTDIR)$(PREFIX)/bin/rmshmcon
+	rm -f $(TOOLS:%=$(DESTDIR)$(PREFIX)/bin/%) $(DESTDIR)$(PREFIX)/bin/rmshmcon \
+	      $(DESTDIR)$(PREFIX)/share/man/man8/rmshmcon.8
 	for m in $(MANPAGES); do s=$${m##*.}; rm -f $(DESTDIR)$(PREFIX)/share/man/man$$s/$${m##*/}; done
 
 clean:
 	rm -rf build build-san build-tsan build-fuzz
+
+.SECONDARY:
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
