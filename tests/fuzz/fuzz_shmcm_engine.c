@@ -29,10 +29,26 @@ static void check_out(const struct shmcm_cm *cm, const struct shmcm_cm_out *o)
 		assert(o->send[i].con_type >= SHMCM_CON_REQ && o->send[i].con_type <= SHMCM_CON_ALV);
 }
 
+/* One event into the state machine; the deliver gate follows its output
+ * as the runtime's deliver lock does. */
+static void feed(struct shmcm_cm *cm, const struct shmcm_cm_ev *ev,
+		 struct shmcm_reasm *r, bool *deliver)
+{
+	struct shmcm_cm_out o;
+
+	shmcm_cm_handle(cm, ev, &o);
+	check_out(cm, &o);
+	if (o.disable_deliver)
+		*deliver = false;
+	if (o.enable_deliver) {
+		shmcm_reasm_reset(r);
+		*deliver = true;
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
 	struct shmcm_cm cm;
-	struct shmcm_cm_out o;
 	struct shmcm_reasm r;
 	struct shmcm_cm_ev ev;
 	bool deliver = false;
@@ -40,8 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 	shmcm_cm_init(&cm, 0);
 	shmcm_reasm_init(&r, 4096, 3 * 4096);
 	ev = (struct shmcm_cm_ev){ .type = SHMCM_EV_CONNECT };
-	shmcm_cm_handle(&cm, &ev, &o);
-	check_out(&cm, &o);
+	feed(&cm, &ev, &r, &deliver);
 
 	while (n >= 2) {
 		size_t len = (size_t)(d[0] & 0x3f) << 8 | d[1];
@@ -56,14 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 				ev.type = len & 4 ? SHMCM_EV_DISCONNECT : SHMCM_EV_CONNECT;
 			else if (ctl == 3)
 				ev.type = len & 4 ? SHMCM_EV_INTERNAL : SHMCM_EV_PEER_GONE;
-			shmcm_cm_handle(&cm, &ev, &o);
-			check_out(&cm, &o);
-			if (o.disable_deliver)
-				deliver = false;
-			if (o.enable_deliver) {
-				shmcm_reasm_reset(&r);
-				deliver = true;
-			}
+			feed(&cm, &ev, &r, &deliver);
 			continue;
 		}
 		if (len > n)
@@ -75,14 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 			if (p.type == SHMCM_CON_PKT) {
 				ev = (struct shmcm_cm_ev){ .type = SHMCM_EV_CON_PKT,
 							   .con_type = p.con.type, .cno = p.con.cno };
-				shmcm_cm_handle(&cm, &ev, &o);
-				check_out(&cm, &o);
-				if (o.disable_deliver)
-					deliver = false;
-				if (o.enable_deliver) {
-					shmcm_reasm_reset(&r);
-					deliver = true;
-				}
+				feed(&cm, &ev, &r, &deliver);
 			} else if (deliver && p.u.cno == cm.peer_cno) {
 				struct shmcm_msg m;
 				int rc = shmcm_reasm_input(&r, &p, &m);
