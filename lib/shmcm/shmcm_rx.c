@@ -1,0 +1,136 @@
+/* SHMCM receive path (LINX shmcm_rx.c): drain the mailbox, CON packets to the
+ * job queue, user data reassembled and delivered. */
+#include "shmcm/shmcm_pri.h"
+#include "core/log.h"
+#include "core/xtime.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void shmcm_publish_rx_stats(struct shmcm_conn *c)
+{
+	atomic_store_explicit(&c->me->recv_pkts, c->recv_pkts, memory_order_relaxed);
+	atomic_store_explicit(&c->me->recv_bytes, c->recv_bytes, memory_order_relaxed);
+	atomic_store_explicit(&c->me->recv_bad, c->recv_bad, memory_order_relaxed);
+	atomic_store_explicit(&c->me->recv_stale, c->recv_stale, memory_order_relaxed);
+}
+
+/* A CON packet goes to the job queue, and we wait for it to be handled, so
+ * user data behind a CON_ACK is looked at only once the connection is open
+ * (LINX parks such data on an unbounded pending queue instead). */
+static void rx_con(struct shmcm_conn *c, const struct shmcm_pkt *p)
+{
+	/* Packets of a generation the peer no longer uses were written by an
+	 * earlier owner of the peer side (which may have been killed). */
+	if (p->con.cno != (uint16_t)atomic_load_explicit(&c->peer->cno, memory_order_acquire)) {
+		c->recv_stale++;
+		return;
+	}
+	if (!shmcm_trylock(&c->con_pkt_lock))
+		return;
+	struct job j = { .op = JOB_CON_PKT, .con_type = p->con.type, .cno = p->con.cno };
+	shmcm_job_push(c, &j);
+	shmcm_unlock(&c->con_pkt_lock);
+	pthread_mutex_lock(&c->jq_lock);
+	while (!j.done)
+		pthread_cond_wait(&c->jq_cond, &c->jq_lock);
+	pthread_mutex_unlock(&c->jq_lock);
+}
+
+static void rx_udata(struct shmcm_conn *c, const struct shmcm_pkt *p)
+{
+	struct shmcm_msg m;
+	int rc;
+
+	if (p->u.cno != c->rx_peer_cno) {
+		c->recv_stale++;
+		return;
+	}
+	rc = shmcm_reasm_input(&c->reasm, p, &m);
+	if (rc == 1) {
+		shmcm_in_upcall = c;
+		c->uc.deliver(c->uc.arg, m.src, m.dst, m.data, m.len);
+		shmcm_in_upcall = NULL;
+	} else if (rc < 0) {
+		c->recv_bad++;
+		xlog_ratelimited(XLOG_WARN, "%s: dropped fragment of message %u: %s",
+				 c->mb->name, p->u.msgid, strerror(-rc));
+	}
+}
+
+/* Handles up to `max` packets from the mailbox; LINX's rx(). */
+static unsigned rx_run(struct shmcm_conn *c, unsigned max)
+{
+	const uint32_t pkt_max = mbox_pkt_max(c->mb);
+	unsigned done = 0;
+
+	while (done < max) {
+		uint32_t n = 0, limit = max - done < RX_BATCH ? max - done : RX_BATCH;
+		bool delivering = false;
+		const uint8_t *slot;
+
+		while (n < limit && (slot = mbox_rx_peek(c->mb, n))) {
+			struct shmcm_pkt p;
+			int rc = shmcm_decode(slot, pkt_max, c->mru, &p);
+
+			n++;
+			c->recv_pkts++;
+			if (rc < 0) {
+				c->recv_bad++;
+				xlog_ratelimited(XLOG_WARN, "%s: dropped packet: %s",
+						 c->mb->name, shmcm_decode_strerror(rc));
+				continue;
+			}
+			c->recv_bytes += p.size;
+			if (p.type == SHMCM_CON_PKT) {
+				/* The job queue may need to synchronize the
+				 * deliver lock: never wait on it holding it. */
+				if (delivering) {
+					shmcm_unlock(&c->deliver_lock);
+					delivering = false;
+				}
+				rx_con(c, &p);
+				continue;
+			}
+			/* One trip through the deliver lock per batch. */
+			if (!delivering && !(delivering = shmcm_trylock(&c->deliver_lock))) {
+				c->recv_stale++;	/* not connected: not ours */
+				continue;
+			}
+			rx_udata(c, &p);
+		}
+		if (delivering)
+			shmcm_unlock(&c->deliver_lock);
+		if (n == 0)
+			break;
+		if (!atomic_load_explicit(&c->rx_activity, memory_order_relaxed))
+			atomic_store_explicit(&c->rx_activity, 1, memory_order_relaxed);
+		mbox_rx_release(c->mb, n);
+		done += n;
+	}
+	if (done)
+		shmcm_publish_rx_stats(c);
+	return done;
+}
+
+int shmcm_poll(struct shmcm_conn *c, unsigned max)
+{
+	return (int)rx_run(c, max);
+}
+
+void *shmcm_rx_thread(void *arg)
+{
+	struct shmcm_conn *c = arg;
+
+	while (!atomic_load_explicit(&c->rx_stop, memory_order_acquire)) {
+		if (rx_run(c, RX_BATCH * 4))
+			continue;
+		/* Dead peer: once the ring is drained, tell the job queue. */
+		if (atomic_load(&c->peer_dead) && !atomic_exchange(&c->peer_check_queued, true))
+			shmcm_job_async(c, JOB_PEER_CHECK);
+		mbox_rx_wait(c->mb, c->spin_ns, 100 * 1000000ull);
+	}
+	return NULL;
+}

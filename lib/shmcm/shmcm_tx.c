@@ -1,0 +1,185 @@
+/* SHMCM transmit path (LINX shmcm_tx.c): fragmentation, the deferred queue,
+ * CON packets from the job queue. */
+#include "shmcm/shmcm_pri.h"
+#include "core/log.h"
+#include "core/xtime.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Copies a pending packet into the ring; false when the ring is full. */
+static bool put_pkt(struct shmcm_conn *c, const void *pkt, uint32_t len)
+{
+	void *slot = mbox_tx_reserve(c->mb);
+
+	if (!slot)
+		return false;
+	memcpy(slot, pkt, len);
+	mbox_tx_publish(c->mb);
+	c->sent_pkts++;
+	c->sent_bytes += len;
+	return true;
+}
+
+void shmcm_publish_tx_stats(struct shmcm_conn *c)
+{
+	atomic_store_explicit(&c->me->sent_pkts, c->sent_pkts, memory_order_relaxed);
+	atomic_store_explicit(&c->me->sent_bytes, c->sent_bytes, memory_order_relaxed);
+	atomic_store_explicit(&c->me->defq_size, c->pq_udata, memory_order_relaxed);
+}
+
+/* Under tx_mutex.  Sends what waits in the pending queue, in order. */
+void shmcm_pend_flush(struct shmcm_conn *c)
+{
+	struct pend *p;
+
+	while ((p = c->pq_head)) {
+		if (!put_pkt(c, p->pkt, p->len))
+			break;
+		c->pq_head = p->next;
+		if (!c->pq_head)
+			c->pq_tail = NULL;
+		if (p->udata)
+			c->pq_udata--;
+		free(p);
+	}
+}
+
+static int pend_add(struct shmcm_conn *c, const void *hdr, uint32_t hlen,
+		    const void *data, uint32_t dlen, bool udata)
+{
+	struct pend *p = malloc(sizeof(*p) + hlen + dlen);
+
+	if (!p)
+		return -ENOMEM;
+	p->next = NULL;
+	p->udata = udata;
+	p->len = hlen + dlen;
+	memcpy(p->pkt, hdr, hlen);
+	if (dlen)
+		memcpy(p->pkt + hlen, data, dlen);
+	if (c->pq_tail)
+		c->pq_tail->next = p;
+	else
+		c->pq_head = p;
+	c->pq_tail = p;
+	if (udata) {
+		c->pq_udata++;
+		uint64_t peak = atomic_load_explicit(&c->me->defq_peak, memory_order_relaxed);
+		if (c->pq_udata > peak)
+			atomic_store_explicit(&c->me->defq_peak, c->pq_udata, memory_order_relaxed);
+	}
+	return 0;
+}
+
+void shmcm_pend_clear(struct shmcm_conn *c)
+{
+	struct pend *p;
+
+	while ((p = c->pq_head)) {
+		c->pq_head = p->next;
+		free(p);
+	}
+	c->pq_tail = NULL;
+	c->pq_udata = 0;
+}
+
+/* From the job queue only. */
+void shmcm_send_con(struct shmcm_conn *c, uint32_t type, uint16_t cno)
+{
+	uint8_t pkt[SHMCM_CON_LEN];
+
+	shmcm_encode_con(pkt, type, cno);
+	pthread_spin_lock(&c->tx_mutex);
+	shmcm_pend_flush(c);
+	if (c->pq_head || !put_pkt(c, pkt, SHMCM_CON_LEN)) {
+		/* A full mailbox holds plenty to prove we are alive; other
+		 * CON packets are reliable and wait their turn. */
+		if (type != SHMCM_CON_ALV && pend_add(c, pkt, sizeof(pkt), NULL, 0, false) < 0)
+			xlog_ratelimited(XLOG_ERROR, "%s: out of memory queueing %s",
+					 c->mb->name, shmcm_con_type_name(type));
+	}
+	shmcm_publish_tx_stats(c);
+	pthread_spin_unlock(&c->tx_mutex);
+}
+
+int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
+		   const void *buf, size_t len)
+{
+	const uint8_t *data = buf;
+	uint32_t fsz = c->mtu - SHMCM_UDATA_HLEN, off = 0;
+	uint16_t cno, msgid;
+	int rc = 0;
+
+	if (len > UINT32_MAX)
+		return -EMSGSIZE;
+	if (!shmcm_trylock(&c->tx_lock))
+		return -ENOTCONN;
+	cno = atomic_load_explicit(&c->tx_cno, memory_order_relaxed);
+
+	pthread_spin_lock(&c->tx_mutex);
+	msgid = c->msgid++;
+	if (c->pq_head)
+		shmcm_pend_flush(c);
+	for (;;) {
+		uint32_t n = (uint32_t)len - off < fsz ? (uint32_t)len - off : fsz;
+		uint32_t psize = SHMCM_UDATA_HLEN + n;
+		uint8_t *slot = c->pq_head ? NULL : mbox_tx_reserve(c->mb);
+
+		if (!slot && c->flow == SHMCM_FLOW_WAIT) {
+			/* Let the job queue send its CON packets while we wait. */
+			uint32_t seen = mbox_tx_seen_tail(c->mb);
+
+			shmcm_publish_tx_stats(c);
+			pthread_spin_unlock(&c->tx_mutex);
+			for (;;) {
+				if (atomic_load(&c->tx_abort)) {
+					rc = -ENOTCONN;
+					goto out_unlock;
+				}
+				if (mbox_tx_wait(c->mb->tx, seen, 50 * 1000000ull) == 0)
+					break;
+			}
+			pthread_spin_lock(&c->tx_mutex);
+			shmcm_pend_flush(c);
+			continue;
+		}
+		if (!slot) {
+			/* LINX: the deferred queue, and a disconnect once it is
+			 * full (with the default limit 0: at once). */
+			uint8_t hdr[SHMCM_UDATA_HLEN];
+
+			if (c->pq_udata >= c->defq_max) {
+				shmcm_publish_tx_stats(c);
+				pthread_spin_unlock(&c->tx_mutex);
+				shmcm_job_async(c, JOB_INTERNAL);
+				rc = -ENOBUFS;
+				goto out_unlock;
+			}
+			shmcm_encode_udata_hdr(hdr, psize, cno, msgid, src, dst, (uint32_t)len);
+			if (pend_add(c, hdr, sizeof(hdr), data + off, n, true) < 0) {
+				shmcm_publish_tx_stats(c);
+				pthread_spin_unlock(&c->tx_mutex);
+				shmcm_job_async(c, JOB_INTERNAL);
+				rc = -ENOBUFS;
+				goto out_unlock;
+			}
+		} else {
+			shmcm_encode_udata_hdr(slot, psize, cno, msgid, src, dst, (uint32_t)len);
+			memcpy(slot + SHMCM_UDATA_HLEN, data + off, n);
+			mbox_tx_publish(c->mb);
+			c->sent_pkts++;
+			c->sent_bytes += psize;
+		}
+		off += n;
+		if (off >= len)
+			break;	/* an empty message is one packet too */
+	}
+	shmcm_publish_tx_stats(c);
+	pthread_spin_unlock(&c->tx_mutex);
+out_unlock:
+	shmcm_unlock(&c->tx_lock);
+	return rc;
+}
