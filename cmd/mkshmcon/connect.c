@@ -214,6 +214,7 @@ int cmd_connect(int argc, char **argv)
 		{ "wait",    required_argument, NULL, 'w' },
 		{ "verbose", no_argument,       NULL, 'v' },
 		{ "no-input", no_argument,      NULL, 'd' },
+		{ "no-cma",  no_argument,       NULL, 'C' },
 		{ "help",    no_argument,       NULL, 'h' },
 		{ 0 }
 	};
@@ -258,6 +259,9 @@ int cmd_connect(int argc, char **argv)
 			break;
 		case 'd':
 			no_input = true;
+			break;
+		case 'C':
+			p.no_cma = true;
 			break;
 		case 'v':
 			pe.verbose = true;

@@ -52,6 +52,10 @@ static void side_node(const struct mbox_hdr *h, int s, struct xnode *m)
 	xnode_set_u64(m, "defq_size", atomic_load(&sd->defq_size));
 	xnode_set_u64(m, "defq_peak", atomic_load(&sd->defq_peak));
 	xnode_set_u64(m, "rx_backlog", rx_backlog(h, s));
+	xnode_set_bool(m, "cma", atomic_load(&sd->cma) != 0);
+	xnode_set_u64(m, "cma_msgs", atomic_load(&sd->rndv_msgs));
+	xnode_set_u64(m, "cma_bytes", atomic_load(&sd->rndv_bytes));
+	xnode_set_u64(m, "cma_failed", atomic_load(&sd->rndv_failed));
 	xnode_set_u64(m, "attaches", atomic_load(&sd->attaches));
 	xnode_set_str(m, "last_disconnect",
 		      reason ? shmcm_reason_str((enum shmcm_reason)reason) : "-");

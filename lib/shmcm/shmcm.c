@@ -320,6 +320,7 @@ static void conn_free(struct shmcm_conn *c)
 	if (c->peer_pidfd >= 0)
 		close(c->peer_pidfd);
 	shmcm_reasm_reset(&c->reasm);
+	free(c->rndv_buf);
 	shmcm_pend_clear(c);
 	if (c->me)		/* only once the side was claimed */
 		atomic_store(&c->me->state, SHMCM_DISCONNECTED);
@@ -372,6 +373,16 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 	shmcm_cm_init(&c->cm, (uint16_t)atomic_load(&c->me->cno));
 	c->state = SHMCM_DISCONNECTED;
 	atomic_store(&c->me->flow, p->flow);
+	/* Single copy by reference: advertised before we ever connect, and
+	 * never while deferring (LINX's transmit never blocks there). */
+	c->cma_min = p->no_cma || p->flow != SHMCM_FLOW_WAIT ? 0 : p->cma_min ? p->cma_min : DEF_CMA_MIN;
+	/* A message that fits in a slot is faster inline: the two copies
+	 * through the ring run in parallel on both CPUs, while a pull pays
+	 * page pinning and runs alone.  By reference is for what would be
+	 * fragmented and reassembled (three copies). */
+	if (c->cma_min && c->cma_min <= c->mtu - SHMCM_UDATA_HLEN)
+		c->cma_min = c->mtu - SHMCM_UDATA_HLEN + 1;
+	atomic_store(&c->me->cma, p->no_cma ? 0 : 1);
 	atomic_store(&c->me->defq_size, 0);
 	set_state(c);
 

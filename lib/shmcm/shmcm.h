@@ -48,6 +48,16 @@ struct shmcm_params {
 	uint32_t max_msg;	/* largest message reassembled; 0 = 64 MiB */
 	bool poll;		/* no rx thread: the caller runs shmcm_poll() */
 	uint64_t spin_ns;	/* rx thread busy-polls this long before it sleeps */
+	/* Single copy for big messages: a message of at least cma_min bytes
+	 * (0: 64 KiB) that is also too big for one packet (it would be
+	 * fragmented and reassembled) goes by reference and the peer pulls it
+	 * straight from
+	 * our memory with process_vm_readv(2) (needs ptrace permission over
+	 * us, as for any CMA); shmcm_transmit() returns once it has.  Only in
+	 * SHMCM_FLOW_WAIT mode, only to a peer that accepts it; if the
+	 * peer's copy fails, that message and later ones go inline. */
+	uint32_t cma_min;
+	bool no_cma;		/* neither send nor accept by reference */
 };
 
 struct shmcm_conn *shmcm_open(const struct shmcm_params *p,

@@ -19,6 +19,7 @@
 #define RX_BATCH	64u
 #define DEF_MAX_MSG	(64u << 20)
 #define DEF_SPIN_NS	20000u
+#define DEF_CMA_MIN	(64u << 10)
 
 enum job_op {
 	JOB_CONNECT,
@@ -91,6 +92,9 @@ struct shmcm_conn {
 	struct pend *pq_head, *pq_tail;	/* under tx_mutex */
 	uint64_t pq_udata;		/* user-data packets queued */
 	uint64_t sent_bytes, sent_pkts;	/* under tx_mutex */
+	uint32_t cma_min;		/* 0: never send by reference */
+	uint32_t rndv_sent;		/* referenced messages sent (tickets) */
+	bool rndv_off;			/* the peer could not pull one */
 
 	/* rx */
 	pthread_t rx_thread;
@@ -101,6 +105,9 @@ struct shmcm_conn {
 	_Atomic uint32_t rx_activity;
 	uint16_t rx_peer_cno;		/* set before deliver is opened */
 	struct shmcm_reasm reasm;	/* under deliver_lock */
+	uint8_t *rndv_buf;		/* pulled referenced messages land here */
+	size_t rndv_cap;
+	uint64_t rndv_msgs, rndv_bytes;
 	uint64_t recv_bytes, recv_pkts, recv_bad, recv_stale;
 };
 

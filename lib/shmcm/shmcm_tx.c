@@ -105,6 +105,78 @@ void shmcm_send_con(struct shmcm_conn *c, uint32_t type, uint16_t cno)
 	pthread_spin_unlock(&c->tx_mutex);
 }
 
+/* SHMCM_FLOW_WAIT: a free slot, waiting for one if need be.  Called and
+ * returns with tx_mutex held; NULL, with it released, when the connection
+ * goes down meanwhile.  The job queue sends its CON packets while we wait. */
+static uint8_t *slot_wait(struct shmcm_conn *c)
+{
+	for (;;) {
+		uint8_t *slot = c->pq_head ? NULL : mbox_tx_reserve(c->mb);
+		uint32_t seen = mbox_tx_seen_tail(c->mb);
+
+		if (slot)
+			return slot;
+		shmcm_publish_tx_stats(c);
+		pthread_spin_unlock(&c->tx_mutex);
+		for (;;) {
+			if (atomic_load(&c->tx_abort))
+				return NULL;
+			if (mbox_tx_wait(c->mb->tx, seen, 50 * 1000000ull) == 0)
+				break;
+		}
+		pthread_spin_lock(&c->tx_mutex);
+		shmcm_pend_flush(c);
+	}
+}
+
+/* Sends a message by reference and waits until the peer has pulled it
+ * (so the caller may reuse the buffer).  -EAGAIN: the peer could not copy
+ * it, send it inline. */
+static int tx_ref(struct shmcm_conn *c, uint32_t src, uint32_t dst,
+		  const void *buf, uint32_t len, uint16_t cno)
+{
+	_Atomic uint32_t *done = &c->peer->rndv_done;
+	uint32_t done0, failed0;
+	uint8_t *slot;
+	int rc;
+
+	pthread_spin_lock(&c->tx_mutex);
+	if (c->pq_head)
+		shmcm_pend_flush(c);
+	if (!(slot = slot_wait(c)))
+		return -ENOTCONN;
+	/* One reference in flight at a time: the peer's counter moving is
+	 * our answer. */
+	done0 = atomic_load_explicit(done, memory_order_acquire);
+	failed0 = atomic_load_explicit(&c->peer->rndv_failed, memory_order_acquire);
+	shmcm_encode_udata_ref(slot, cno, c->msgid++, src, dst, len, (uint64_t)(uintptr_t)buf);
+	mbox_tx_publish(c->mb);
+	c->sent_pkts++;
+	c->sent_bytes += SHMCM_UDATA_HLEN;
+	c->rndv_sent++;
+	shmcm_publish_tx_stats(c);
+	pthread_spin_unlock(&c->tx_mutex);
+
+	for (;;) {
+		rc = mbox_wait_word(done, done0, &c->me->rndv_sleep, 20000, 50 * 1000000ull);
+		if (rc == 0)
+			break;
+		if (atomic_load(&c->tx_abort)) {
+			/* Going down.  Give the peer a moment to finish
+			 * reading our buffer before the caller reuses it. */
+			mbox_wait_word(done, done0, &c->me->rndv_sleep, 0, 100 * 1000000ull);
+			return -ENOTCONN;
+		}
+	}
+	if (atomic_load_explicit(&c->peer->rndv_failed, memory_order_acquire) != failed0) {
+		c->rndv_off = true;
+		xlog(XLOG_INFO, "%s: the peer cannot pull messages by reference; sending inline",
+		     c->mb->name);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
 int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 		   const void *buf, size_t len)
 {
@@ -118,6 +190,13 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 	if (!shmcm_trylock(&c->tx_lock))
 		return -ENOTCONN;
 	cno = atomic_load_explicit(&c->tx_cno, memory_order_relaxed);
+	if (c->cma_min && len >= c->cma_min && !c->rndv_off && c->flow == SHMCM_FLOW_WAIT &&
+	    atomic_load_explicit(&c->peer->cma, memory_order_relaxed)) {
+		rc = tx_ref(c, src, dst, buf, (uint32_t)len, cno);
+		if (rc != -EAGAIN)
+			goto out_unlock;
+		rc = 0;
+	}
 
 	pthread_spin_lock(&c->tx_mutex);
 	msgid = c->msgid++;
@@ -126,25 +205,15 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 	for (;;) {
 		uint32_t n = (uint32_t)len - off < fsz ? (uint32_t)len - off : fsz;
 		uint32_t psize = SHMCM_UDATA_HLEN + n;
-		uint8_t *slot = c->pq_head ? NULL : mbox_tx_reserve(c->mb);
+		uint8_t *slot;
 
-		if (!slot && c->flow == SHMCM_FLOW_WAIT) {
-			/* Let the job queue send its CON packets while we wait. */
-			uint32_t seen = mbox_tx_seen_tail(c->mb);
-
-			shmcm_publish_tx_stats(c);
-			pthread_spin_unlock(&c->tx_mutex);
-			for (;;) {
-				if (atomic_load(&c->tx_abort)) {
-					rc = -ENOTCONN;
-					goto out_unlock;
-				}
-				if (mbox_tx_wait(c->mb->tx, seen, 50 * 1000000ull) == 0)
-					break;
+		if (c->flow == SHMCM_FLOW_WAIT) {
+			if (!(slot = slot_wait(c))) {
+				rc = -ENOTCONN;
+				goto out_unlock;
 			}
-			pthread_spin_lock(&c->tx_mutex);
-			shmcm_pend_flush(c);
-			continue;
+		} else {
+			slot = c->pq_head ? NULL : mbox_tx_reserve(c->mb);
 		}
 		if (!slot) {
 			/* LINX: the deferred queue, and a disconnect once it is

@@ -124,6 +124,17 @@ size_t shmcm_encode_udata_hdr(void *buf, uint32_t pkt_size, uint16_t cno,
 	return SHMCM_UDATA_HLEN;
 }
 
+size_t shmcm_encode_udata_ref(void *buf, uint16_t cno, uint16_t msgid, uint32_t src,
+			      uint32_t dst, uint32_t msg_size, uint64_t addr)
+{
+	uint8_t *b = buf;
+
+	shmcm_encode_udata_hdr(buf, SHMCM_UDATA_HLEN, cno, msgid, src, dst, msg_size);
+	addr = htobe64(addr);
+	memcpy(b + 24, &addr, 8);
+	return SHMCM_UDATA_HLEN;
+}
+
 const char *shmcm_con_type_name(uint32_t con_type)
 {
 	static const char *const names[] = {

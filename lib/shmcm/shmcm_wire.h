@@ -91,6 +91,17 @@ size_t shmcm_encode_udata_hdr(void *buf, uint32_t pkt_size, uint16_t cno,
 			      uint16_t msgid, uint32_t src, uint32_t dst,
 			      uint32_t msg_size);
 
+/* A message sent by reference (xprt's use of uhdr.addr, which LINX v1
+ * leaves zero): a header-only UDATA packet whose addr is the sender's
+ * virtual address of the `msg_size` bytes, for the peer to pull with
+ * process_vm_readv(2).  Only sent to a peer that advertises it. */
+size_t shmcm_encode_udata_ref(void *buf, uint16_t cno, uint16_t msgid, uint32_t src,
+			      uint32_t dst, uint32_t msg_size, uint64_t addr);
+static inline int shmcm_pkt_is_ref(const struct shmcm_pkt *p)
+{
+	return p->type == SHMCM_UDATA_1_PKT && p->u.addr != 0 && p->data_len == 0 && p->u.size != 0;
+}
+
 const char *shmcm_con_type_name(uint32_t con_type);
 
 #endif

@@ -603,23 +603,27 @@ void mbox_rx_kick(struct mbox *m)
 	xfutex_wake(&m->rx->head, 1, true);
 }
 
-int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns)
+int mbox_wait_word(_Atomic uint32_t *word, uint32_t seen, _Atomic uint32_t *sleep_flag,
+		   uint64_t spin_ns, uint64_t timeout_ns)
 {
 	uint64_t end;
 	int rc;
 
-	for (int i = 0; i < 2000; i++) {
-		if (atomic_load_explicit(&r->tail, memory_order_acquire) != seen)
-			return 0;
-		cpu_relax();
-	}
+	end = xtime_ns() + spin_ns;
+	do {
+		for (int i = 0; i < 64; i++) {
+			if (atomic_load_explicit(word, memory_order_acquire) != seen)
+				return 0;
+			cpu_relax();
+		}
+	} while (xtime_ns() < end);
 	/* Arm, then the arm window, as in mbox_rx_wait. */
-	atomic_exchange_explicit(&r->prod_sleep, 1, memory_order_seq_cst);
+	atomic_exchange_explicit(sleep_flag, 1, memory_order_seq_cst);
 	end = xtime_ns() + MBOX_ARM_WINDOW_NS;
 	do {
 		for (int i = 0; i < 32; i++) {
-			if (atomic_load_explicit(&r->tail, memory_order_acquire) != seen) {
-				atomic_store_explicit(&r->prod_sleep, 0, memory_order_relaxed);
+			if (atomic_load_explicit(word, memory_order_acquire) != seen) {
+				atomic_store_explicit(sleep_flag, 0, memory_order_relaxed);
 				return 0;
 			}
 			cpu_relax();
@@ -627,11 +631,24 @@ int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns)
 	} while (xtime_ns() < end);
 	if (!timeout_ns || timeout_ns > MBOX_BACKSTOP_NS)
 		timeout_ns = MBOX_BACKSTOP_NS;
-	rc = xfutex_wait(&r->tail, seen, timeout_ns, true);
-	atomic_store_explicit(&r->prod_sleep, 0, memory_order_relaxed);
-	if (atomic_load_explicit(&r->tail, memory_order_acquire) != seen)
+	rc = xfutex_wait(word, seen, timeout_ns, true);
+	atomic_store_explicit(sleep_flag, 0, memory_order_relaxed);
+	if (atomic_load_explicit(word, memory_order_acquire) != seen)
 		return 0;
 	return rc == -ETIMEDOUT ? -ETIMEDOUT : -EINTR;
+}
+
+int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns)
+{
+	return mbox_wait_word(&r->tail, seen, &r->prod_sleep, 5000, timeout_ns);
+}
+
+void mbox_wake_word(_Atomic uint32_t *word, _Atomic uint32_t *sleep_flag)
+{
+	if (atomic_load_explicit(sleep_flag, memory_order_relaxed)) {
+		atomic_store_explicit(sleep_flag, 0, memory_order_relaxed);
+		xfutex_wake(word, 1, true);
+	}
 }
 
 void mbox_tx_kick(struct mbox *m)

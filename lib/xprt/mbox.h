@@ -59,6 +59,15 @@ struct mbox_side {
 	_Atomic uint64_t recv_pkts;
 	_Atomic uint64_t recv_bad;	/* malformed packets dropped */
 	_Atomic uint64_t recv_stale;	/* packets of an old generation dropped */
+	/* Rendezvous (single copy) -- this side as receiver: it pulls
+	 * messages sent by reference with process_vm_readv(2) */
+	_Alignas(MBOX_CL) _Atomic uint32_t cma;	/* 1: accepts messages by reference */
+	_Atomic uint32_t rndv_done;	/* referenced messages handled (futex word) */
+	_Atomic uint32_t rndv_failed;	/* ... of which the copy failed */
+	_Atomic uint64_t rndv_msgs;
+	_Atomic uint64_t rndv_bytes;
+	/* ... and as sender: asleep on the peer's rndv_done */
+	_Alignas(MBOX_CL) _Atomic uint32_t rndv_sleep;
 };
 
 struct mbox_hdr {
@@ -209,6 +218,12 @@ static inline uint32_t mbox_tx_seen_tail(const struct mbox *m)
  * shared ring, never the producer's private view, so it may be called
  * without the lock that serialises producers. */
 int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns);
+/* The general form: waits until *word != seen, spinning spin_ns, then
+ * arming *sleep_flag and sleeping on the futex.  The writer of *word calls
+ * mbox_wake_word() after changing it. */
+int mbox_wait_word(_Atomic uint32_t *word, uint32_t seen, _Atomic uint32_t *sleep_flag,
+		   uint64_t spin_ns, uint64_t timeout_ns);
+void mbox_wake_word(_Atomic uint32_t *word, _Atomic uint32_t *sleep_flag);
 /* Wakes a producer of this ring sleeping in mbox_tx_wait (our own tx thread). */
 void mbox_tx_kick(struct mbox *m);
 

@@ -10,7 +10,7 @@ bats_require_minimum_version 1.5.0
 load helpers
 
 HDR_KEYS='name slots mtu mru slot_size con_tmo_ms defq_max size created a b'
-SIDE_KEYS='state pid flow cno peer_cno alive_count con_reqs sent_bytes sent_pkts recv_bytes recv_pkts recv_bad recv_stale defq_size defq_peak rx_backlog attaches last_disconnect'
+SIDE_KEYS='state pid flow cno peer_cno alive_count con_reqs sent_bytes sent_pkts recv_bytes recv_pkts recv_bad recv_stale defq_size defq_peak rx_backlog cma cma_msgs cma_bytes cma_failed attaches last_disconnect'
 
 # ------------------------------------------------------------------ create
 
@@ -1043,4 +1043,35 @@ mkshmcon: connected"
 	# debug shows more than info
 	XPRT_LOG=debug run_tool 1 connect "$CONN" -x a -w 100ms </dev/null
 	[[ $stderr == "mkshmcon: side a of '$CONN' attached, connecting"$'\n'* ]]
+}
+
+# --------------------------------------------------------------- single copy
+
+@test "connect: big messages go by reference (one copy); --no-cma turns it off" {
+	local t=$BATS_TEST_TMPDIR
+	create_conn "$CONN" -m 1k
+	# 3 records of 200 KB: too big for a packet, so pulled by reference
+	python3 -c '
+import os, struct, sys
+with open(sys.argv[1], "wb") as f:
+    for i in range(3):
+        f.write(struct.pack(">I", 200000) + os.urandom(200000))' "$t/recs"
+	start_end B "$CONN" b /dev/null -d -M
+	start_end A "$CONN" a "$t/recs" -M
+	expect_end A 0 ""
+	expect_end B 0 ""
+	cmp "$t/recs" "$(end_out B)"
+	run_tool 0 status "$CONN" -o json
+	[ "$(json_get "d['b']['cma'], d['b']['cma_msgs'], d['b']['cma_bytes'], d['b']['cma_failed']")" = "(True, 3, 600000, 0)" ]
+	# far fewer packets than 600000 / 1 KiB fragments
+	[ "$(json_get "d['a']['sent_pkts'] < 20")" = "True" ]
+
+	start_end B "$CONN" b /dev/null -d -M --no-cma
+	start_end A "$CONN" a "$t/recs" -M
+	expect_end A 0 ""
+	expect_end B 0 ""
+	cmp "$t/recs" "$(end_out B)"
+	run_tool 0 status "$CONN" -o json
+	[ "$(json_get "d['b']['cma'], d['b']['cma_msgs']")" = "(False, 0)" ]
+	[ "$(json_get "d['a']['sent_pkts'] > 600")" = "True" ]
 }

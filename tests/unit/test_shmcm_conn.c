@@ -377,6 +377,180 @@ static void test_raw_peer(void **s)
 	rmname();
 }
 
+
+/* Single copy by reference: messages too big for a packet are pulled by
+ * the receiver from the sender's memory; transmit returns only after that,
+ * so the sender may reuse its buffer at once. */
+static void test_cma(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	uint32_t sizes[] = { 65536, 300000, 1 << 20 };
+	size_t total = 0;
+	uint8_t *buf = malloc(1 << 20), *want = malloc(3 << 20);
+	struct mbox *m;
+	char err[256];
+
+	mkname("cma");
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
+	connect_pair(&a, &b);
+	for (int i = 0; i < 3; i++) {
+		for (uint32_t j = 0; j < sizes[i]; j++)
+			buf[j] = (uint8_t)(j * 7 + i);
+		memcpy(want + total, buf, sizes[i]);
+		total += sizes[i];
+		assert_int_equal(shmcm_transmit(a.c, 0, 0, buf, sizes[i]), 0);
+		memset(buf, 0xee, sizes[i]);	/* ours again */
+	}
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, "end", 3), 0);
+	memcpy(want + total, "end", 3);
+	want_len = total + 3;
+	assert_true(wait_for(&b, got_all, 5000));
+	assert_int_equal(b.got_len, total + 3);
+	assert_memory_equal(b.got, want, total + 3);
+	assert_int_equal(b.nmsg, 4);
+	assert_int_equal(mbox_open(conn_name, &m, err, sizeof(err)), 0);
+	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].rndv_msgs), 3);
+	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].rndv_bytes), total);
+	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].rndv_failed), 0);
+	/* 4 data packets, not hundreds of fragments */
+	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].recv_pkts),
+			 atomic_load(&m->h->side[MBOX_SIDE_A].sent_pkts));
+	assert_true(atomic_load(&m->h->side[MBOX_SIDE_A].sent_pkts) < 10);
+	mbox_close(m);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+	free(buf);
+	free(want);
+}
+
+/* A raw receiver on side b that cannot pull: it reports the failure, and
+ * the sender resends the message inline. */
+struct raw_rx {
+	struct mbox *m;
+	uint8_t got[80000];
+	size_t got_len, want;
+	int refs, inline_pkts;
+};
+
+static void *raw_receiver(void *arg)
+{
+	struct raw_rx *r = arg;
+	struct mbox_side *me = &r->m->h->side[MBOX_SIDE_B];
+	uint64_t end = xtime_ns() + 5000000000ull;
+
+	while (xtime_ns() < end && r->got_len < r->want) {
+		const uint8_t *slot = mbox_rx_peek(r->m, 0);
+		struct shmcm_pkt p;
+
+		if (!slot)
+			continue;
+		if (shmcm_decode(slot, mbox_pkt_max(r->m), 1 << 20, &p) == 0 &&
+		    p.type == SHMCM_UDATA_1_PKT) {
+			if (shmcm_pkt_is_ref(&p)) {
+				r->refs++;
+				atomic_fetch_add(&me->rndv_failed, 1);
+				atomic_fetch_add(&me->rndv_done, 1);
+				mbox_wake_word(&me->rndv_done, &r->m->h->side[MBOX_SIDE_A].rndv_sleep);
+			} else {
+				r->inline_pkts++;
+				memcpy(r->got + r->got_len, p.data, p.data_len);
+				r->got_len += p.data_len;
+			}
+		}
+		mbox_rx_release(r->m, 1);
+	}
+	return NULL;
+}
+
+static void test_cma_fallback(void **s)
+{
+	struct end a = { 0 };
+	struct raw_rx r = { 0 };
+	uint8_t pkt[SHMCM_CON_LEN], *buf = malloc(70000);
+	pthread_t t;
+	char err[256];
+
+	cfgname("cmafb", (struct mbox_cfg){ 64, 1024, 1000, 0 });
+	assert_int_equal(mbox_open(conn_name, &r.m, err, sizeof(err)), 0);
+	assert_int_equal(mbox_claim(r.m, MBOX_SIDE_B, err, sizeof(err)), 0);
+	atomic_store(&r.m->h->side[MBOX_SIDE_B].cma, 1);	/* claims it can pull */
+	atomic_store(&r.m->h->side[MBOX_SIDE_B].cno, 1);
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	shmcm_connect(a.c);
+	shmcm_encode_con(pkt, SHMCM_CON_REQ, 1);
+	memcpy(mbox_tx_reserve(r.m), pkt, sizeof(pkt));
+	mbox_tx_publish(r.m);
+	int wc = shmcm_wait_connected(a.c, 3000000000ull);
+	if (wc)
+		fail_msg("not connected: %s, state %s", strerror(-wc),
+			 shmcm_reason_str(shmcm_get_reason(a.c)));
+
+	for (int i = 0; i < 70000; i++)
+		buf[i] = (uint8_t)(i % 251);
+	r.want = 5000;
+	assert_int_equal(pthread_create(&t, NULL, raw_receiver, &r), 0);
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, buf, 5000), 0);	/* < 64 KiB: inline */
+	pthread_join(t, NULL);
+	assert_int_equal(r.refs, 0);
+	/* 70000 > one packet and >= 64 KiB: by reference, refused, inline */
+	r.got_len = 0;
+	r.want = 70000;
+	assert_int_equal(pthread_create(&t, NULL, raw_receiver, &r), 0);
+	int rc = shmcm_transmit(a.c, 0, 0, buf, 70000);
+	pthread_join(t, NULL);
+	assert_int_equal(rc, 0);
+	assert_int_equal(r.refs, 1);
+	assert_int_equal(r.got_len, 70000);
+	assert_memory_equal(r.got, buf, 70000);	/* the inline resend, whole */
+	/* and the sender does not try by reference again */
+	r.got_len = 0;
+	r.refs = 0;
+	assert_int_equal(pthread_create(&t, NULL, raw_receiver, &r), 0);
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, buf, 70000), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(r.refs, 0);
+	assert_int_equal(r.got_len, 70000);
+	close_end(&a);
+	mbox_close(r.m);
+	rmname();
+	free(buf);
+}
+
+/* A reference to memory the sender does not have: counted as failed,
+ * nothing delivered, the connection stays up. */
+static void test_cma_bad_ref(void **s)
+{
+	struct end b = { 0 };
+	struct mbox *m;
+	uint8_t pkt[SHMCM_UDATA_HLEN];
+	char err[256];
+
+	mkname("badref");
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
+	shmcm_connect(b.c);
+	assert_int_equal(mbox_open(conn_name, &m, err, sizeof(err)), 0);
+	assert_int_equal(mbox_claim(m, MBOX_SIDE_A, err, sizeof(err)), 0);
+	atomic_store(&m->h->side[MBOX_SIDE_A].cno, 1);
+	shmcm_encode_con(pkt, SHMCM_CON_REQ, 1);
+	raw_send(m, pkt, SHMCM_CON_LEN);
+	assert_int_equal(shmcm_wait_connected(b.c, 3000000000ull), 0);
+	shmcm_encode_udata_ref(pkt, 1, 9, 0, 0, 100000, 16);	/* address 16 */
+	raw_send(m, pkt, SHMCM_UDATA_HLEN);
+	raw_udata(m, 1, "after", 0);
+	want_len = 5;
+	assert_true(wait_for(&b, got_all, 3000));
+	assert_int_equal(b.got_len, 5);
+	assert_memory_equal(b.got, "after", 5);
+	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].rndv_failed), 1);
+	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].rndv_done), 1);
+	assert_int_equal(shmcm_get_state(b.c), SHMCM_CONNECTED);
+	mbox_close(m);
+	close_end(&b);
+	rmname();
+}
+
 /* ---------------------------------------------------------------- stress */
 
 static inline uint64_t mix(uint64_t x)
@@ -489,6 +663,9 @@ int main(void)
 		cmocka_unit_test(test_defq_overflow),
 		cmocka_unit_test(test_peer_death),
 		cmocka_unit_test(test_raw_peer),
+		cmocka_unit_test(test_cma),
+		cmocka_unit_test(test_cma_fallback),
+		cmocka_unit_test(test_cma_bad_ref),
 		cmocka_unit_test(test_stress),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
