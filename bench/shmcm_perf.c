@@ -245,7 +245,8 @@ static void deliver_sink(void *arg, uint32_t src, uint32_t dst, const void *data
 		return;
 	}
 	if (s->o->copy) {
-		if (len <= s->o->size)
+		/* a message sent by reference was pulled straight into sink */
+		if (d != s->sink && len <= s->o->size)
 			memcpy(s->sink, d, len);
 		d = s->sink;
 	}
@@ -255,6 +256,14 @@ static void deliver_sink(void *arg, uint32_t src, uint32_t dst, const void *data
 		s->t_start = now_ns();
 		s->started = true;
 	}
+}
+
+/* --copy: messages sent by reference land in sink directly (one copy). */
+static void *rx_into_sink(void *arg, uint32_t src, uint32_t dst, size_t len)
+{
+	struct st *s = arg;
+
+	return s->o->copy && len <= s->o->size ? s->sink : NULL;
 }
 
 static void noop_conn(void *arg) { (void)arg; }
@@ -292,7 +301,7 @@ static void open_side(struct st *s, const char *name, int side,
 		.name = name, .side = side, .flow = SHMCM_FLOW_WAIT, .poll = true,
 		.max_msg = s->o->size > 8 ? (uint32_t)s->o->size : 8,
 	};
-	struct shmcm_upcalls uc = { noop_conn, noop_disc, deliver, s };
+	struct shmcm_upcalls uc = { noop_conn, noop_disc, deliver, s, rx_into_sink };
 	uint64_t deadline = now_ns() + SETUP_TMO_NS;
 	char err[256];
 	int rc;

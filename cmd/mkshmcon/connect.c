@@ -220,7 +220,7 @@ int cmd_connect(int argc, char **argv)
 	};
 	struct pipe_end pe = { .wake_efd = -1 };
 	struct shmcm_params p = { .side = -1, .flow = SHMCM_FLOW_WAIT, .max_msg = MAX_MSG };
-	struct shmcm_upcalls uc = { on_connected, on_disconnected, on_deliver, &pe };
+	struct shmcm_upcalls uc = { on_connected, on_disconnected, on_deliver, &pe, NULL };
 	uint64_t wait_ns = 0;
 	bool no_input = false;
 	const char *errstr;

@@ -34,6 +34,11 @@ struct shmcm_upcalls {
 	void (*deliver)(void *arg, uint32_t src, uint32_t dst,
 			const void *data, size_t len);
 	void *arg;
+	/* Optional, GM-style receive buffers: where a message sent by
+	 * reference (see cma_min) of `len` bytes should land.  Return a buffer
+	 * of at least len bytes, or NULL for an internal one; deliver is then
+	 * called with that buffer, and the bytes were copied exactly once. */
+	void *(*rx_buffer)(void *arg, uint32_t src, uint32_t dst, size_t len);
 };
 
 enum shmcm_flow {
@@ -72,7 +77,9 @@ int shmcm_disconnect(struct shmcm_conn *c);
  * connection is being reset). */
 int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 		   const void *buf, size_t len);
-/* Poll mode: handle up to `max` packets; returns how many. */
+/* Poll mode: handle up to `max` packets; returns how many.  CON packets
+ * arrive this way too, so a poll-mode end must keep polling while it waits
+ * in shmcm_wait_connected() (with a short timeout, in a loop). */
 int shmcm_poll(struct shmcm_conn *c, unsigned max);
 /* Waits until connected (0), or disconnected after having been connected
  * (-ENOTCONN), or the timeout (ns, 0 = none) passes (-ETIMEDOUT). */

@@ -49,9 +49,12 @@ static void rx_con(struct shmcm_conn *c, const struct shmcm_pkt *p)
 static void rx_ref(struct shmcm_conn *c, const struct shmcm_pkt *p)
 {
 	uint32_t len = p->u.size;
+	uint8_t *dst = NULL;
 	bool ok = false;
 
-	if (len <= c->reasm.max_msg) {
+	if (c->uc.rx_buffer)
+		dst = c->uc.rx_buffer(c->uc.arg, p->u.src, p->u.dst, len);
+	if (!dst && len <= c->reasm.max_msg) {
 		if (len > c->rndv_cap) {
 			uint8_t *nb = realloc(c->rndv_buf, len);
 			if (nb) {
@@ -59,19 +62,20 @@ static void rx_ref(struct shmcm_conn *c, const struct shmcm_pkt *p)
 				c->rndv_cap = len;
 			}
 		}
-		if (len <= c->rndv_cap) {
-			pid_t pid = (pid_t)(atomic_load_explicit(&c->peer->owner,
-								 memory_order_relaxed) >> 32);
-			struct iovec local = { c->rndv_buf, len };
-			struct iovec remote = { (void *)(uintptr_t)p->u.addr, len };
-			ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+		if (len <= c->rndv_cap)
+			dst = c->rndv_buf;
+	}
+	if (dst) {
+		pid_t pid = (pid_t)(atomic_load_explicit(&c->peer->owner, memory_order_relaxed) >> 32);
+		struct iovec local = { dst, len };
+		struct iovec remote = { (void *)(uintptr_t)p->u.addr, len };
+		ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
 
-			ok = n == (ssize_t)len;
-			if (!ok)
-				xlog_ratelimited(XLOG_WARN, "%s: pulling a %u-byte message from pid %d: %s",
-						 c->mb->name, len, (int)pid,
-						 n < 0 ? strerror(errno) : "short copy");
-		}
+		ok = n == (ssize_t)len;
+		if (!ok)
+			xlog_ratelimited(XLOG_WARN, "%s: pulling a %u-byte message from pid %d: %s",
+					 c->mb->name, len, (int)pid,
+					 n < 0 ? strerror(errno) : "short copy");
 	}
 	if (!ok) {
 		c->recv_bad++;
@@ -84,7 +88,7 @@ static void rx_ref(struct shmcm_conn *c, const struct shmcm_pkt *p)
 	c->rndv_msgs++;
 	c->rndv_bytes += len;
 	shmcm_in_upcall = c;
-	c->uc.deliver(c->uc.arg, p->u.src, p->u.dst, c->rndv_buf, len);
+	c->uc.deliver(c->uc.arg, p->u.src, p->u.dst, dst, len);
 	shmcm_in_upcall = NULL;
 }
 

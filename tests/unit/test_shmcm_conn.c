@@ -104,7 +104,7 @@ static struct shmcm_conn *open_end(struct end *e, int side, enum shmcm_flow flow
 				   void (*deliver)(void *, uint32_t, uint32_t, const void *, size_t))
 {
 	struct shmcm_params p = { .name = conn_name, .side = side, .flow = flow, .poll = poll };
-	struct shmcm_upcalls uc = { up, down, deliver ? deliver : collect, e };
+	struct shmcm_upcalls uc = { up, down, deliver ? deliver : collect, e, NULL };
 	char err[256];
 
 	pthread_mutex_init(&e->mu, NULL);
@@ -425,6 +425,53 @@ static void test_cma(void **s)
 	free(want);
 }
 
+/* GM-style receive buffers: a message sent by reference is pulled straight
+ * into the buffer the receiver names, and delivered from there. */
+static uint8_t user_rx[200000];
+static _Atomic int into_user;
+
+static void *give_user_rx(void *arg, uint32_t src, uint32_t dst, size_t len)
+{
+	return len <= sizeof(user_rx) ? user_rx : NULL;
+}
+
+static void collect_check(void *arg, uint32_t src, uint32_t dst, const void *d, size_t n)
+{
+	if (d == user_rx)
+		atomic_fetch_add(&into_user, 1);
+	collect(arg, src, dst, d, n);
+}
+
+static void test_cma_rx_buffer(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	struct shmcm_params p = { .side = MBOX_SIDE_B, .flow = SHMCM_FLOW_WAIT };
+	struct shmcm_upcalls uc = { up, down, collect_check, &b, give_user_rx };
+	uint8_t *buf = malloc(150000);
+	char err[256];
+
+	mkname("rxbuf");
+	p.name = conn_name;
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	pthread_mutex_init(&b.mu, NULL);
+	pthread_cond_init(&b.cv, NULL);
+	b.c = shmcm_open(&p, &uc, err, sizeof(err));
+	assert_non_null(b.c);
+	connect_pair(&a, &b);
+	for (int i = 0; i < 150000; i++)
+		buf[i] = (uint8_t)(i * 13);
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, buf, 150000), 0);
+	want_len = 150000;
+	assert_true(wait_for(&b, got_all, 3000));
+	assert_memory_equal(b.got, buf, 150000);
+	assert_memory_equal(user_rx, buf, 150000);
+	assert_int_equal(atomic_load(&into_user), 1);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+	free(buf);
+}
+
 /* A raw receiver on side b that cannot pull: it reports the failure, and
  * the sender resends the message inline. */
 struct raw_rx {
@@ -664,6 +711,7 @@ int main(void)
 		cmocka_unit_test(test_peer_death),
 		cmocka_unit_test(test_raw_peer),
 		cmocka_unit_test(test_cma),
+		cmocka_unit_test(test_cma_rx_buffer),
 		cmocka_unit_test(test_cma_fallback),
 		cmocka_unit_test(test_cma_bad_ref),
 		cmocka_unit_test(test_stress),
