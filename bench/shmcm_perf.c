@@ -61,6 +61,7 @@ struct opts {
 	int cpu[2];		/* [0] parent, [1] child */
 	bool copy;		/* receiver copies each message out (as an app would) */
 	unsigned batch;		/* shmcm_poll(c, batch) */
+	bool async;		/* bw: shmcm_send_ref, pulls overlapping */
 };
 
 /* Per-process state; the deliver up-call runs in our own thread (poll mode). */
@@ -69,6 +70,7 @@ struct st {
 	struct shmcm_conn *c;
 	const char *role;
 	uint8_t *buf;		/* message to send */
+	uint8_t *abuf;		/* --async: the one constant message */
 	uint8_t *sink;		/* --copy destination */
 	/* receiver / pong */
 	uint64_t expect;
@@ -160,6 +162,8 @@ static inline uint64_t get_u64(const void *p)
 	return v;
 }
 
+#define ASYNC_PATTERN 0x5a5a5a5a5a5a5a5aull	/* --async message bytes */
+
 static inline void put_seq(uint8_t *buf, size_t size, uint64_t seq)
 {
 	memcpy(buf, &seq, 8);
@@ -250,8 +254,18 @@ static void deliver_sink(void *arg, uint32_t src, uint32_t dst, const void *data
 			memcpy(s->sink, d, len);
 		d = s->sink;
 	}
-	if (!check_msg(s, d, len, s->expect))
+	if (s->o->async) {
+		/* --async: one constant buffer, as ucx_perftest sends; the
+		 * sequence number travels in the header's src field */
+		if (len != s->o->size || src != (uint32_t)s->expect ||
+		    get_u64(d) != ASYNC_PATTERN || get_u64(d + len - 8) != ASYNC_PATTERN) {
+			fail(s, "message %" PRIu64 ": wrong length, order or content (src %u)",
+			     s->expect, src);
+			return;
+		}
+	} else if (!check_msg(s, d, len, s->expect)) {
 		return;
+	}
 	if (++s->expect == s->o->warmup) {
 		s->t_start = now_ns();
 		s->started = true;
@@ -427,6 +441,23 @@ static void lat_pong(struct st *s)
 
 /* ---- rate / bw ---- */
 
+static void async_sent(void *ctx, int status)
+{
+	if (status != 0)
+		die("send by reference completed with %s", strerror(-status));
+}
+
+/* --async: every message from the same constant buffer (read-only while
+ * sends are in flight), by reference, without waiting for the pull; the
+ * sequence number goes in src. */
+static void send_async(struct st *s, uint64_t i)
+{
+	int rc = shmcm_send_ref(s->c, (uint32_t)i, 0, s->abuf, s->o->size, async_sent, NULL);
+
+	if (rc < 0)
+		die("shmcm_send_ref (message %" PRIu64 "): %s", i, strerror(-rc));
+}
+
 static void stream_send(struct st *s)
 {
 	const struct opts *o = s->o;
@@ -437,8 +468,12 @@ static void stream_send(struct st *s)
 		mask <<= 1;
 	mask--;
 	for (i = 0; i < stop_at; i++) {
-		put_seq(s->buf, o->size, i);
-		xmit(s, s->buf, o->size, i);
+		if (o->async) {
+			send_async(s, i);
+		} else {
+			put_seq(s->buf, o->size, i);
+			xmit(s, s->buf, o->size, i);
+		}
 		if (i == o->warmup) {
 			t_first = now_ns();
 			if (!o->iters)
@@ -457,6 +492,8 @@ static void stream_send(struct st *s)
 			}
 		}
 	}
+	while (o->async && shmcm_refs_in_flight(s->c))
+		shmcm_poll(s->c, 64);
 	put_seq(s->buf, 8, END_BIT | i);
 	xmit(s, s->buf, 8, i);
 	poll_until(s, &s->have_ack);
@@ -504,7 +541,9 @@ static void usage(FILE *f)
 		"  --copy   receiver memcpy()s every message out of the mailbox into its own\n"
 		"           buffer, as ucx_perftest's receiver gets it (default for bw)\n"
 		"  --no-copy  receiver only checks the sequence numbers in place (default for rate)\n"
-		"  --batch N  packets per shmcm_poll() call (default 64)\n");
+		"  --batch N  packets per shmcm_poll() call (default 64)\n"
+		"  --async  bw: send with shmcm_send_ref() from rotating buffers, up to\n"
+		"           SHMCM_REF_WINDOW pulls in flight (needs an MTU smaller than -s)\n");
 }
 
 static uint64_t parse_size(const char *s, const char *what)
@@ -531,6 +570,7 @@ int main(int argc, char **argv)
 	static const struct option lopts[] = {
 		{ "slots", required_argument, NULL, 'S' },
 		{ "copy",  no_argument,       NULL, 'C' },
+		{ "async", no_argument,       NULL, 'A' },
 		{ "no-copy", no_argument,     NULL, 'N' },
 		{ "batch", required_argument, NULL, 'B' },
 		{ "help",  no_argument,       NULL, 'h' },
@@ -572,6 +612,7 @@ int main(int argc, char **argv)
 				  die("bad CPU list '%s' (want A,B)", optarg);
 			  break;
 		case 'C': copy = 1; break;
+		case 'A': o.async = true; break;
 		case 'N': copy = 0; break;
 		case 'B': o.batch = (uint32_t)parse_size(optarg, "poll batch");
 			  if (!o.batch)
@@ -651,6 +692,16 @@ int main(int argc, char **argv)
 	alarm((unsigned)budget);
 	s.buf = aligned_alloc(64, (o.size + 63) & ~(size_t)63);
 	s.sink = o.copy ? aligned_alloc(64, (o.size + 63) & ~(size_t)63) : NULL;
+	if (o.async) {
+		if (o.mode != M_BW)
+			die("--async is for bw");
+		if (o.size < 16)
+			die("--async needs messages of at least 16 bytes");
+		s.abuf = aligned_alloc(64, (o.size + 63) & ~(size_t)63);
+		if (!s.abuf)
+			die("out of memory");
+		memset(s.abuf, 0x5a, o.size);
+	}
 	if (!s.buf || (o.copy && !s.sink))
 		die("out of memory");
 	memset(s.buf, 0xa5, o.size);

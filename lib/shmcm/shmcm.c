@@ -77,6 +77,17 @@ void shmcm_job_finish(struct shmcm_conn *c, struct job *j)
 
 /* ------------------------------------------------ connection management */
 
+/* What the peer (and mkshmcon status) sees of us, in the mailbox. */
+static void publish_state(struct shmcm_conn *c)
+{
+	atomic_store(&c->me->peer_cno, c->cm.peer_cno);
+	atomic_store(&c->me->alive_count, c->cm.alive_count);
+	atomic_store(&c->me->con_reqs, c->cm.con_reqs);
+	atomic_store(&c->me->last_reason, c->cm.last_reason);
+	atomic_store_explicit(&c->me->state, c->cm.state, memory_order_release);
+}
+
+/* What our own threads see: shmcm_get_state(), shmcm_wait_connected(). */
 static void set_state(struct shmcm_conn *c)
 {
 	pthread_mutex_lock(&c->st_lock);
@@ -86,12 +97,6 @@ static void set_state(struct shmcm_conn *c)
 	c->reason = c->cm.last_reason;
 	pthread_cond_broadcast(&c->st_cond);
 	pthread_mutex_unlock(&c->st_lock);
-
-	atomic_store(&c->me->state, c->cm.state);
-	atomic_store(&c->me->peer_cno, c->cm.peer_cno);
-	atomic_store(&c->me->alive_count, c->cm.alive_count);
-	atomic_store(&c->me->con_reqs, c->cm.con_reqs);
-	atomic_store(&c->me->last_reason, c->cm.last_reason);
 }
 
 static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
@@ -116,13 +121,21 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 		shmcm_pend_clear(c);		/* user data of a dead connection */
 		pthread_spin_unlock(&c->tx_mutex);
 	}
+	/* The mailbox shows our new state before the peer can see the packet
+	 * that brings it about: a peer that reads our CON_ACK finds us
+	 * CONNECTED, and once we are DISCONNECTED (our deliver lock closed)
+	 * it knows we will pull nothing more of what it sent by reference. */
+	publish_state(c);
 	if (out.enable_tx) {
 		atomic_store(&c->tx_cno, c->cm.cno);
 		atomic_store(&c->tx_abort, false);
-		shmcm_lock_open(&c->tx_lock);
 	}
 	for (unsigned i = 0; i < out.nsend; i++)
 		shmcm_send_con(c, out.send[i].con_type, out.send[i].cno);
+	/* Only now may user data follow: after the CON_ACK in the ring
+	 * (LINX's RLNH transmits only after the connected up-call). */
+	if (out.enable_tx)
+		shmcm_lock_open(&c->tx_lock);
 	if (out.disconnected)
 		shmcm_reasm_reset(&c->reasm);	/* nobody holds the deliver lock */
 	set_state(c);
@@ -372,6 +385,7 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 			 4 * (size_t)(p->max_msg ? p->max_msg : DEF_MAX_MSG));
 	shmcm_cm_init(&c->cm, (uint16_t)atomic_load(&c->me->cno));
 	c->state = SHMCM_DISCONNECTED;
+	publish_state(c);
 	atomic_store(&c->me->flow, p->flow);
 	/* Single copy by reference: advertised before we ever connect, and
 	 * never while deferring (LINX's transmit never blocks there). */

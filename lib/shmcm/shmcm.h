@@ -77,6 +77,27 @@ int shmcm_disconnect(struct shmcm_conn *c);
  * connection is being reset). */
 int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 		   const void *buf, size_t len);
+/* Completion of a message sent with shmcm_send_ref(): 0 when the peer has
+ * pulled it, -EREMOTEIO when its pull failed (send it inline; later
+ * messages go inline by themselves), -ENOTCONN when the connection went
+ * down before.  From then on the buffer is the caller's again. */
+typedef void (*shmcm_sent_fn)(void *ctx, int status);
+#define SHMCM_REF_WINDOW 16
+
+/* Sends a message by reference without waiting for the peer to pull it,
+ * so pulls overlap; `buf` must stay unchanged until `sent` runs.  With
+ * SHMCM_REF_WINDOW messages in flight it first waits for the oldest.
+ * Completions run inside shmcm_send_ref(), shmcm_reap() and shmcm_poll(),
+ * in order.  -EOPNOTSUPP when the peer does not accept references (or
+ * failed one before): use shmcm_transmit().  Call it, shmcm_reap() and
+ * by-reference shmcm_transmit() from one thread. */
+int shmcm_send_ref(struct shmcm_conn *c, uint32_t src, uint32_t dst,
+		   const void *buf, size_t len, shmcm_sent_fn sent, void *ctx);
+/* Runs the completions that are due; returns how many. */
+int shmcm_reap(struct shmcm_conn *c);
+/* Messages sent by reference and not completed yet. */
+unsigned shmcm_refs_in_flight(const struct shmcm_conn *c);
+
 /* Poll mode: handle up to `max` packets; returns how many.  CON packets
  * arrive this way too, so a poll-mode end must keep polling while it waits
  * in shmcm_wait_connected() (with a short timeout, in a loop). */

@@ -93,8 +93,15 @@ struct shmcm_conn {
 	uint64_t pq_udata;		/* user-data packets queued */
 	uint64_t sent_bytes, sent_pkts;	/* under tx_mutex */
 	uint32_t cma_min;		/* 0: never send by reference */
-	uint32_t rndv_sent;		/* referenced messages sent (tickets) */
 	bool rndv_off;			/* the peer could not pull one */
+	/* messages by reference in flight (the sending thread's own):
+	 * entry i is done when the peer's rndv_done reaches its expect */
+	struct shmcm_ref {
+		shmcm_sent_fn fn;
+		void *ctx;
+		uint32_t expect;
+	} refq[SHMCM_REF_WINDOW];
+	uint32_t ref_head, ref_tail, ref_expect;
 
 	/* rx */
 	pthread_t rx_thread;

@@ -77,11 +77,16 @@ static void rx_ref(struct shmcm_conn *c, const struct shmcm_pkt *p)
 					 c->mb->name, len, (int)pid,
 					 n < 0 ? strerror(errno) : "short copy");
 	}
+	/* The outcome first, then the count that publishes it. */
+	uint32_t n = atomic_load_explicit(&c->me->rndv_done, memory_order_relaxed);
+
+	atomic_store_explicit(&c->me->rndv_status[n % MBOX_RNDV_RING], ok ? 0 : 1,
+			      memory_order_relaxed);
 	if (!ok) {
 		c->recv_bad++;
-		atomic_fetch_add_explicit(&c->me->rndv_failed, 1, memory_order_release);
+		atomic_fetch_add_explicit(&c->me->rndv_failed, 1, memory_order_relaxed);
 	}
-	atomic_fetch_add_explicit(&c->me->rndv_done, 1, memory_order_release);
+	atomic_store_explicit(&c->me->rndv_done, n + 1, memory_order_release);
 	mbox_wake_word(&c->me->rndv_done, &c->peer->rndv_sleep);
 	if (!ok)
 		return;
@@ -174,7 +179,11 @@ static unsigned rx_run(struct shmcm_conn *c, unsigned max)
 
 int shmcm_poll(struct shmcm_conn *c, unsigned max)
 {
-	return (int)rx_run(c, max);
+	int n = (int)rx_run(c, max);
+
+	if (c->ref_head != c->ref_tail)
+		shmcm_reap(c);
+	return n;
 }
 
 void *shmcm_rx_thread(void *arg)

@@ -129,54 +129,171 @@ static uint8_t *slot_wait(struct shmcm_conn *c)
 	}
 }
 
-/* Sends a message by reference and waits until the peer has pulled it
- * (so the caller may reuse the buffer).  -EAGAIN: the peer could not copy
- * it, send it inline. */
-static int tx_ref(struct shmcm_conn *c, uint32_t src, uint32_t dst,
-		  const void *buf, uint32_t len, uint16_t cno)
-{
-	_Atomic uint32_t *done = &c->peer->rndv_done;
-	uint32_t done0, failed0;
-	uint8_t *slot;
-	int rc;
+/* ---- messages by reference ------------------------------------------
+ *
+ * The peer counts the references it has handled in its rndv_done and
+ * leaves each outcome in rndv_status; references are handled in order, so
+ * the n-th one we have in flight is done when that count reaches its
+ * `expect`.  A count is sampled only when nothing is in flight. */
 
+/* The peer will never pull what we have in flight: it is dead, or it has
+ * left the generation those references belong to (our CON_RST, handled
+ * after every packet before it, or its own reset, which synchronizes its
+ * deliver lock -- so no pull is half done either). */
+static bool refs_orphaned(struct shmcm_conn *c)
+{
+	uint32_t st = atomic_load_explicit(&c->peer->state, memory_order_acquire);
+
+	/* While we are connected the peer is CONNECTING (it has not read our
+	 * CON_REQ/CON_ACK yet, and will, then our references), CONNECTED to
+	 * this generation, or gone from it. */
+	if (st == SHMCM_DISCONNECTED || st == 0)
+		return true;
+	if (st == SHMCM_CONNECTED &&
+	    (uint16_t)atomic_load_explicit(&c->peer->peer_cno, memory_order_acquire) !=
+		    atomic_load_explicit(&c->tx_cno, memory_order_relaxed))
+		return true;
+	return atomic_load(&c->tx_abort) && mbox_side_pid(c->mb->h, mbox_peer(c->mb->side)) == 0;
+}
+
+int shmcm_reap(struct shmcm_conn *c)
+{
+	int n = 0;
+
+	while (c->ref_tail != c->ref_head) {
+		struct shmcm_ref *e = &c->refq[c->ref_tail % SHMCM_REF_WINDOW];
+		uint32_t done = atomic_load_explicit(&c->peer->rndv_done, memory_order_acquire);
+		int status;
+
+		if ((int32_t)(done - e->expect) >= 0) {
+			status = atomic_load_explicit(&c->peer->rndv_status[(e->expect - 1) % MBOX_RNDV_RING],
+						      memory_order_relaxed) ? -EREMOTEIO : 0;
+		} else if (refs_orphaned(c)) {
+			status = -ENOTCONN;
+		} else {
+			break;
+		}
+		if (status == -EREMOTEIO && !c->rndv_off) {
+			c->rndv_off = true;
+			xlog(XLOG_INFO, "%s: the peer cannot pull messages by reference; sending inline",
+			     c->mb->name);
+		}
+		c->ref_tail++;
+		n++;
+		e->fn(e->ctx, status);
+	}
+	return n;
+}
+
+unsigned shmcm_refs_in_flight(const struct shmcm_conn *c)
+{
+	return c->ref_head - c->ref_tail;
+}
+
+/* Waits until the peer's count moves or the connection goes down; then
+ * the caller reaps.  0, or -ENOTCONN once nothing can be waited for. */
+static int ref_wait(struct shmcm_conn *c, uint64_t abort_deadline)
+{
+	uint32_t seen = atomic_load_explicit(&c->peer->rndv_done, memory_order_acquire);
+
+	/* Spin through a typical pull (1 MiB at ~20 GB/s is 50 us)
+	 * rather than pay a futex round trip per message. */
+	if (mbox_wait_word(&c->peer->rndv_done, seen, &c->me->rndv_sleep, 200000,
+			   20 * 1000000ull) == 0)
+		return 0;
+	if (atomic_load(&c->tx_abort) && xtime_ns() > abort_deadline)
+		return -ENOTCONN;
+	return 0;
+}
+
+/* Puts one reference in the ring.  Under tx_lock (held by the caller). */
+static int ref_issue(struct shmcm_conn *c, uint32_t src, uint32_t dst, const void *buf,
+		     uint32_t len, uint16_t cno, shmcm_sent_fn fn, void *ctx)
+{
+	struct shmcm_ref *e;
+	uint8_t *slot;
+
+	while (c->ref_head - c->ref_tail >= SHMCM_REF_WINDOW) {
+		if (shmcm_reap(c))
+			break;
+		if (atomic_load(&c->tx_abort))
+			return -ENOTCONN;
+		ref_wait(c, 0);
+	}
 	pthread_spin_lock(&c->tx_mutex);
 	if (c->pq_head)
 		shmcm_pend_flush(c);
 	if (!(slot = slot_wait(c)))
 		return -ENOTCONN;
-	/* One reference in flight at a time: the peer's counter moving is
-	 * our answer. */
-	done0 = atomic_load_explicit(done, memory_order_acquire);
-	failed0 = atomic_load_explicit(&c->peer->rndv_failed, memory_order_acquire);
+	if (c->ref_head == c->ref_tail)
+		c->ref_expect = atomic_load_explicit(&c->peer->rndv_done, memory_order_acquire);
+	e = &c->refq[c->ref_head % SHMCM_REF_WINDOW];
+	e->fn = fn;
+	e->ctx = ctx;
+	e->expect = ++c->ref_expect;
+	c->ref_head++;
 	shmcm_encode_udata_ref(slot, cno, c->msgid++, src, dst, len, (uint64_t)(uintptr_t)buf);
 	mbox_tx_publish(c->mb);
 	c->sent_pkts++;
 	c->sent_bytes += SHMCM_UDATA_HLEN;
-	c->rndv_sent++;
 	shmcm_publish_tx_stats(c);
 	pthread_spin_unlock(&c->tx_mutex);
-
-	for (;;) {
-		/* Spin through a typical pull (1 MiB at ~20 GB/s is 50 us)
-		 * rather than pay a futex round trip per message. */
-		rc = mbox_wait_word(done, done0, &c->me->rndv_sleep, 200000, 50 * 1000000ull);
-		if (rc == 0)
-			break;
-		if (atomic_load(&c->tx_abort)) {
-			/* Going down.  Give the peer a moment to finish
-			 * reading our buffer before the caller reuses it. */
-			mbox_wait_word(done, done0, &c->me->rndv_sleep, 0, 100 * 1000000ull);
-			return -ENOTCONN;
-		}
-	}
-	if (atomic_load_explicit(&c->peer->rndv_failed, memory_order_acquire) != failed0) {
-		c->rndv_off = true;
-		xlog(XLOG_INFO, "%s: the peer cannot pull messages by reference; sending inline",
-		     c->mb->name);
-		return -EAGAIN;
-	}
 	return 0;
+}
+
+static bool can_ref(struct shmcm_conn *c)
+{
+	return c->cma_min && !c->rndv_off &&
+	       atomic_load_explicit(&c->peer->cma, memory_order_relaxed);
+}
+
+int shmcm_send_ref(struct shmcm_conn *c, uint32_t src, uint32_t dst,
+		   const void *buf, size_t len, shmcm_sent_fn sent, void *ctx)
+{
+	int rc;
+
+	if (len == 0 || len > UINT32_MAX)
+		return -EMSGSIZE;
+	if (!shmcm_trylock(&c->tx_lock))
+		return -ENOTCONN;
+	if (!can_ref(c))
+		rc = -EOPNOTSUPP;
+	else
+		rc = ref_issue(c, src, dst, buf, (uint32_t)len,
+			       atomic_load_explicit(&c->tx_cno, memory_order_relaxed), sent, ctx);
+	shmcm_unlock(&c->tx_lock);
+	if (c->ref_head != c->ref_tail)
+		shmcm_reap(c);
+	return rc;
+}
+
+static void sync_sent(void *ctx, int status)
+{
+	*(int *)ctx = status;
+}
+
+/* shmcm_transmit() of a big message: by reference, and back once the peer
+ * has pulled it.  -EAGAIN: it could not, send it inline. */
+static int tx_ref(struct shmcm_conn *c, uint32_t src, uint32_t dst,
+		  const void *buf, uint32_t len, uint16_t cno)
+{
+	int status = 1, rc;
+	uint64_t abort_deadline = 0;
+
+	rc = ref_issue(c, src, dst, buf, len, cno, sync_sent, &status);
+	if (rc < 0)
+		return rc;
+	while (shmcm_reap(c), status == 1) {
+		/* Going down: the peer may still be reading our buffer;
+		 * wait for it to finish or leave, but not for ever. */
+		if (atomic_load(&c->tx_abort) && !abort_deadline)
+			abort_deadline = xtime_ns() + 1000000000ull;
+		if (ref_wait(c, abort_deadline) < 0)
+			return -ENOTCONN;
+	}
+	if (status == -EREMOTEIO)
+		return -EAGAIN;
+	return status;
 }
 
 int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
@@ -192,8 +309,7 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 	if (!shmcm_trylock(&c->tx_lock))
 		return -ENOTCONN;
 	cno = atomic_load_explicit(&c->tx_cno, memory_order_relaxed);
-	if (c->cma_min && len >= c->cma_min && !c->rndv_off && c->flow == SHMCM_FLOW_WAIT &&
-	    atomic_load_explicit(&c->peer->cma, memory_order_relaxed)) {
+	if (len >= c->cma_min && can_ref(c)) {
 		rc = tx_ref(c, src, dst, buf, (uint32_t)len, cno);
 		if (rc != -EAGAIN)
 			goto out_unlock;

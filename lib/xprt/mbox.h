@@ -32,6 +32,8 @@
 
 enum { MBOX_SIDE_A = 0, MBOX_SIDE_B = 1 };
 
+#define MBOX_RNDV_RING	64	/* pull outcomes kept; bounds sends in flight */
+
 struct mbox_ring_ctl {
 	_Alignas(MBOX_CL) _Atomic uint32_t head;	/* written by the producer */
 	_Alignas(MBOX_CL) _Atomic uint32_t tail;	/* written by the consumer */
@@ -66,6 +68,8 @@ struct mbox_side {
 	_Atomic uint32_t rndv_failed;	/* ... of which the copy failed */
 	_Atomic uint64_t rndv_msgs;
 	_Atomic uint64_t rndv_bytes;
+	/* outcome of pull number n (counting rndv_done) at [n % 64]: 0 ok */
+	_Atomic uint8_t rndv_status[MBOX_RNDV_RING];
 	/* ... and as sender: asleep on the peer's rndv_done */
 	_Alignas(MBOX_CL) _Atomic uint32_t rndv_sleep;
 };

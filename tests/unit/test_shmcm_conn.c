@@ -472,6 +472,83 @@ static void test_cma_rx_buffer(void **s)
 	free(buf);
 }
 
+/* Asynchronous sends by reference: up to SHMCM_REF_WINDOW pulls overlap;
+ * completions come in order, each after its own pull. */
+struct sent_log { int n; int status[64]; int order[64]; };
+
+static struct sent_log slog;
+
+static void record_sent(void *ctx, int status)
+{
+	int i = (int)(intptr_t)ctx;
+
+	slog.order[slog.n] = i;
+	slog.status[slog.n] = status;
+	slog.n++;
+}
+
+static void test_send_ref_window(void **s)
+{
+	enum { N = 40, SZ = 100000 };
+	struct end a = { 0 }, b = { 0 };
+	uint8_t *bufs = malloc((size_t)N * SZ);
+	int rc;
+
+	memset(&slog, 0, sizeof(slog));
+	mkname("win");
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
+	connect_pair(&a, &b);
+	for (int i = 0; i < N; i++) {
+		for (int j = 0; j < SZ; j++)
+			bufs[(size_t)i * SZ + j] = (uint8_t)(i + j * 3);
+		rc = shmcm_send_ref(a.c, 0, 0, bufs + (size_t)i * SZ, SZ, record_sent,
+				    (void *)(intptr_t)i);
+		assert_int_equal(rc, 0);
+		assert_true(shmcm_refs_in_flight(a.c) <= SHMCM_REF_WINDOW);
+	}
+	uint64_t end = xtime_ns() + 5000000000ull;
+	while (shmcm_refs_in_flight(a.c) && xtime_ns() < end)
+		shmcm_reap(a.c);
+	assert_int_equal(slog.n, N);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(slog.order[i], i);
+		assert_int_equal(slog.status[i], 0);
+	}
+	want_len = (size_t)N * SZ;
+	assert_true(wait_for(&b, got_all, 5000));
+	assert_memory_equal(b.got, bufs, (size_t)N * SZ);
+	assert_int_equal(shmcm_send_ref(a.c, 0, 0, bufs, 0, record_sent, NULL), -EMSGSIZE);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+
+	/* a peer that does not accept references */
+	struct shmcm_params p = { .side = MBOX_SIDE_B, .flow = SHMCM_FLOW_WAIT, .no_cma = true };
+	struct shmcm_upcalls uc = { up, down, collect, &b, NULL };
+	char err[256];
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	mkname("win2");
+	p.name = conn_name;
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	pthread_mutex_init(&b.mu, NULL);
+	pthread_cond_init(&b.cv, NULL);
+	b.c = shmcm_open(&p, &uc, err, sizeof(err));
+	assert_non_null(b.c);
+	connect_pair(&a, &b);
+	assert_int_equal(shmcm_send_ref(a.c, 0, 0, bufs, SZ, record_sent, NULL), -EOPNOTSUPP);
+	/* shmcm_transmit still gets it there, inline */
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, bufs, SZ), 0);
+	want_len = SZ;
+	assert_true(wait_for(&b, got_all, 5000));
+	assert_memory_equal(b.got, bufs, SZ);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+	free(bufs);
+}
+
 /* A raw receiver on side b that cannot pull: it reports the failure, and
  * the sender resends the message inline. */
 struct raw_rx {
@@ -496,9 +573,13 @@ static void *raw_receiver(void *arg)
 		if (shmcm_decode(slot, mbox_pkt_max(r->m), 1 << 20, &p) == 0 &&
 		    p.type == SHMCM_UDATA_1_PKT) {
 			if (shmcm_pkt_is_ref(&p)) {
+				/* the receiver's side of the protocol: outcome
+				 * 1 (failed) at [done % ring], then done + 1 */
+				uint32_t d = atomic_load(&me->rndv_done);
 				r->refs++;
+				atomic_store(&me->rndv_status[d % MBOX_RNDV_RING], 1);
 				atomic_fetch_add(&me->rndv_failed, 1);
-				atomic_fetch_add(&me->rndv_done, 1);
+				atomic_store(&me->rndv_done, d + 1);
 				mbox_wake_word(&me->rndv_done, &r->m->h->side[MBOX_SIDE_A].rndv_sleep);
 			} else {
 				r->inline_pkts++;
@@ -533,6 +614,9 @@ static void test_cma_fallback(void **s)
 	if (wc)
 		fail_msg("not connected: %s, state %s", strerror(-wc),
 			 shmcm_reason_str(shmcm_get_reason(a.c)));
+	/* what a real end publishes once connected */
+	atomic_store(&r.m->h->side[MBOX_SIDE_B].peer_cno, atomic_load(&r.m->h->side[MBOX_SIDE_A].cno));
+	atomic_store(&r.m->h->side[MBOX_SIDE_B].state, SHMCM_CONNECTED);
 
 	for (int i = 0; i < 70000; i++)
 		buf[i] = (uint8_t)(i % 251);
@@ -712,6 +796,7 @@ int main(void)
 		cmocka_unit_test(test_raw_peer),
 		cmocka_unit_test(test_cma),
 		cmocka_unit_test(test_cma_rx_buffer),
+		cmocka_unit_test(test_send_ref_window),
 		cmocka_unit_test(test_cma_fallback),
 		cmocka_unit_test(test_cma_bad_ref),
 		cmocka_unit_test(test_stress),
