@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -32,7 +33,11 @@ struct pipe_end {
 	struct shmcm_conn *c;
 	const char *name;
 	bool message, verbose;
-	int wake_efd;
+	int wake_efd;		/* up-calls and the signal thread -> main */
+	int out_fd;		/* stdout, or a non-blocking reopening of it */
+	int abort_efd;		/* a signal: stop waiting on stdout */
+	int sfd, quit_efd;	/* the signal thread's signalfd; main -> it */
+	_Atomic int sig;
 	_Atomic bool up, down;
 	_Atomic int reason;
 	_Atomic int out_err;
@@ -46,14 +51,28 @@ static void wake(struct pipe_end *pe)
 		xlog_ratelimited(XLOG_WARN, "eventfd: %m");
 }
 
-static int write_all(int fd, struct iovec *iov, int cnt)
+/* Writes everything, or fails.  On a non-blocking stdout it waits in
+ * poll() so that a signal (abort_efd) can cut a stalled write short
+ * without the deliver up-call holding the connection hostage. */
+static int write_all(struct pipe_end *pe, struct iovec *iov, int cnt)
 {
 	while (cnt > 0) {
-		ssize_t n = writev(fd, iov, cnt);
+		ssize_t n = writev(pe->out_fd, iov, cnt);
 
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
+			if (errno == EAGAIN) {
+				struct pollfd p[2] = {
+					{ .fd = pe->out_fd, .events = POLLOUT },
+					{ .fd = pe->abort_efd, .events = POLLIN },
+				};
+				if (poll(p, 2, -1) < 0 && errno != EINTR)
+					return -errno;
+				if (p[1].revents)
+					return -ECANCELED;
+				continue;
+			}
 			return -errno;
 		}
 		while (cnt > 0 && (size_t)n >= iov->iov_len) {
@@ -81,7 +100,7 @@ static void on_deliver(void *arg, uint32_t src, uint32_t dst, const void *data, 
 
 	if (atomic_load_explicit(&pe->out_err, memory_order_relaxed))
 		return;
-	rc = pe->message ? write_all(STDOUT_FILENO, iov, 2) : write_all(STDOUT_FILENO, iov + 1, 1);
+	rc = pe->message ? write_all(pe, iov, 2) : write_all(pe, iov + 1, 1);
 	if (rc < 0) {
 		atomic_store(&pe->out_err, -rc);
 		shmcm_disconnect(pe->c);
@@ -164,6 +183,51 @@ static bool stdin_is_devnull(void)
 	       S_ISCHR(a.st_mode) && a.st_rdev == b.st_rdev;
 }
 
+/* A pipe on stdout is reopened as a separate open file description, so it
+ * can be non-blocking without changing the flags of whoever shares it. */
+static int open_out(void)
+{
+	struct stat st;
+	int fd;
+
+	if (fstat(STDOUT_FILENO, &st) < 0 || !S_ISFIFO(st.st_mode))
+		return STDOUT_FILENO;
+	fd = open("/proc/self/fd/1", O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	return fd >= 0 ? fd : STDOUT_FILENO;
+}
+
+/* SIGINT, SIGTERM and SIGHUP: whatever main is waiting on (stdin, room in
+ * the mailbox, a stalled stdout in the deliver up-call), stop it and close
+ * the connection. */
+static void *signal_thread(void *arg)
+{
+	struct pipe_end *pe = arg;
+	struct pollfd p[2] = {
+		{ .fd = pe->sfd, .events = POLLIN },
+		{ .fd = pe->quit_efd, .events = POLLIN },
+	};
+	struct signalfd_siginfo si;
+	uint64_t one = 1;
+
+	for (;;) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		if (p[1].revents)
+			return NULL;
+		if (read(pe->sfd, &si, sizeof(si)) == sizeof(si))
+			break;
+	}
+	atomic_store(&pe->sig, (int)si.ssi_signo);
+	if (write(pe->abort_efd, &one, sizeof(one)) < 0)
+		xlog_warn("eventfd: %m");
+	shmcm_disconnect(pe->c);
+	wake(pe);
+	return NULL;
+}
+
 /* The peer's reason, told from our side. */
 static const char *peer_view(enum shmcm_reason r)
 {
@@ -180,14 +244,14 @@ static int exit_status(struct pipe_end *pe, int sig)
 	enum shmcm_reason r = (enum shmcm_reason)atomic_load(&pe->reason);
 	int oe = atomic_load(&pe->out_err);
 
+	if (sig)
+		return 128 + sig;
 	if (oe == EPIPE)
 		return 128 + SIGPIPE;
 	if (oe) {
 		fprintf(stderr, "mkshmcon: writing to stdout: %s\n", strerror(oe));
 		return EXIT_FAIL;
 	}
-	if (sig)
-		return 128 + sig;
 	if (r == SHMCM_R_PEER_RST) {
 		/* The peer says why it reset: its own end of input (or
 		 * a signal) is a normal close, anything else is not. */
@@ -218,7 +282,10 @@ int cmd_connect(int argc, char **argv)
 		{ "help",    no_argument,       NULL, 'h' },
 		{ 0 }
 	};
-	struct pipe_end pe = { .wake_efd = -1 };
+	struct pipe_end pe = { .wake_efd = -1, .out_fd = STDOUT_FILENO, .abort_efd = -1,
+			       .sfd = -1, .quit_efd = -1 };
+	pthread_t sig_tid;
+	bool sig_started = false;
 	struct shmcm_params p = { .side = -1, .flow = SHMCM_FLOW_WAIT, .max_msg = MAX_MSG };
 	struct shmcm_upcalls uc = { on_connected, on_disconnected, on_deliver, &pe, NULL };
 	uint64_t wait_ns = 0;
@@ -227,7 +294,7 @@ int cmd_connect(int argc, char **argv)
 	char err[256];
 	uint8_t *buf = NULL;
 	size_t have = 0;
-	int c, sfd = -1, sig = 0, rc = EXIT_FAIL;
+	int c, rc = EXIT_FAIL;
 	sigset_t mask;
 
 	optind = 1;
@@ -285,34 +352,42 @@ int cmd_connect(int argc, char **argv)
 	if (check_name(p.name))
 		return EXIT_USAGE;
 
-	/* Signals arrive through a signalfd, in the main thread only. */
+	/* Signals arrive through a signalfd, read by a thread of their own
+	 * (every thread, the library's too, has them blocked). */
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
-	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+	pe.sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	pe.wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pe.abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pe.quit_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	buf = malloc(IN_CHUNK + MAX_MSG + 4);
-	if (sfd < 0 || pe.wake_efd < 0 || !buf) {
+	if (pe.sfd < 0 || pe.wake_efd < 0 || pe.abort_efd < 0 || pe.quit_efd < 0 || !buf) {
 		fprintf(stderr, "mkshmcon: setup: %s\n", strerror(errno));
 		goto out;
 	}
 
 	grow_pipe(STDIN_FILENO);
 	grow_pipe(STDOUT_FILENO);
+	pe.out_fd = open_out();
 	pe.c = shmcm_open(&p, &uc, err, sizeof(err));
 	if (!pe.c) {
 		fprintf(stderr, "mkshmcon: %s\n", err);
 		goto out;
 	}
+	if ((errno = pthread_create(&sig_tid, NULL, signal_thread, &pe)) != 0) {
+		fprintf(stderr, "mkshmcon: cannot start the signal thread: %s\n", strerror(errno));
+		goto out_close;
+	}
+	sig_started = true;
 	xlog(XLOG_INFO, "side %s of '%s' attached, connecting", p.side ? "b" : "a", pe.name);
 	shmcm_connect(pe.c);
 
-	struct pollfd pfd[3] = {
+	struct pollfd pfd[2] = {
 		{ .fd = pe.wake_efd, .events = POLLIN },
-		{ .fd = sfd, .events = POLLIN },
 		{ .fd = STDIN_FILENO, .events = POLLIN },
 	};
 	/* A receive-only end: -d, or stdin redirected from /dev/null, which
@@ -324,7 +399,7 @@ int cmd_connect(int argc, char **argv)
 		bool up = atomic_load(&pe.up);
 		int timeout = -1;
 
-		if (atomic_load(&pe.down) || atomic_load(&pe.out_err))
+		if (atomic_load(&pe.down) || atomic_load(&pe.out_err) || atomic_load(&pe.sig))
 			break;
 		if (!up && deadline) {
 			uint64_t now = xtime_ns();
@@ -335,7 +410,7 @@ int cmd_connect(int argc, char **argv)
 			}
 			timeout = (int)((deadline - now) / 1000000 + 1);
 		}
-		int nfd = up && input_open ? 3 : 2;
+		int nfd = up && input_open ? 2 : 1;
 		if (poll(pfd, (nfds_t)nfd, timeout) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -349,13 +424,7 @@ int cmd_connect(int argc, char **argv)
 			if (atomic_load(&pe.up) && !up)
 				xlog(XLOG_INFO, "connected");
 		}
-		if (pfd[1].revents) {
-			struct signalfd_siginfo si;
-			if (read(sfd, &si, sizeof(si)) == sizeof(si))
-				sig = (int)si.ssi_signo;
-			break;
-		}
-		if (nfd == 3 && pfd[2].revents) {
+		if (nfd == 2 && pfd[1].revents) {
 			ssize_t n = read(STDIN_FILENO, buf + have, IN_CHUNK);
 			int trc = 0;
 
@@ -400,30 +469,30 @@ int cmd_connect(int argc, char **argv)
 		}
 	}
 
-	if (!input_open && !sig) {
-		/* End of input: wait until the peer has read it all. */
-		for (;;) {
-			int drc = shmcm_wait_drained(pe.c, 100 * 1000000ull);
-			struct pollfd sp = { .fd = sfd, .events = POLLIN };
-			if (drc != -ETIMEDOUT)
-				break;
-			if (poll(&sp, 1, 0) > 0) {
-				struct signalfd_siginfo si;
-				if (read(sfd, &si, sizeof(si)) == sizeof(si))
-					sig = (int)si.ssi_signo;
-				break;
-			}
-		}
+	if (!input_open && !atomic_load(&pe.sig)) {
+		/* End of input: wait until the peer has read it all (a signal
+		 * disconnects, which ends the wait). */
+		while (shmcm_wait_drained(pe.c, 100 * 1000000ull) == -ETIMEDOUT &&
+		       !atomic_load(&pe.sig))
+			;
 	}
-	rc = exit_status(&pe, sig);
+	rc = exit_status(&pe, atomic_load(&pe.sig));
 out_close:
+	if (sig_started) {
+		uint64_t one = 1;
+		if (write(pe.quit_efd, &one, sizeof(one)) < 0)
+			xlog_warn("eventfd: %m");
+		pthread_join(sig_tid, NULL);
+	}
 	/* close sends CON_RST when still connected */
 	shmcm_close(pe.c);
 out:
 	free(buf);
-	if (sfd >= 0)
-		close(sfd);
-	if (pe.wake_efd >= 0)
-		close(pe.wake_efd);
+	if (pe.out_fd > STDOUT_FILENO)
+		close(pe.out_fd);
+	int fds[] = { pe.sfd, pe.wake_efd, pe.abort_efd, pe.quit_efd };
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
 	return rc;
 }

@@ -1,6 +1,9 @@
 #include "shmcm/shmcm_pri.h"
 #include "core/log.h"
 #include "core/xtime.h"
+#include "xprt/futex.h"
+
+#include <limits.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -111,11 +114,16 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 	if (out.disconnected)
 		atomic_store_explicit(&c->me->last_reason, out.reason, memory_order_release);
 
+	/* Senders waiting for room or for a pull give up first: a deliver
+	 * up-call may be one of them, and it holds the deliver lock. */
+	if (out.disable_deliver || out.disable_tx) {
+		atomic_store(&c->tx_abort, true);
+		mbox_tx_kick(c->mb);
+		xfutex_wake(&c->peer->rndv_done, INT_MAX, true);
+	}
 	if (out.disable_deliver)
 		synchronize_shmcm_lock(&c->deliver_lock);
 	if (out.disable_tx) {
-		atomic_store(&c->tx_abort, true);
-		mbox_tx_kick(c->mb);
 		synchronize_shmcm_lock(&c->tx_lock);
 		pthread_spin_lock(&c->tx_mutex);
 		shmcm_pend_clear(c);		/* user data of a dead connection */
@@ -159,6 +167,7 @@ static void peer_unwatch(struct shmcm_conn *c)
 		close(c->peer_pidfd);
 		c->peer_pidfd = -1;
 	}
+	atomic_store(&c->watched_owner, 0);
 }
 
 /* The peer is dead: act once every packet it sent has been handled. */
@@ -194,6 +203,9 @@ static void peer_watch(struct shmcm_conn *c)
 
 	if (owner == c->peer_owner)
 		return;
+	/* A death not acted on yet (our ring not drained) comes first. */
+	if (atomic_load(&c->peer_dead) && c->cm.state == SHMCM_CONNECTED)
+		return;
 	if (c->peer_pidfd >= 0) {
 		/* The process we watched no longer owns the peer side: it
 		 * exited (and released it) before we saw its pidfd fire.
@@ -211,6 +223,7 @@ static void peer_watch(struct shmcm_conn *c)
 		return;
 	}
 	c->peer_pidfd = fd;
+	atomic_store(&c->watched_owner, owner);
 	atomic_store(&c->peer_dead, false);
 	xlog(XLOG_DEBUG, "%s: watching peer pid %d", c->mb->name, (int)pid);
 }
@@ -343,6 +356,7 @@ static void conn_free(struct shmcm_conn *c)
 	pthread_mutex_destroy(&c->st_lock);
 	pthread_cond_destroy(&c->st_cond);
 	pthread_spin_destroy(&c->tx_mutex);
+	pthread_mutex_destroy(&c->ref_lock);
 	free(c);
 }
 
@@ -364,6 +378,7 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 	pthread_mutex_init(&c->st_lock, NULL);
 	pthread_cond_init(&c->st_cond, NULL);
 	pthread_spin_init(&c->tx_mutex, PTHREAD_PROCESS_PRIVATE);
+	pthread_mutex_init(&c->ref_lock, NULL);
 	c->uc = *uc;
 	c->flow = p->flow;
 	c->poll_mode = p->poll;
@@ -379,8 +394,8 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 	c->me = &c->mb->h->side[p->side];
 	c->peer = &c->mb->h->side[mbox_peer(p->side)];
 	/* Both directions are made alike: our MTU is the peer's MRU. */
-	c->mtu = c->mru = c->mb->h->mtu;
-	c->defq_max = c->mb->h->defq_max;
+	c->mtu = c->mru = c->mb->cfg.mtu;
+	c->defq_max = c->mb->cfg.defq_max;
 	shmcm_reasm_init(&c->reasm, p->max_msg ? p->max_msg : DEF_MAX_MSG,
 			 4 * (size_t)(p->max_msg ? p->max_msg : DEF_MAX_MSG));
 	shmcm_cm_init(&c->cm, (uint16_t)atomic_load(&c->me->cno));
@@ -406,7 +421,7 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 		snprintf(err, errlen, "connection '%s': event loop: %s", p->name, strerror(errno));
 		goto out_free;
 	}
-	tick_ns = (uint64_t)c->mb->h->con_tmo_ms / SHMCM_ALIVES_PER_TMO;
+	tick_ns = (uint64_t)c->mb->cfg.con_tmo_ms / SHMCM_ALIVES_PER_TMO;
 	if (tick_ns < SHMCM_TICK_MIN_MS)
 		tick_ns = SHMCM_TICK_MIN_MS;
 	tick_ns *= 1000000ull;

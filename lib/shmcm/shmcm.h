@@ -88,9 +88,8 @@ typedef void (*shmcm_sent_fn)(void *ctx, int status);
  * so pulls overlap; `buf` must stay unchanged until `sent` runs.  With
  * SHMCM_REF_WINDOW messages in flight it first waits for the oldest.
  * Completions run inside shmcm_send_ref(), shmcm_reap() and shmcm_poll(),
- * in order.  -EOPNOTSUPP when the peer does not accept references (or
- * failed one before): use shmcm_transmit().  Call it, shmcm_reap() and
- * by-reference shmcm_transmit() from one thread. */
+ * in order, on whichever thread reaps.  -EOPNOTSUPP when the peer does not
+ * accept references (or failed one before): use shmcm_transmit(). */
 int shmcm_send_ref(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 		   const void *buf, size_t len, shmcm_sent_fn sent, void *ctx);
 /* Runs the completions that are due; returns how many. */

@@ -20,6 +20,11 @@
  * - Because a request may now arrive twice, a CON_REQ in CONNECTED that
  *   carries the generation we are already connected to is a duplicate and is
  *   ignored; one with another generation still resets the connection.
+ *
+ * As in LINX's handle_dc_disconnect(), a disconnect down-call while already
+ * DISCONNECTED does nothing (the seed's "always call disconnected" assumes
+ * RLNH never disconnects twice without a connect in between; the
+ * disconnected up-call was made when the state was left).
  */
 #ifndef XPRT_SHMCM_CM_H
 #define XPRT_SHMCM_CM_H

@@ -64,6 +64,7 @@ struct shmcm_conn {
 	int job_efd;
 	int peer_pidfd;
 	uint64_t peer_owner;
+	_Atomic uint64_t watched_owner;	/* owner word of the process behind peer_pidfd */
 	struct shmcm_cm cm;
 
 	/* the job queue */
@@ -94,14 +95,17 @@ struct shmcm_conn {
 	uint64_t sent_bytes, sent_pkts;	/* under tx_mutex */
 	uint32_t cma_min;		/* 0: never send by reference */
 	bool rndv_off;			/* the peer could not pull one */
-	/* messages by reference in flight (the sending thread's own):
-	 * entry i is done when the peer's rndv_done reaches its expect */
+	/* messages by reference in flight, under ref_lock (any thread may
+	 * send, a deliver up-call included): entry i is done when the peer's
+	 * rndv_done reaches its expect */
+	pthread_mutex_t ref_lock;
 	struct shmcm_ref {
 		shmcm_sent_fn fn;
 		void *ctx;
 		uint32_t expect;
 	} refq[SHMCM_REF_WINDOW];
-	uint32_t ref_head, ref_tail, ref_expect;
+	_Atomic uint32_t ref_head, ref_tail;	/* written under ref_lock */
+	uint32_t ref_expect;
 
 	/* rx */
 	pthread_t rx_thread;

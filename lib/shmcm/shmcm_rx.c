@@ -65,8 +65,13 @@ static void rx_ref(struct shmcm_conn *c, const struct shmcm_pkt *p)
 		if (len <= c->rndv_cap)
 			dst = c->rndv_buf;
 	}
+	/* Pull only from the process we watch as our peer: the owner word in
+	 * shared memory could name any process we may read. */
+	uint64_t owner = atomic_load_explicit(&c->peer->owner, memory_order_acquire);
+	if (owner == 0 || owner != atomic_load_explicit(&c->watched_owner, memory_order_acquire))
+		dst = NULL;
 	if (dst) {
-		pid_t pid = (pid_t)(atomic_load_explicit(&c->peer->owner, memory_order_relaxed) >> 32);
+		pid_t pid = (pid_t)(owner >> 32);
 		struct iovec local = { dst, len };
 		struct iovec remote = { (void *)(uintptr_t)p->u.addr, len };
 		ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
@@ -181,8 +186,7 @@ int shmcm_poll(struct shmcm_conn *c, unsigned max)
 {
 	int n = (int)rx_run(c, max);
 
-	if (c->ref_head != c->ref_tail)
-		shmcm_reap(c);
+	shmcm_reap(c);
 	return n;
 }
 

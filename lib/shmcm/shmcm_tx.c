@@ -158,8 +158,14 @@ static bool refs_orphaned(struct shmcm_conn *c)
 
 int shmcm_reap(struct shmcm_conn *c)
 {
+	struct { shmcm_sent_fn fn; void *ctx; int status; } due[SHMCM_REF_WINDOW];
 	int n = 0;
 
+	if (atomic_load_explicit(&c->ref_head, memory_order_relaxed) ==
+	    atomic_load_explicit(&c->ref_tail, memory_order_relaxed))
+		return 0;	/* nothing in flight: the poll loop's usual case */
+	/* Decide under the lock, call back outside it (a callback may send). */
+	pthread_mutex_lock(&c->ref_lock);
 	while (c->ref_tail != c->ref_head) {
 		struct shmcm_ref *e = &c->refq[c->ref_tail % SHMCM_REF_WINDOW];
 		uint32_t done = atomic_load_explicit(&c->peer->rndv_done, memory_order_acquire);
@@ -178,16 +184,22 @@ int shmcm_reap(struct shmcm_conn *c)
 			xlog(XLOG_INFO, "%s: the peer cannot pull messages by reference; sending inline",
 			     c->mb->name);
 		}
+		due[n].fn = e->fn;
+		due[n].ctx = e->ctx;
+		due[n].status = status;
 		c->ref_tail++;
 		n++;
-		e->fn(e->ctx, status);
 	}
+	pthread_mutex_unlock(&c->ref_lock);
+	for (int k = 0; k < n; k++)
+		due[k].fn(due[k].ctx, due[k].status);
 	return n;
 }
 
 unsigned shmcm_refs_in_flight(const struct shmcm_conn *c)
 {
-	return c->ref_head - c->ref_tail;
+	return atomic_load(&((struct shmcm_conn *)c)->ref_head) -
+	       atomic_load(&((struct shmcm_conn *)c)->ref_tail);
 }
 
 /* Waits until the peer's count moves or the connection goes down; then
@@ -213,18 +225,23 @@ static int ref_issue(struct shmcm_conn *c, uint32_t src, uint32_t dst, const voi
 	struct shmcm_ref *e;
 	uint8_t *slot;
 
+	pthread_mutex_lock(&c->ref_lock);
 	while (c->ref_head - c->ref_tail >= SHMCM_REF_WINDOW) {
-		if (shmcm_reap(c))
-			break;
-		if (atomic_load(&c->tx_abort))
-			return -ENOTCONN;
-		ref_wait(c, 0);
+		pthread_mutex_unlock(&c->ref_lock);
+		if (!shmcm_reap(c)) {
+			if (atomic_load(&c->tx_abort))
+				return -ENOTCONN;
+			ref_wait(c, 0);
+		}
+		pthread_mutex_lock(&c->ref_lock);
 	}
 	pthread_spin_lock(&c->tx_mutex);
 	if (c->pq_head)
 		shmcm_pend_flush(c);
-	if (!(slot = slot_wait(c)))
+	if (!(slot = slot_wait(c))) {
+		pthread_mutex_unlock(&c->ref_lock);
 		return -ENOTCONN;
+	}
 	if (c->ref_head == c->ref_tail)
 		c->ref_expect = atomic_load_explicit(&c->peer->rndv_done, memory_order_acquire);
 	e = &c->refq[c->ref_head % SHMCM_REF_WINDOW];
@@ -238,6 +255,7 @@ static int ref_issue(struct shmcm_conn *c, uint32_t src, uint32_t dst, const voi
 	c->sent_bytes += SHMCM_UDATA_HLEN;
 	shmcm_publish_tx_stats(c);
 	pthread_spin_unlock(&c->tx_mutex);
+	pthread_mutex_unlock(&c->ref_lock);
 	return 0;
 }
 
@@ -262,8 +280,7 @@ int shmcm_send_ref(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 		rc = ref_issue(c, src, dst, buf, (uint32_t)len,
 			       atomic_load_explicit(&c->tx_cno, memory_order_relaxed), sent, ctx);
 	shmcm_unlock(&c->tx_lock);
-	if (c->ref_head != c->ref_tail)
-		shmcm_reap(c);
+	shmcm_reap(c);
 	return rc;
 }
 

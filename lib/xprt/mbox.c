@@ -223,8 +223,10 @@ static int map_existing(const char *name, struct mbox **out, bool check,
 		ERR("connection '%s': mmap: %s", name, strerror(-rc));
 		goto out_close;
 	}
+	struct mbox_hdr snap;
+	memcpy(&snap, p, sizeof(snap));	/* validated and used as one */
 	if (check) {
-		rc = validate(p, (uint64_t)st.st_size, name, err, errlen);
+		rc = validate(&snap, (uint64_t)st.st_size, name, err, errlen);
 		if (rc < 0)
 			goto out_unmap;
 	}
@@ -233,6 +235,15 @@ static int map_existing(const char *name, struct mbox **out, bool check,
 		rc = -ENOMEM;
 		ERR("out of memory");
 		goto out_unmap;
+	}
+	if (check) {
+		uint32_t slot_size;
+		uint64_t total;
+
+		m->cfg = (struct mbox_cfg){ snap.nslots, snap.mtu, snap.con_tmo_ms, snap.defq_max };
+		layout(&m->cfg, &slot_size, m->ring_off, &total);
+		m->slot_size = slot_size;
+		m->mask = m->cfg.nslots - 1;
 	}
 	m->h = p;
 	m->size = (size_t)st.st_size;
@@ -402,12 +413,10 @@ int mbox_claim(struct mbox *m, int side, char *err, size_t errlen)
 	}
 	m->side = side;
 	m->owner = mine;
-	m->mask = m->h->nslots - 1;
-	m->slot_size = m->h->slot_size;
 	m->tx = &m->h->ring[side];
 	m->rx = &m->h->ring[mbox_peer(side)];
-	m->tx_slots = (uint8_t *)m->h + m->h->ring_off[side];
-	m->rx_slots = (uint8_t *)m->h + m->h->ring_off[mbox_peer(side)];
+	m->tx_slots = (uint8_t *)m->h + m->ring_off[side];
+	m->rx_slots = (uint8_t *)m->h + m->ring_off[mbox_peer(side)];
 	/* Our tx ring continues where the last owner of this side stopped;
 	 * what its peer has not read yet stays, and SHMCM's generation number
 	 * tells the peer it is old.  Our rx ring held packets for the last
@@ -584,11 +593,11 @@ int mbox_rx_wait(struct mbox *m, uint64_t spin_ns, uint64_t timeout_ns)
 			cpu_relax();
 		}
 	} while (xtime_ns() < end);
+	/* Sleep until head moves from what it is now: a producer publishing
+	 * after this load changes it (and the futex returns at once); a head
+	 * that stands ahead of any ready slot (a broken peer) only lets us
+	 * sleep, never spin. */
 	head = atomic_load_explicit(&m->rx->head, memory_order_acquire);
-	if (head != m->rx_tail) {
-		atomic_store_explicit(&m->rx->cons_sleep, 0, memory_order_relaxed);
-		return rx_ready(m) ? 0 : -EINTR;
-	}
 	if (!timeout_ns || timeout_ns > MBOX_BACKSTOP_NS)
 		timeout_ns = MBOX_BACKSTOP_NS;
 	rc = xfutex_wait(&m->rx->head, head, timeout_ns, true);

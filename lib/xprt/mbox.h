@@ -101,6 +101,11 @@ struct mbox_cfg {
 struct mbox {
 	struct mbox_hdr *h;
 	size_t size;
+	/* The geometry, from a private copy of the header validated once:
+	 * whatever a process later writes into the shared header, we index
+	 * the rings only with these. */
+	struct mbox_cfg cfg;
+	uint64_t ring_off[2];
 	int fd;
 	int side;			/* claimed side, or -1 */
 	uint64_t owner;			/* our owner word while claimed */
@@ -260,11 +265,15 @@ static inline void mbox_rx_release(struct mbox *m, uint32_t n)
 		mbox_wake_producer(m->rx);
 }
 
-/* True when packets sit unread in our rx ring (any thread may ask). */
+/* True when a packet sits unread in our rx ring (any thread may ask).
+ * Judged by the slot's own sequence word at the published tail, never by
+ * the peer's head, which a broken or hostile peer could set to anything. */
 static inline bool mbox_rx_pending(struct mbox *m)
 {
-	return atomic_load_explicit(&m->rx->head, memory_order_acquire) !=
-	       atomic_load_explicit(&m->rx->tail, memory_order_relaxed);
+	uint32_t t = atomic_load_explicit(&m->rx->tail, memory_order_acquire);
+	struct mbox_slot_hdr *h = mbox_slot(m->rx_slots, m->slot_size, m->mask, t);
+
+	return atomic_load_explicit(&h->seq, memory_order_acquire) == t + 1;
 }
 
 /* Spins `spin_ns`, then sleeps until a packet arrives or timeout_ns passes.

@@ -1075,3 +1075,47 @@ with open(sys.argv[1], "wb") as f:
 	[ "$(json_get "d['b']['cma'], d['b']['cma_msgs']")" = "(False, 0)" ]
 	[ "$(json_get "d['a']['sent_pkts'] > 600")" = "True" ]
 }
+
+# ------------------------------------------------- signals under back-pressure
+
+@test "connect: SIGTERM is honoured while stdout is stalled" {
+	local t=$BATS_TEST_TMPDIR
+	create_conn "$CONN"
+	# b's stdout: a pipe whose reader never reads
+	mkdir -p "$ENDS/B"
+	mkfifo "$ENDS/B/out"
+	sleep 60 <"$ENDS/B/out" 3>&- &
+	BG_PIDS+=($!)
+	start_end B "$CONN" b /dev/null -d
+	head -c 20M /dev/zero >"$t/in"
+	start_end A "$CONN" a "$t/in"
+	sleep 1		# the pipe is full: b waits inside its deliver up-call
+	end_running B
+	kill -TERM "$(end_pid B)"
+	wait_end B 3
+	[ "$END_RC" -eq 143 ]
+	# b closed the connection; a, cut short by b's own close, exits 0
+	wait_end A 5
+	[ "$END_RC" -eq 0 ]
+}
+
+@test "connect: SIGTERM is honoured while waiting for room in the mailbox" {
+	local t=$BATS_TEST_TMPDIR
+	create_conn "$CONN" -t 10s -n 4 -m 1k
+	hold_fifo "$t/fa"
+	start_end B "$CONN" b /dev/null -d
+	start_end A "$CONN" a "$t/fa"
+	wait_connected "$CONN"
+	kill -STOP "$(end_pid B)"
+	head -c 1M /dev/zero >"$t/fa" &
+	BG_PIDS+=($!)
+	sleep 0.5	# a's ring is full: it waits for room
+	end_running A
+	local t0
+	t0=$(now_ms)
+	kill -TERM "$(end_pid A)"
+	wait_end A 3
+	[ "$END_RC" -eq 143 ]
+	[ $(($(now_ms) - t0)) -lt 2000 ]
+	kill -CONT "$(end_pid B)"
+}

@@ -682,6 +682,95 @@ static void test_cma_bad_ref(void **s)
 	rmname();
 }
 
+/* Review F1: a deliver up-call that transmits (an echo) and blocks on a
+ * full ring must not keep a disconnect from completing. */
+static struct shmcm_conn *echo_conn;
+
+static void echo_back(void *arg, uint32_t src, uint32_t dst, const void *d, size_t n)
+{
+	shmcm_transmit(echo_conn, src, dst, d, n);	/* may block: ring full */
+}
+
+static void test_disconnect_while_deliver_blocks(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	uint8_t msg[200] = { 0 };
+
+	cfgname("echo", (struct mbox_cfg){ 8, 256, 60000, 0 });
+	echo_conn = open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, echo_back);
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, NULL);	/* never polled below */
+	shmcm_connect(a.c);
+	shmcm_connect(b.c);
+	for (int i = 0; i < 5000 && shmcm_get_state(b.c) != SHMCM_CONNECTED; i++) {
+		shmcm_poll(b.c, 16);
+		usleep(1000);
+	}
+	assert_int_equal(shmcm_wait_connected(a.c, 3000000000ull), 0);
+	/* a echoes each into its ring to b, which nobody reads: it fills */
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(shmcm_transmit(b.c, 0, 0, msg, sizeof(msg)), 0);
+	usleep(200000);
+	uint64_t t0 = xtime_ns();
+	shmcm_disconnect(a.c);
+	assert_true(xtime_ns() - t0 < 2000000000ull);
+	assert_int_equal(shmcm_get_state(a.c), SHMCM_DISCONNECTED);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+}
+
+/* Review F4: a peer that forges its ring head (no packet behind it) and
+ * dies: we neither spin on it nor miss the death. */
+static void test_forged_head(void **s)
+{
+	struct end a = { 0 };
+	int pfd[2];
+	pid_t pid;
+	char c;
+
+	cfgname("forge", (struct mbox_cfg){ 64, 256, 60000, 0 });
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct mbox *m;
+		uint8_t pkt[SHMCM_CON_LEN];
+		char err[256];
+		if (mbox_open(conn_name, &m, err, sizeof(err)) < 0 ||
+		    mbox_claim(m, MBOX_SIDE_B, err, sizeof(err)) < 0)
+			_exit(3);
+		if (read(pfd[0], &c, 1) != 1)	/* a has attached */
+			_exit(4);
+		atomic_store(&m->h->side[MBOX_SIDE_B].cno, 1);
+		shmcm_encode_con(pkt, SHMCM_CON_REQ, 1);
+		memcpy(mbox_tx_reserve(m), pkt, sizeof(pkt));
+		mbox_tx_publish(m);
+		if (read(pfd[0], &c, 1) != 1)	/* a is connected */
+			_exit(4);
+		/* head ahead of any packet */
+		atomic_fetch_add(&m->h->ring[MBOX_SIDE_B].head, 5);
+		usleep(300000);
+		_exit(0);	/* dies without a word */
+	}
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	shmcm_connect(a.c);
+	assert_int_equal(write(pfd[1], "x", 1), 1);
+	assert_int_equal(shmcm_wait_connected(a.c, 3000000000ull), 0);
+	assert_int_equal(write(pfd[1], "x", 1), 1);
+	struct timespec c0, c1;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	usleep(250000);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	double cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9;
+	assert_true(cpu < 0.1);		/* not spinning on the forged head */
+	waitpid(pid, NULL, 0);
+	assert_true(wait_for(&a, is_down, 2000));
+	assert_int_equal(a.reason, SHMCM_R_PEER_GONE);
+	close_end(&a);
+	close(pfd[0]);
+	close(pfd[1]);
+	rmname();
+}
+
 /* ---------------------------------------------------------------- stress */
 
 static inline uint64_t mix(uint64_t x)
@@ -798,6 +887,8 @@ int main(void)
 		cmocka_unit_test(test_cma_rx_buffer),
 		cmocka_unit_test(test_send_ref_window),
 		cmocka_unit_test(test_cma_fallback),
+		cmocka_unit_test(test_disconnect_while_deliver_blocks),
+		cmocka_unit_test(test_forged_head),
 		cmocka_unit_test(test_cma_bad_ref),
 		cmocka_unit_test(test_stress),
 	};
