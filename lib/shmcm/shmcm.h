@@ -82,7 +82,11 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
  * messages go inline by themselves), -ENOTCONN when the connection went
  * down before.  From then on the buffer is the caller's again. */
 typedef void (*shmcm_sent_fn)(void *ctx, int status);
-#define SHMCM_REF_WINDOW 16
+/* Two in flight: the receiver pulls one message at a time, so one more
+ * waiting hides the hand-over between pulls; more only adds traffic on the
+ * completion line (measured on 2 CPUs: 64 KiB at 16 GB/s with 16 in
+ * flight, 21-22 GB/s with 2 or 4). */
+#define SHMCM_REF_WINDOW 2
 
 /* Sends a message by reference without waiting for the peer to pull it,
  * so pulls overlap; `buf` must stay unchanged until `sent` runs.  With
