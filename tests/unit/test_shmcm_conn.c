@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +38,15 @@ struct end {
 };
 
 static char conn_name[64];
+
+/* A forked child never outlives this test program, whatever happens to it. */
+static void child_setup(int pipe_write_end_to_close)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	alarm(30);
+	if (pipe_write_end_to_close >= 0)
+		close(pipe_write_end_to_close);
+}
 
 static void mkname(const char *what)
 {
@@ -220,6 +230,7 @@ static void test_side_busy(void **s)
 	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
 	pid = fork();
 	if (pid == 0) {
+		child_setup(-1);
 		struct mbox *m;
 		char err[256];
 		if (mbox_open(conn_name, &m, err, sizeof(err)) < 0)
@@ -277,6 +288,7 @@ static void test_peer_death(void **s)
 	assert_int_equal(pipe(pfd), 0);
 	pid = fork();
 	if (pid == 0) {
+		child_setup(-1);
 		struct end b = { 0 };
 		open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
 		shmcm_connect(b.c);
@@ -732,6 +744,7 @@ static void test_forged_head(void **s)
 	assert_int_equal(pipe(pfd), 0);
 	pid = fork();
 	if (pid == 0) {
+		child_setup(pfd[1]);	/* reads: EOF if the parent gives up */
 		struct mbox *m;
 		uint8_t pkt[SHMCM_CON_LEN];
 		char err[256];
@@ -838,6 +851,7 @@ static void test_stress(void **s)
 	cfgname("stress", (struct mbox_cfg){ 256, 512, 1000, 0 });
 	pid = fork();
 	if (pid == 0) {
+		child_setup(-1);
 		struct end b = { 0 };
 		open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, stress_check);
 		shmcm_connect(b.c);
@@ -892,5 +906,20 @@ int main(void)
 		cmocka_unit_test(test_cma_bad_ref),
 		cmocka_unit_test(test_stress),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	int failed = cmocka_run_group_tests(tests, NULL, NULL);
+	char suffix[32], err[256], **names;
+	size_t n;
+
+	/* A test that failed half-way left its mailbox: remove ours. */
+	snprintf(suffix, sizeof(suffix), "-%d", (int)getpid());
+	if (mbox_list(&names, &n) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			size_t l = strlen(names[i]), k = strlen(suffix);
+			if (strncmp(names[i], "unit-", 5) == 0 && l > k &&
+			    strcmp(names[i] + l - k, suffix) == 0)
+				mbox_unlink(names[i], true, err, sizeof(err));
+		}
+		mbox_names_free(names, n);
+	}
+	return failed;
 }
