@@ -110,6 +110,22 @@ static void collect(void *arg, uint32_t src, uint32_t dst, const void *d, size_t
 	pthread_mutex_unlock(&e->mu);
 }
 
+/* Any parameters and up-calls (their arg is e). */
+static struct shmcm_conn *open_end_with(struct end *e, struct shmcm_params p,
+					struct shmcm_upcalls uc)
+{
+	char err[256];
+
+	p.name = conn_name;
+	uc.arg = e;
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	e->c = shmcm_open(&p, &uc, err, sizeof(err));
+	if (!e->c)
+		fail_msg("shmcm_open: %s", err);
+	return e->c;
+}
+
 static struct shmcm_conn *open_end(struct end *e, int side, enum shmcm_flow flow, bool poll,
 				   void (*deliver)(void *, uint32_t, uint32_t, const void *, size_t))
 {
@@ -460,15 +476,10 @@ static void test_cma_rx_buffer(void **s)
 	struct shmcm_params p = { .side = MBOX_SIDE_B, .flow = SHMCM_FLOW_WAIT };
 	struct shmcm_upcalls uc = { up, down, collect_check, &b, give_user_rx };
 	uint8_t *buf = malloc(150000);
-	char err[256];
 
 	mkname("rxbuf");
-	p.name = conn_name;
 	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
-	pthread_mutex_init(&b.mu, NULL);
-	pthread_cond_init(&b.cv, NULL);
-	b.c = shmcm_open(&p, &uc, err, sizeof(err));
-	assert_non_null(b.c);
+	open_end_with(&b, p, uc);
 	connect_pair(&a, &b);
 	for (int i = 0; i < 150000; i++)
 		buf[i] = (uint8_t)(i * 13);
@@ -538,16 +549,11 @@ static void test_send_ref_window(void **s)
 	/* a peer that does not accept references */
 	struct shmcm_params p = { .side = MBOX_SIDE_B, .flow = SHMCM_FLOW_WAIT, .no_cma = true };
 	struct shmcm_upcalls uc = { up, down, collect, &b, NULL };
-	char err[256];
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
 	mkname("win2");
-	p.name = conn_name;
 	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
-	pthread_mutex_init(&b.mu, NULL);
-	pthread_cond_init(&b.cv, NULL);
-	b.c = shmcm_open(&p, &uc, err, sizeof(err));
-	assert_non_null(b.c);
+	open_end_with(&b, p, uc);
 	connect_pair(&a, &b);
 	assert_int_equal(shmcm_send_ref(a.c, 0, 0, bufs, SZ, record_sent, NULL), -EOPNOTSUPP);
 	/* shmcm_transmit still gets it there, inline */
