@@ -42,7 +42,7 @@ void shmcm_job_push(struct shmcm_conn *c, struct job *j)
 
 /* Queues a job and waits until the job queue has carried it out (seed:
  * "create/destroy wait until their job is done"). */
-void shmcm_job_run(struct shmcm_conn *c, enum job_op op, uint32_t con_type, uint16_t cno)
+static void shmcm_job_run(struct shmcm_conn *c, enum job_op op, uint32_t con_type, uint16_t cno)
 {
 	struct job j = { .op = op, .con_type = con_type, .cno = cno };
 
@@ -66,7 +66,7 @@ void shmcm_job_async(struct shmcm_conn *c, enum job_op op)
 	shmcm_job_push(c, j);
 }
 
-void shmcm_job_finish(struct shmcm_conn *c, struct job *j)
+static void shmcm_job_finish(struct shmcm_conn *c, struct job *j)
 {
 	if (j->async) {
 		free(j);

@@ -127,9 +127,7 @@ extern _Thread_local struct shmcm_conn *shmcm_in_upcall;
 
 /* shmcm.c: the job queue */
 void shmcm_job_push(struct shmcm_conn *c, struct job *j);
-void shmcm_job_run(struct shmcm_conn *c, enum job_op op, uint32_t con_type, uint16_t cno);
 void shmcm_job_async(struct shmcm_conn *c, enum job_op op);
-void shmcm_job_finish(struct shmcm_conn *c, struct job *j);
 
 /* shmcm_tx.c */
 void shmcm_publish_tx_stats(struct shmcm_conn *c);

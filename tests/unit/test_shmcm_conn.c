@@ -361,25 +361,36 @@ static void raw_udata(struct mbox *m, uint16_t cno, const char *text, uint32_t c
 	raw_send(m, pkt, SHMCM_UDATA_HLEN + n);
 }
 
+/* A hand-driven peer: claims side a of the mailbox raw, announces
+ * generation `cno` and sends CON_REQ; returns once `b` is connected to it. */
+static struct mbox *raw_attach(struct end *b, uint16_t cno)
+{
+	struct mbox *m;
+	uint8_t pkt[SHMCM_CON_LEN];
+	char err[256];
+
+	assert_int_equal(mbox_open(conn_name, &m, err, sizeof(err)), 0);
+	assert_int_equal(mbox_claim(m, MBOX_SIDE_A, err, sizeof(err)), 0);
+	/* the generation is published before the packet that carries it */
+	atomic_store(&m->h->side[MBOX_SIDE_A].cno, cno);
+	shmcm_encode_con(pkt, SHMCM_CON_REQ, cno);
+	raw_send(m, pkt, sizeof(pkt));
+	assert_int_equal(shmcm_wait_connected(b->c, 3000000000ull), 0);
+	return m;
+}
+
 static void test_raw_peer(void **s)
 {
 	struct end b = { 0 };
 	struct mbox *m;
 	uint8_t pkt[SHMCM_CON_LEN];
-	char err[256];
 
 	mkname("raw");
 	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
 	shmcm_connect(b.c);
-	assert_int_equal(mbox_open(conn_name, &m, err, sizeof(err)), 0);
-	assert_int_equal(mbox_claim(m, MBOX_SIDE_A, err, sizeof(err)), 0);
-	/* our generation is 5, published before the packet that carries it */
-	atomic_store(&m->h->side[MBOX_SIDE_A].cno, 5);
+	m = raw_attach(&b, 5);
 	shmcm_encode_con(pkt, SHMCM_CON_REQ, 4);	/* not our generation: stale */
 	raw_send(m, pkt, sizeof(pkt));
-	shmcm_encode_con(pkt, SHMCM_CON_REQ, 5);
-	raw_send(m, pkt, sizeof(pkt));
-	assert_int_equal(shmcm_wait_connected(b.c, 3000000000ull), 0);
 
 	raw_udata(m, 4, "old", 0);		/* stale generation */
 	raw_udata(m, 5, "new", 0);
@@ -674,17 +685,11 @@ static void test_cma_bad_ref(void **s)
 	struct end b = { 0 };
 	struct mbox *m;
 	uint8_t pkt[SHMCM_UDATA_HLEN];
-	char err[256];
 
 	mkname("badref");
 	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
 	shmcm_connect(b.c);
-	assert_int_equal(mbox_open(conn_name, &m, err, sizeof(err)), 0);
-	assert_int_equal(mbox_claim(m, MBOX_SIDE_A, err, sizeof(err)), 0);
-	atomic_store(&m->h->side[MBOX_SIDE_A].cno, 1);
-	shmcm_encode_con(pkt, SHMCM_CON_REQ, 1);
-	raw_send(m, pkt, SHMCM_CON_LEN);
-	assert_int_equal(shmcm_wait_connected(b.c, 3000000000ull), 0);
+	m = raw_attach(&b, 1);
 	shmcm_encode_udata_ref(pkt, 1, 9, 0, 0, 100000, 16);	/* address 16 */
 	raw_send(m, pkt, SHMCM_UDATA_HLEN);
 	raw_udata(m, 1, "after", 0);
