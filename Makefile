@@ -16,7 +16,7 @@ ifdef WERROR
 WARN    += -Werror
 endif
 CPPFLAGS += -Ilib -D_GNU_SOURCE
-LDLIBS  := -lyaml -lpthread
+LDLIBS  := -lrdmacm -libverbs -lyaml -lpthread
 
 ifdef SAN
 B       ?= build-san

@@ -1,0 +1,248 @@
+/* xrc.h front: argument checks common to every backend, then dispatch. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "xprt/xrc_pri.h"
+
+void xrc_opts_fill(struct xrc_opts *dst, const struct xrc_opts *src)
+{
+	static const struct xrc_opts zero;
+
+	*dst = src ? *src : zero;
+	if (!dst->sq_depth)
+		dst->sq_depth = 128;
+	if (!dst->rq_depth)
+		dst->rq_depth = 128;
+	if (!dst->max_send)
+		dst->max_send = 64 * 1024;
+	if (!dst->max_inline)
+		dst->max_inline = 64;
+	if (!dst->timeout_ns)
+		dst->timeout_ns = 5000000000ull;
+}
+
+static const struct xrc_ops *backend(const struct xuri *u, char *err, size_t errlen)
+{
+	switch (u->scheme) {
+	case XURI_TCP:
+		return &xrc_tcp_ops;
+	case XURI_RDMA:
+		return &xrc_rdma_ops;
+	default:
+		snprintf(err, errlen, "%s://: not a reliable-connection transport "
+			 "(use tcp:// or rdma://)", xuri_scheme_name(u->scheme));
+		errno = EPROTONOSUPPORT;
+		return NULL;
+	}
+}
+
+struct xrc_listener *xrc_listen(const struct xuri *u, const struct xrc_opts *o,
+				char *err, size_t errlen)
+{
+	const struct xrc_ops *b = backend(u, err, errlen);
+	struct xrc_opts opts;
+
+	if (!b)
+		return NULL;
+	xrc_opts_fill(&opts, o);
+	return b->listen(u, &opts, err, errlen);
+}
+
+int xrc_listener_fd(const struct xrc_listener *l) { return l->ops->fd(l); }
+uint16_t xrc_listener_port(const struct xrc_listener *l) { return l->ops->port(l); }
+
+struct xrc_req *xrc_get_request(struct xrc_listener *l, char *err, size_t errlen)
+{
+	return l->ops->get_request(l, err, errlen);
+}
+
+const void *xrc_req_data(const struct xrc_req *r, size_t *len)
+{
+	*len = r->privlen;
+	return r->priv;
+}
+
+const char *xrc_req_peer(const struct xrc_req *r) { return r->peer; }
+
+struct xrc *xrc_accept(struct xrc_req *r, const void *priv, size_t privlen,
+		       const struct xrc_opts *o, char *err, size_t errlen)
+{
+	struct xrc_opts opts;
+
+	if (privlen > XRC_PRIV_MAX) {
+		snprintf(err, errlen, "accept: %zu bytes of private data (max %d)",
+			 privlen, XRC_PRIV_MAX);
+		r->ops->reject(r, NULL, 0);
+		errno = EINVAL;
+		return NULL;
+	}
+	xrc_opts_fill(&opts, o);
+	return r->ops->accept(r, priv, privlen, &opts, err, errlen);
+}
+
+void xrc_reject(struct xrc_req *r, const void *priv, size_t privlen)
+{
+	if (privlen > XRC_PRIV_MAX)
+		privlen = XRC_PRIV_MAX;
+	r->ops->reject(r, priv, privlen);
+}
+
+void xrc_listener_close(struct xrc_listener *l)
+{
+	if (l)
+		l->ops->close(l);
+}
+
+struct xrc *xrc_connect(const struct xuri *u, const struct xrc_opts *o,
+			const void *priv, size_t privlen, void *rep, size_t *replen,
+			char *err, size_t errlen)
+{
+	const struct xrc_ops *b = backend(u, err, errlen);
+	struct xrc_opts opts;
+
+	if (!b)
+		return NULL;
+	if (privlen > XRC_PRIV_MAX) {
+		snprintf(err, errlen, "connect: %zu bytes of private data (max %d)",
+			 privlen, XRC_PRIV_MAX);
+		errno = EINVAL;
+		return NULL;
+	}
+	xrc_opts_fill(&opts, o);
+	return b->connect(u, &opts, priv, privlen, rep, replen, err, errlen);
+}
+
+void xrc_close(struct xrc *c)
+{
+	if (c)
+		c->ops->close(c);
+}
+
+enum xrc_state xrc_state(const struct xrc *c) { return c->state; }
+enum xuri_scheme xrc_scheme(const struct xrc *c) { return c->scheme; }
+const char *xrc_peer(const struct xrc *c) { return c->peer; }
+uint32_t xrc_max_send(const struct xrc *c) { return c->max_send; }
+uint32_t xrc_sq_depth(const struct xrc *c) { return c->sq_depth; }
+struct xrc_dom *xrc_domain(struct xrc *c) { return c->ops->domain(c); }
+
+struct xrc_mr *xrc_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,
+		       char *err, size_t errlen)
+{
+	if (!addr || !len) {
+		snprintf(err, errlen, "register: empty region");
+		errno = EINVAL;
+		return NULL;
+	}
+	return d->ops->reg(d, addr, len, access, err, errlen);
+}
+
+void xrc_dereg(struct xrc_mr *mr)
+{
+	struct xrc_mr_base *b = (struct xrc_mr_base *)mr;
+
+	if (mr)
+		b->dom->ops->dereg(mr);
+}
+
+static int check_sg(const struct xrc *c, const struct xrc_sge *sg, int nsg, unsigned flags,
+		    uint64_t *total)
+{
+	uint64_t t = 0;
+
+	if (nsg < 0 || nsg > XRC_MAX_SGE || (nsg && !sg))
+		return -EINVAL;
+	for (int i = 0; i < nsg; i++) {
+		if (sg[i].len && !sg[i].addr)
+			return -EINVAL;
+		t += sg[i].len;
+	}
+	if ((flags & XRC_INLINE) && t > c->max_inline)
+		return -EINVAL;
+	*total = t;
+	return 0;
+}
+
+int xrc_post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t wr_id,
+		  unsigned flags)
+{
+	uint64_t t;
+	int rc = check_sg(c, sg, nsg, flags, &t);
+
+	if (rc)
+		return rc;
+	if (c->state != XRC_UP)
+		return -ENOTCONN;
+	if (t > c->max_send)
+		return -EMSGSIZE;
+	return c->ops->post_send(c, sg, nsg, false, 0, wr_id, flags);
+}
+
+int xrc_post_send_imm(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t imm,
+		      uint64_t wr_id, unsigned flags)
+{
+	uint64_t t;
+	int rc = check_sg(c, sg, nsg, flags, &t);
+
+	if (rc)
+		return rc;
+	if (c->state != XRC_UP)
+		return -ENOTCONN;
+	if (t > c->max_send)
+		return -EMSGSIZE;
+	return c->ops->post_send(c, sg, nsg, true, imm, wr_id, flags);
+}
+
+int xrc_post_write(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+		   uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
+		   unsigned flags)
+{
+	uint64_t t;
+	int rc = check_sg(c, sg, nsg, flags, &t);
+
+	if (rc)
+		return rc;
+	if (c->state != XRC_UP)
+		return -ENOTCONN;
+	if (t > UINT32_MAX)
+		return -EMSGSIZE;
+	return c->ops->post_write(c, sg, nsg, raddr, rkey, with_imm, imm, wr_id, flags);
+}
+
+int xrc_post_read(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+		  uint32_t rkey, uint64_t wr_id, unsigned flags)
+{
+	uint64_t t;
+	int rc = check_sg(c, sg, nsg, flags & ~XRC_INLINE, &t);
+
+	if (rc)
+		return rc;
+	if (flags & XRC_INLINE)
+		return -EINVAL;
+	if (c->state != XRC_UP)
+		return -ENOTCONN;
+	if (t > UINT32_MAX)
+		return -EMSGSIZE;
+	return c->ops->post_read(c, sg, nsg, raddr, rkey, wr_id, flags);
+}
+
+int xrc_post_recv(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id)
+{
+	if (!sg || (sg->len && !sg->addr))
+		return -EINVAL;
+	if (c->state == XRC_DOWN)
+		return -ENOTCONN;
+	return c->ops->post_recv(c, sg, wr_id);
+}
+
+int xrc_poll(struct xrc *c, struct xrc_wc *wc, int n)
+{
+	if (n < 0 || (n && !wc))
+		return -EINVAL;
+	return c->ops->poll(c, wc, n);
+}
+
+int xrc_fd(const struct xrc *c) { return c->ops->fd(c); }
+int xrc_wait(struct xrc *c, uint64_t timeout_ns) { return c->ops->wait(c, timeout_ns); }
+
+void xrc_get_stats(const struct xrc *c, struct xrc_stats *s) { *s = c->stats; }

@@ -1,0 +1,217 @@
+/* Reliable-connection (RC) service class, DESIGN.md "Transports": the verbs
+ * model -- post work requests, poll completions -- with two backends:
+ *
+ *   rdma://  real RC queue pairs set up through librdmacm (xrc_rdma.c)
+ *   tcp://   our framing over a TCP socket carrying the same operations;
+ *            the receiver checks key and bounds before it applies a write
+ *            or serves a read (xrc_tcp.c, framing in xrc_tcp_wire.h)
+ *
+ * Completion rules (seed 002, InfiniBand midlayer; DESIGN.md), in every
+ * backend:
+ *   - a completion is only ever returned by xrc_poll(); no post call
+ *     completes anything or calls back into the caller;
+ *   - one thread drives a connection at a time (the caller serialises
+ *     post/poll on one struct xrc; different connections are independent);
+ *   - nothing here blocks except xrc_connect(), xrc_accept() and
+ *     xrc_wait(), each bounded by a timeout.
+ *
+ * Work requests complete in order per queue (send queue, receive queue),
+ * as on an RC QP.  When a connection fails, every outstanding request
+ * completes with status -ECONNRESET (the verbs "flush"), xrc_state() turns
+ * XRC_DOWN and later posts fail with -ENOTCONN.
+ *
+ * The library never prints or exits: errors go to the caller's buffer.
+ */
+#ifndef XPRT_XRC_H
+#define XPRT_XRC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/uri.h"
+
+struct xrc;		/* one connection */
+struct xrc_listener;
+struct xrc_req;		/* an incoming connection request */
+struct xrc_dom;		/* protection domain: where memory is registered */
+struct xrc_mr;
+
+/* CM private data carried by a connect request and by its accept/reject,
+ * as rdma_cm does (RTRS puts its conn_req/conn_rsp there).  RoCE/IB limit
+ * the REQ to 56 bytes; we allow that much on every backend. */
+#define XRC_PRIV_MAX 56
+
+struct xrc_opts {
+	uint32_t sq_depth;	/* send queue: posted sends/writes/reads in flight (0: 128) */
+	uint32_t rq_depth;	/* receive queue: posted receives (0: 128) */
+	uint32_t max_send;	/* largest SEND payload, bytes (0: 64 KiB); a bigger
+				 * incoming SEND is a protocol error that fails
+				 * the connection */
+	uint32_t max_inline;	/* sends up to this size may use XRC_INLINE (0: 64) */
+	uint64_t timeout_ns;	/* connect/accept/address resolution (0: 5 s) */
+	uint8_t tos;		/* IP TOS / traffic class, 0 = default */
+};
+
+/* Access rights of a registered region, as in verbs. */
+enum {
+	XRC_ACCESS_LOCAL_WRITE	= 1,
+	XRC_ACCESS_REMOTE_WRITE	= 2,
+	XRC_ACCESS_REMOTE_READ	= 4,
+};
+
+/* A registered region.  `rkey` is what a peer names in xrc_post_write()/
+ * xrc_post_read(); addresses on the wire are this process's virtual
+ * addresses, as with verbs. */
+struct xrc_mr {
+	void *addr;
+	size_t len;
+	uint32_t lkey;
+	uint32_t rkey;
+	unsigned access;
+};
+
+struct xrc_sge {
+	void *addr;
+	uint32_t len;
+	struct xrc_mr *mr;	/* rdma: required unless XRC_INLINE; tcp: may be NULL */
+};
+
+#define XRC_MAX_SGE 4
+
+enum xrc_op {
+	XRC_OP_SEND,		/* our send completed (buffer is ours again) */
+	XRC_OP_WRITE,		/* our RDMA write (with or without imm) completed */
+	XRC_OP_READ,		/* our RDMA read completed: data is in our buffer */
+	XRC_OP_RECV,		/* a SEND arrived in a posted receive */
+	XRC_OP_RECV_IMM,	/* a peer's write-with-immediate landed; it consumed
+				 * a posted receive (verbs rule), `len` = bytes written */
+};
+
+/* Post flags. */
+enum {
+	XRC_SIGNALED	= 1,	/* produce a completion (otherwise only errors do,
+				 * and the slot is freed when a later signaled
+				 * request on the same queue completes) */
+	XRC_INLINE	= 2,	/* the payload is copied at post time */
+	XRC_FENCE	= 4,	/* wait for earlier reads to finish first */
+};
+
+struct xrc_wc {
+	uint64_t wr_id;
+	int status;		/* 0, or -errno: -ECONNRESET (flushed), -EREMOTEIO
+				 * (the peer refused: bad rkey or bounds),
+				 * -EMSGSIZE (receive buffer too small) */
+	enum xrc_op op;
+	uint32_t len;		/* RECV: bytes received; RECV_IMM: bytes written */
+	uint32_t imm;		/* host order */
+	bool has_imm;		/* RECV (send-with-imm) or RECV_IMM */
+};
+
+enum xrc_state { XRC_CONNECTING, XRC_UP, XRC_DOWN };
+
+/* --- connection setup ------------------------------------------------- */
+
+/* `u` is tcp:// or rdma:// (AUTO must be resolved first, see xaddr.h).
+ * rdma:// with no RDMA device fails with "no RDMA device found (...)". */
+struct xrc_listener *xrc_listen(const struct xuri *u, const struct xrc_opts *o,
+				char *err, size_t errlen);
+/* Readable when xrc_get_request() may return something. */
+int xrc_listener_fd(const struct xrc_listener *l);
+/* The bound address (port 0 in the URI picks a free one). */
+uint16_t xrc_listener_port(const struct xrc_listener *l);
+/* Non-blocking.  Returns the next complete request, or NULL: errno EAGAIN
+ * when none is ready (a half-open or slow client never blocks this), other
+ * errno values with a message in err for a fatal listener error.  Requests
+ * that fail on their own (a client that sends garbage, or goes away) are
+ * dropped silently here and counted. */
+struct xrc_req *xrc_get_request(struct xrc_listener *l, char *err, size_t errlen);
+const void *xrc_req_data(const struct xrc_req *r, size_t *len);
+/* "ADDR:PORT" of the client. */
+const char *xrc_req_peer(const struct xrc_req *r);
+/* Accepts with `priv` (<= XRC_PRIV_MAX bytes, may be NULL) as the reply's
+ * private data; frees r.  Returns an XRC_UP connection, or NULL + err. */
+struct xrc *xrc_accept(struct xrc_req *r, const void *priv, size_t privlen,
+		       const struct xrc_opts *o, char *err, size_t errlen);
+/* Rejects with private data; frees r. */
+void xrc_reject(struct xrc_req *r, const void *priv, size_t privlen);
+void xrc_listener_close(struct xrc_listener *l);	/* NULL ok */
+
+/* Blocking, bounded by o->timeout_ns.  On success *replen gets the accept's
+ * private data length (rep may be NULL).  Failure messages name the
+ * endpoint: "tcp://127.0.0.1:7 : connection refused",
+ * "...: rejected by peer" (errno ECONNREFUSED; the reject's private data
+ * is still copied to rep/*replen), "...: timed out". */
+struct xrc *xrc_connect(const struct xuri *u, const struct xrc_opts *o,
+			const void *priv, size_t privlen, void *rep, size_t *replen,
+			char *err, size_t errlen);
+void xrc_close(struct xrc *c);		/* NULL ok; flushes, frees */
+
+enum xrc_state xrc_state(const struct xrc *c);
+enum xuri_scheme xrc_scheme(const struct xrc *c);
+/* "ADDR:PORT" of the other end. */
+const char *xrc_peer(const struct xrc *c);
+/* Effective limits after negotiation with the peer. */
+uint32_t xrc_max_send(const struct xrc *c);
+uint32_t xrc_sq_depth(const struct xrc *c);
+
+/* --- memory ------------------------------------------------------------ */
+
+/* The domain the connection's memory lives in.  Connections on the same
+ * RDMA device share one domain (and so keys); all tcp connections of the
+ * process share one. */
+struct xrc_dom *xrc_domain(struct xrc *c);
+/* NULL + err on failure (e.g. RLIMIT_MEMLOCK with rdma). */
+struct xrc_mr *xrc_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,
+		       char *err, size_t errlen);
+/* NULL ok.  The caller must have no request in flight that uses it. */
+void xrc_dereg(struct xrc_mr *mr);
+
+/* --- data path ----------------------------------------------------------- */
+
+/* All return 0, -ENOTCONN (connection down), -ENOBUFS (queue full: poll
+ * first), -EINVAL (bad sge count/size, inline too big, missing mr) or
+ * -EMSGSIZE (SEND bigger than xrc_max_send()). */
+int xrc_post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t wr_id,
+		  unsigned flags);
+int xrc_post_send_imm(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t imm,
+		      uint64_t wr_id, unsigned flags);
+/* RDMA write of the gathered bytes to the peer's [raddr, raddr+len) under
+ * rkey; with `with_imm` the peer gets an XRC_OP_RECV_IMM completion
+ * carrying `imm` (and it consumes one of its posted receives). */
+int xrc_post_write(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+		   uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
+		   unsigned flags);
+/* RDMA read of the peer's [raddr, raddr+len) into the scattered buffers. */
+int xrc_post_read(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+		  uint32_t rkey, uint64_t wr_id, unsigned flags);
+/* One buffer per receive. */
+int xrc_post_recv(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id);
+
+/* Makes progress (socket I/O for tcp, CQ polling for rdma) and returns up
+ * to n completions, 0 if none, or -errno only for misuse.  Never blocks. */
+int xrc_poll(struct xrc *c, struct xrc_wc *wc, int n);
+/* A file descriptor that becomes readable when xrc_poll() may have work
+ * (register it with epoll, level-triggered).  xrc_poll() re-arms it. */
+int xrc_fd(const struct xrc *c);
+/* Blocks until xrc_poll() may have work or timeout_ns passes (0 = don't
+ * block).  1 ready, 0 timeout, -errno. */
+int xrc_wait(struct xrc *c, uint64_t timeout_ns);
+
+/* Counters (for stats output). */
+struct xrc_stats {
+	uint64_t tx_bytes, rx_bytes;
+	uint64_t sends, recvs, writes, reads;
+	uint64_t remote_errors;	/* writes/reads refused on key or bounds */
+};
+void xrc_get_stats(const struct xrc *c, struct xrc_stats *s);
+
+/* Backend ops table: what xrc.c dispatches to. */
+struct xrc_ops {
+	const char *name;
+	struct xrc_listener *(*listen)(const struct xuri *, const struct xrc_opts *, char *, size_t);
+	struct xrc *(*connect)(const struct xuri *, const struct xrc_opts *, const void *, size_t,
+			       void *, size_t *, char *, size_t);
+};
+
+#endif

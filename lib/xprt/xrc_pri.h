@@ -1,0 +1,82 @@
+/* Backend side of xrc.h: each backend embeds these base structs first in
+ * its own objects and fills an ops table; xrc.c dispatches the public calls
+ * and does the checks common to every backend (argument validation, state). */
+#ifndef XPRT_XRC_PRI_H
+#define XPRT_XRC_PRI_H
+
+#include "xprt/xrc.h"
+
+struct xrc_conn_ops {
+	void (*close)(struct xrc *c);
+	int (*post_send)(struct xrc *c, const struct xrc_sge *sg, int nsg, bool has_imm,
+			 uint32_t imm, uint64_t wr_id, unsigned flags);
+	int (*post_write)(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+			  uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
+			  unsigned flags);
+	int (*post_read)(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+			 uint32_t rkey, uint64_t wr_id, unsigned flags);
+	int (*post_recv)(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id);
+	int (*poll)(struct xrc *c, struct xrc_wc *wc, int n);
+	int (*fd)(const struct xrc *c);
+	int (*wait)(struct xrc *c, uint64_t timeout_ns);
+	struct xrc_dom *(*domain)(struct xrc *c);
+};
+
+struct xrc_listener_ops {
+	void (*close)(struct xrc_listener *l);
+	int (*fd)(const struct xrc_listener *l);
+	uint16_t (*port)(const struct xrc_listener *l);
+	struct xrc_req *(*get_request)(struct xrc_listener *l, char *err, size_t errlen);
+	struct xrc *(*accept)(struct xrc_req *r, const void *priv, size_t privlen,
+			      const struct xrc_opts *o, char *err, size_t errlen);
+	void (*reject)(struct xrc_req *r, const void *priv, size_t privlen);
+};
+
+struct xrc_dom_ops {
+	struct xrc_mr *(*reg)(struct xrc_dom *d, void *addr, size_t len, unsigned access,
+			      char *err, size_t errlen);
+	void (*dereg)(struct xrc_mr *mr);
+};
+
+struct xrc {
+	const struct xrc_conn_ops *ops;
+	enum xuri_scheme scheme;
+	enum xrc_state state;
+	char peer[64];
+	uint32_t max_send;
+	uint32_t sq_depth;
+	uint32_t rq_depth;
+	uint32_t max_inline;
+	struct xrc_stats stats;
+};
+
+struct xrc_listener {
+	const struct xrc_listener_ops *ops;
+	enum xuri_scheme scheme;
+};
+
+struct xrc_req {
+	const struct xrc_listener_ops *ops;	/* the listener's */
+	uint8_t priv[XRC_PRIV_MAX];
+	size_t privlen;
+	char peer[64];
+};
+
+struct xrc_dom {
+	const struct xrc_dom_ops *ops;
+};
+
+/* Backends sit behind struct xrc_mr too: `dom` says who frees it. */
+struct xrc_mr_base {
+	struct xrc_mr mr;	/* first: what callers see */
+	struct xrc_dom *dom;
+};
+
+/* Defaults for zero fields of xrc_opts (xrc.c). */
+void xrc_opts_fill(struct xrc_opts *dst, const struct xrc_opts *src);
+
+/* Backends. */
+extern const struct xrc_ops xrc_tcp_ops;
+extern const struct xrc_ops xrc_rdma_ops;
+
+#endif
