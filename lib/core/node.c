@@ -298,6 +298,24 @@ struct xnode *xnode_set_null(struct xnode *map, const char *key)
 	return map_put(map, key, node_new(XN_NULL));
 }
 
+struct xnode *xnode_set_node(struct xnode *map, const char *key, struct xnode *child)
+{
+	if (child && child->key) {	/* already someone's member */
+		errno = EINVAL;
+		return NULL;
+	}
+	return map_put(map, key, child);
+}
+
+struct xnode *xnode_push_node(struct xnode *list, struct xnode *child)
+{
+	if (child && child->key) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return list_put(list, child);
+}
+
 struct xnode *xnode_set_map(struct xnode *map, const char *key)
 {
 	return map_put(map, key, node_new(XN_MAP));

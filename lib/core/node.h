@@ -33,6 +33,12 @@ struct xnode *xnode_set_null(struct xnode *map, const char *key);
 struct xnode *xnode_set_map(struct xnode *map, const char *key);
 struct xnode *xnode_set_list(struct xnode *map, const char *key);
 
+/* Adopt a root node built elsewhere as a member: the parent owns it from
+ * then on (on failure it is freed).  NULL + EINVAL if child already has a
+ * parent's key. */
+struct xnode *xnode_set_node(struct xnode *map, const char *key, struct xnode *child);
+struct xnode *xnode_push_node(struct xnode *list, struct xnode *child);
+
 /* List appenders. */
 struct xnode *xnode_push_map(struct xnode *list);
 struct xnode *xnode_push_list(struct xnode *list);

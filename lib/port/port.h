@@ -104,6 +104,9 @@ int xp_host_connect(struct xp_host *h, const struct xuri *u, char *err, size_t e
 bool xp_node_up(const struct xp_host *h, uint32_t node);
 const char *xp_node_name(const struct xp_host *h, uint32_t node);
 
+/* How many listeners xp_host_listen() added so far. */
+unsigned xp_host_listeners(const struct xp_host *h);
+
 /* An fd (epoll) that is readable when xp_host_progress() has work. */
 int xp_host_fd(const struct xp_host *h);
 /* Moves bytes: accepts connections, sends fragments, receives them, runs
@@ -111,10 +114,17 @@ int xp_host_fd(const struct xp_host *h);
  * number of things done (0: idle), or -errno on a host-wide failure. */
 int xp_host_progress(struct xp_host *h);
 
+/* How long a caller sleeping on xp_host_fd() may wait before the host's
+ * next timer (a retry, a timeout) is due: 0..max_ms. */
+int xp_host_timeout_ms(const struct xp_host *h, int max_ms);
+
 /* Ports. */
 struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t errlen);
 void xp_close(struct xp_port *p);	/* NULL ok; pending sends complete DROPPED */
 unsigned xp_port_id(const struct xp_port *p);
+/* A pointer for the application, e.g. for use in send callbacks. */
+void xp_port_set_user(struct xp_port *p, void *user);
+void *xp_port_user(const struct xp_port *p);
 unsigned xp_num_send_tokens(const struct xp_port *p);
 unsigned xp_num_receive_tokens(const struct xp_port *p);
 

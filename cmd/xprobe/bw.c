@@ -1,0 +1,432 @@
+/* xprobe bw: bandwidth and message rate to an xprobe server.
+ *
+ * Over ports, --window messages are kept in flight to the server's sink
+ * port; each send callback (the receiver's acknowledgement: the message is
+ * in its buffer) returns a token and sends the next, so what is counted
+ * was delivered.  The sink's own count is fetched at the end and checked.
+ * Over datagrams, DATA datagrams go out as fast as the socket or queue
+ * takes them and the server reports what arrived: rate and loss. */
+#include "client.h"
+#include "core/node.h"
+#include "core/parse.h"
+#include "core/xtime.h"
+#include "xprt/xdev.h"
+#include "xprt/xdg.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct bw_opts {
+	uint64_t size;
+	uint64_t secs_ns;
+	uint64_t window;
+	uint64_t spin_ns;
+	enum xp_prio prio;
+	bool verbose, quiet, progress, window_set, size_set;
+	enum xfmt fmt;
+};
+
+struct bw_result {
+	char target[300];
+	const char *transport;
+	uint64_t msgs, bytes, ns;
+	uint64_t srv_msgs, srv_bytes, srv_ns;
+	bool datagram;
+};
+
+static void progress(const struct bw_opts *o, uint64_t start, uint64_t *last, uint64_t bytes)
+{
+	uint64_t now = xtime_ns();
+	char rate[32];
+
+	if (!o->progress || now - *last < 1000000000ull)
+		return;
+	*last = now;
+	xfmt_rate(bytes / ((now - start) / 1e9), rate, sizeof(rate));
+	fprintf(stderr, "\r%6.1f s  %s   ", (now - start) / 1e9, rate);
+}
+
+static void progress_end(const struct bw_opts *o)
+{
+	if (o->progress)
+		fprintf(stderr, "\r%40s\r", "");
+}
+
+static void report(const struct bw_opts *o, const struct bw_result *r)
+{
+	double secs = r->ns / 1e9, bps = secs > 0 ? r->bytes / secs : 0;
+	double rate = secs > 0 ? r->msgs / secs : 0;
+	char b1[32], b2[32];
+
+	if (o->fmt == XFMT_TEXT) {
+		printf("BW %s (%s): %llu-byte messages, %s\n", r->target, r->transport,
+		       (unsigned long long)o->size, r->datagram ? "datagrams" :
+		       o->prio == XP_HIGH ? "high priority" : "low priority");
+		printf("%llu messages, %s in %.2f s: %s, %.3f M msg/s\n",
+		       (unsigned long long)r->msgs, xfmt_size(r->bytes, b1, sizeof(b1)), secs,
+		       xfmt_rate(bps, b2, sizeof(b2)), rate / 1e6);
+		if (r->datagram) {
+			double loss = r->msgs ? 100.0 * (r->msgs - (r->srv_msgs < r->msgs ?
+					r->srv_msgs : r->msgs)) / r->msgs : 0;
+			printf("server received %llu datagrams (%.2f%% loss): %s\n",
+			       (unsigned long long)r->srv_msgs, loss,
+			       xfmt_rate(r->srv_ns ? r->srv_bytes / (r->srv_ns / 1e9) :
+					 r->srv_bytes / (secs > 0 ? secs : 1), b1, sizeof(b1)));
+		} else {
+			printf("server received %llu messages, %s\n", (unsigned long long)r->srv_msgs,
+			       xfmt_size(r->srv_bytes, b1, sizeof(b1)));
+		}
+		return;
+	}
+	struct xnode *m = xnode_map();
+
+	xnode_set_str(m, "target", r->target);
+	xnode_set_str(m, "transport", r->transport);
+	xnode_set_u64(m, "size", o->size);
+	if (!r->datagram) {
+		xnode_set_str(m, "prio", o->prio == XP_HIGH ? "high" : "low");
+		xnode_set_u64(m, "window", o->window);
+	}
+	xnode_set_f64(m, "time_s", secs, 3);
+	xnode_set_u64(m, "messages", r->msgs);
+	xnode_set_u64(m, "bytes", r->bytes);
+	xnode_set_f64(m, "bandwidth_Bps", bps, 0);
+	xnode_set_f64(m, "msg_rate", rate, 0);
+	xnode_set_u64(m, "server_messages", r->srv_msgs);
+	xnode_set_u64(m, "server_bytes", r->srv_bytes);
+	if (r->datagram) {
+		xnode_set_f64(m, "loss_pct", r->msgs ? 100.0 * (r->msgs - (r->srv_msgs < r->msgs ?
+				r->srv_msgs : r->msgs)) / r->msgs : 0, 2);
+		xnode_set_f64(m, "server_bandwidth_Bps", r->srv_ns ?
+			      r->srv_bytes / (r->srv_ns / 1e9) : 0, 0);
+	}
+	xemit(stdout, m, o->fmt);
+	xnode_free(m);
+}
+
+/* --- over ports ------------------------------------------------------------ */
+
+struct flow {
+	struct pclient *c;
+	const struct bw_opts *o;
+	void *buf;
+	uint64_t end_ns, last_ns;
+	uint64_t done_msgs;
+	unsigned inflight;
+	enum xp_status failed;
+};
+
+static void flow_sent(struct xp_port *p, void *ctx, enum xp_status st);
+
+static int flow_push(struct flow *f)
+{
+	while (f->inflight < f->o->window && f->failed == XP_SUCCESS && xtime_ns() < f->end_ns) {
+		int rc = xp_send(f->c->p, f->c->node, PROBE_PORT_SINK, f->o->prio, f->buf,
+				 f->o->size, flow_sent, f);
+
+		if (rc == -EAGAIN)
+			break;
+		if (rc < 0)
+			return rc;
+		f->inflight++;
+	}
+	return 0;
+}
+
+static void flow_sent(struct xp_port *p, void *ctx, enum xp_status st)
+{
+	struct flow *f = ctx;
+
+	f->inflight--;
+	if (st != XP_SUCCESS) {
+		if (f->failed == XP_SUCCESS)
+			f->failed = st;
+		return;
+	}
+	f->done_msgs++;
+	f->last_ns = xtime_ns();
+	flow_push(f);
+}
+
+static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_result *r)
+{
+	struct pclient c;
+	struct flow f = { 0 };
+	uint64_t start, last_progress;
+	int rc, ret = EXIT_FAIL;
+
+	if ((rc = pclient_open(&c, "bw", u, o->spin_ns)))
+		return rc;
+	snprintf(r->target, sizeof(r->target), "%s", c.target);
+	r->transport = xuri_scheme_name(u->scheme);
+	if ((rc = pclient_setup(&c, PROBE_PORT_SINK, (uint32_t)o->size, o->prio,
+				(uint32_t)o->window)))
+		goto out_close;
+	f.buf = aligned_alloc(4096, (o->size + 4095) / 4096 * 4096 + 4096);
+	if (!f.buf) {
+		fail("bw", "out of memory for %llu-byte messages", (unsigned long long)o->size);
+		goto out_close;
+	}
+	memset(f.buf, 0x5a, o->size);
+	f.c = &c;
+	f.o = o;
+	start = last_progress = xtime_ns();
+	f.end_ns = start + o->secs_ns;
+	if ((rc = flow_push(&f)) < 0) {
+		fail("bw", "%s: send: %s", c.target, strerror(-rc));
+		goto out_free;
+	}
+	while (f.inflight && !stop_requested) {
+		struct xp_event ev;
+
+		rc = pclient_wait(&c, &ev, 100000000ull);
+		if (rc == -ENOTCONN) {
+			fail("bw", "%s: connection lost", c.target);
+			goto out_free;
+		}
+		if (rc < 0 && rc != -EINTR) {
+			fail("bw", "%s: %s", c.target, strerror(-rc));
+			goto out_free;
+		}
+		if (f.failed != XP_SUCCESS) {
+			fail("bw", "%s: %s", c.target, xp_strstatus(f.failed));
+			goto out_free;
+		}
+		progress(o, start, &last_progress, f.done_msgs * o->size);
+		if (stop_requested)
+			f.end_ns = 0;	/* no new sends; let the window drain */
+	}
+	progress_end(o);
+	if (stop_requested && f.inflight) {
+		fail("bw", "interrupted");
+		goto out_free;
+	}
+	r->msgs = f.done_msgs;
+	r->bytes = f.done_msgs * o->size;
+	r->ns = (f.last_ns > start ? f.last_ns : xtime_ns()) - start;
+	if ((rc = pclient_stats(&c, &r->srv_msgs, &r->srv_bytes)))
+		goto out_free;
+	if (r->srv_msgs < r->msgs) {
+		fail("bw", "%s: the server counted %llu messages, %llu were acknowledged", c.target,
+		     (unsigned long long)r->srv_msgs, (unsigned long long)r->msgs);
+		goto out_free;
+	}
+	ret = EXIT_OK;
+out_free:
+	free(f.buf);
+out_close:
+	pclient_close(&c);
+	return ret;
+}
+
+/* --- over datagrams --------------------------------------------------------- */
+
+static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_result *r)
+{
+	enum { BATCH = 32 };
+	struct xdg_msg m[BATCH];
+	struct xuri local = *u;
+	struct xdg *d;
+	struct xdg_addr *to;
+	uint8_t *tx = NULL, req[PROBE_DG_HDR];
+	uint32_t session = (uint32_t)(xtime_real_ns() ^ (uint64_t)getpid() << 16), seq = 0;
+	uint64_t start, end, last_progress;
+	char err[512];
+	bool got = false;
+	int ret = EXIT_FAIL;
+
+	xuri_format(u, r->target, sizeof(r->target));
+	r->transport = xuri_scheme_name(u->scheme);
+	r->datagram = true;
+	snprintf(local.host, sizeof(local.host), "%s", strchr(u->host, ':') ? "::" : "0.0.0.0");
+	local.port = 0;
+	d = xdg_open(&local, NULL, err, sizeof(err));
+	if (!d)
+		return fail("bw", "%s", err);
+	if (!o->size_set) {
+		/* default: a full datagram */
+	} else if (o->size > xdg_mtu(d)) {
+		fail("bw", "-s %llu: beyond the %s MTU of %u bytes", (unsigned long long)o->size,
+		     r->transport, xdg_mtu(d));
+		goto out_close;
+	}
+	uint32_t size = o->size_set ? (uint32_t)o->size : xdg_mtu(d);
+
+	to = xdg_resolve(d, u, err, sizeof(err));
+	if (!to) {
+		fail("bw", "%s", err);
+		goto out_close;
+	}
+	tx = calloc(BATCH, size);
+	if (!tx) {
+		fail("bw", "out of memory");
+		goto out_close;
+	}
+	for (int i = 0; i < BATCH; i++)
+		m[i] = (struct xdg_msg){ to, tx + (size_t)i * size, size, 0 };
+	start = last_progress = xtime_ns();
+	end = start + o->secs_ns;
+	while (!stop_requested && xtime_ns() < end) {
+		struct xdg_wc wc[64];
+		int n;
+
+		for (int i = 0; i < BATCH; i++) {
+			struct probe_dg pd = { .type = PROBE_DG_DATA, .session = session,
+					       .seq = seq + (uint32_t)i };
+			probe_dg_encode(&pd, tx + (size_t)i * size);
+		}
+		n = xdg_send_batch(d, m, BATCH, 0);
+		if (n > 0) {
+			seq += (uint32_t)n;
+			r->msgs += (uint64_t)n;
+		} else if (n != -EAGAIN && n != -ENOBUFS) {
+			fail("bw", "%s: send: %s", r->target, strerror(-n));
+			goto out_close;
+		}
+		xdg_poll(d, wc, 64);
+		if (n <= 0)
+			xdg_wait(d, 100000);
+		progress(o, start, &last_progress, r->msgs * size);
+	}
+	r->ns = xtime_ns() - start;
+	r->bytes = r->msgs * size;
+	progress_end(o);
+	/* Let the tail arrive, then ask (datagrams: retry the question). */
+	for (int tries = 0; tries < 10 && !got && !stop_requested; tries++) {
+		struct probe_dg pd = { .type = PROBE_DG_STATS_REQ, .session = session };
+		uint64_t deadline = xtime_ns() + 300000000ull;
+
+		probe_dg_encode(&pd, req);
+		xdg_send(d, to, req, sizeof(req), 0, 0);
+		while (!got && xtime_ns() < deadline && !stop_requested) {
+			struct xdg_wc wc[16];
+			int n = xdg_poll(d, wc, 16);
+
+			for (int i = 0; i < n; i++) {
+				struct probe_dg in;
+
+				if (wc[i].op == XDG_OP_RECV && !wc[i].status &&
+				    probe_dg_decode(wc[i].data, wc[i].len, &in) == 0 &&
+				    in.type == PROBE_DG_STATS_REP && in.session == session) {
+					r->srv_msgs = in.pkts;
+					r->srv_bytes = in.bytes;
+					r->srv_ns = in.span_ns;
+					got = true;
+				}
+			}
+			if (!n)
+				xdg_wait(d, 10000000ull);
+		}
+	}
+	if (!got) {
+		fail("bw", "%s: no statistics from the server (is it an xprobe server?)", r->target);
+		goto out_close;
+	}
+	ret = EXIT_OK;
+out_close:
+	free(tx);
+	xdg_close(d);
+	return ret;
+}
+
+int cmd_bw(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "size", required_argument, NULL, 's' },
+		{ "time", required_argument, NULL, 'T' },
+		{ "window", required_argument, NULL, 'w' },
+		{ "prio", required_argument, NULL, 'P' },
+		{ "spin", required_argument, NULL, 'S' },
+		{ "progress", no_argument, NULL, 'p' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	static const char *const os = "s:T:w:qvo:h";
+	struct bw_opts o = { .size = 65536, .secs_ns = 3000000000ull, .window = 16,
+			     .spin_ns = 50000, .prio = XP_LOW, .fmt = XFMT_TEXT };
+	struct bw_result r = { 0 };
+	struct xuri u;
+	const char *es;
+	char err[512];
+	bool force_progress = false;
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, os, lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (xparse_size(optarg, 1, 1u << 30, &o.size, &es) < 0)
+				return usage_error("bw", "-s: '%s' %s", optarg, es);
+			o.size_set = true;
+			break;
+		case 'T':
+			if (xparse_duration(optarg, 1000000000ull, 1000000ull, 86400000000000ull,
+					    &o.secs_ns, &es) < 0)
+				return usage_error("bw", "-T: '%s' %s", optarg, es);
+			break;
+		case 'w':
+			if (xparse_u64(optarg, 1, 4096, &o.window, &es) < 0)
+				return usage_error("bw", "--window: '%s' %s", optarg, es);
+			o.window_set = true;
+			break;
+		case 'S':
+			if (xparse_duration(optarg, 1000, 0, 1000000000ull, &o.spin_ns, &es) < 0)
+				return usage_error("bw", "--spin: '%s' %s", optarg, es);
+			break;
+		case 'P':
+			if ((rc = parse_prio("bw", optarg, &o.prio)))
+				return rc;
+			break;
+		case 'p':
+			force_progress = true;
+			break;
+		case 'q':
+			o.quiet = true;
+			break;
+		case 'v':
+			o.verbose = true;
+			break;
+		case 'o':
+			if ((rc = parse_fmt("bw", optarg, &o.fmt)))
+				return rc;
+			break;
+		case 'h':
+			cmd_usage(stdout, "bw");
+			return EXIT_OK;
+		default:
+			return bad_option("bw", os, argv);
+		}
+	}
+	if (optind >= argc)
+		return usage_error("bw", "no URI given");
+	if (optind + 1 < argc)
+		return usage_error("bw", "unexpected argument '%s'", argv[optind + 1]);
+	if ((rc = parse_target("bw", argv[optind], o.verbose, &u)))
+		return rc;
+	if (is_datagram(&u)) {
+		if (o.window_set)
+			return usage_error("bw", "--window needs a port transport (shm, tcp, rdma), "
+					   "not %s://", xuri_scheme_name(u.scheme));
+		if (o.size_set && o.size < PROBE_DG_HDR)
+			return usage_error("bw", "-s: %llu is too small for %s:// (min %d)",
+					   (unsigned long long)o.size, xuri_scheme_name(u.scheme),
+					   PROBE_DG_HDR);
+	}
+	o.progress = force_progress || (!o.quiet && isatty(STDERR_FILENO));
+	if (xdev_require(&u, err, sizeof(err)) < 0)
+		return fail("bw", "%s", err);
+
+	install_stop_handlers();
+	rc = is_datagram(&u) ? bw_dgram(&o, &u, &r) : bw_ports(&o, &u, &r);
+	if (rc == EXIT_OK) {
+		if (is_datagram(&u) && !o.size_set)
+			o.size = r.msgs ? r.bytes / r.msgs : 0;
+		report(&o, &r);
+	}
+	return rc;
+}

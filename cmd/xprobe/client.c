@@ -1,0 +1,180 @@
+#include "client.h"
+#include "core/xtime.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define CTL_TIMEOUT_NS 5000000000ull
+
+int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns)
+{
+	struct xp_host_opts ho = { 0 };
+	char err[512];
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	c->cmd = cmd;
+	c->spin_ns = spin_ns;
+	if (u->scheme == XURI_SHM)
+		snprintf(c->target, sizeof(c->target), "shm://%s", u->name);
+	else
+		xuri_format(u, c->target, sizeof(c->target));
+	c->h = xp_host_new(&ho, err, sizeof(err));
+	if (!c->h)
+		return fail(cmd, "%s", err);
+	rc = xp_host_connect(c->h, u, err, sizeof(err));
+	if (rc < 0) {
+		fail(cmd, "%s", err);
+		goto out_free_host;
+	}
+	c->node = (uint32_t)rc;
+	c->p = xp_open(c->h, PROBE_PORT_CLIENT, err, sizeof(err));
+	if (!c->p) {
+		fail(cmd, "%s", err);
+		goto out_free_host;
+	}
+	for (int i = 0; i < 2; i++)
+		xp_provide_receive_buffer(c->p, c->ctl_rx[i], xp_min_size_for_length(PROBE_CTL_LEN),
+					  XP_HIGH);
+	return EXIT_OK;
+
+out_free_host:
+	xp_host_free(c->h);
+	c->h = NULL;
+	return EXIT_FAIL;
+}
+
+void pclient_close(struct pclient *c)
+{
+	xp_close(c->p);
+	xp_host_free(c->h);
+	c->p = NULL;
+	c->h = NULL;
+}
+
+static void ctl_sent(struct xp_port *p, void *ctx, enum xp_status st)
+{
+	struct pclient *c = ctx;
+
+	if (st != XP_SUCCESS && st != XP_SEND_DROPPED) {
+		c->lost = true;
+		fail(c->cmd, "%s: control message: %s", c->target, xp_strstatus(st));
+	}
+}
+
+void pclient_sent(struct xp_port *p, void *ctx, enum xp_status st)
+{
+	struct pclient *c = ctx;
+
+	if (st != XP_SUCCESS && c->failed == XP_SUCCESS)
+		c->failed = st;
+}
+
+static bool is_ctl_reply(const struct pclient *c, const struct xp_event *ev)
+{
+	return ev->sender_port == PROBE_PORT_CTL &&
+	       (ev->buffer == c->ctl_rx[0] || ev->buffer == c->ctl_rx[1]);
+}
+
+static int ctl(struct pclient *c, const struct probe_ctl *req, struct probe_ctl *rep)
+{
+	uint64_t deadline = xtime_ns() + CTL_TIMEOUT_NS;
+	struct xp_event ev;
+	int rc;
+
+	probe_ctl_encode(req, c->ctl_tx);
+	rc = xp_send(c->p, c->node, PROBE_PORT_CTL, XP_HIGH, c->ctl_tx, sizeof(c->ctl_tx),
+		     ctl_sent, c);
+	if (rc < 0)
+		return fail(c->cmd, "%s: control message: %s", c->target, strerror(-rc));
+	for (;;) {
+		uint64_t now = xtime_ns();
+
+		if (now >= deadline)
+			return fail(c->cmd, "%s: no answer from the server within %llu s "
+				    "(is it an xprobe server?)", c->target,
+				    (unsigned long long)(CTL_TIMEOUT_NS / 1000000000ull));
+		rc = xp_blocking_receive(c->p, &ev, deadline - now, c->spin_ns);
+		if (c->lost)
+			return EXIT_FAIL;
+		if (rc == -EINTR)
+			return fail(c->cmd, "interrupted");
+		if (rc < 0)
+			return fail(c->cmd, "%s: %s", c->target, strerror(-rc));
+		if (!xp_node_up(c->h, c->node))
+			return fail(c->cmd, "%s: connection lost", c->target);
+		if (rc == 0)
+			continue;
+		if (!is_ctl_reply(c, &ev)) {
+			/* Nothing else is in flight while we talk to the server. */
+			continue;
+		}
+		rc = probe_ctl_decode(ev.buffer, ev.length, rep);
+		xp_provide_receive_buffer(c->p, ev.buffer, ev.size, XP_HIGH);
+		if (rc < 0)
+			return fail(c->cmd, "%s: bad control reply (%s)", c->target, strerror(-rc));
+		return EXIT_OK;
+	}
+}
+
+int pclient_setup(struct pclient *c, unsigned service, uint32_t size, enum xp_prio prio,
+		  uint32_t window)
+{
+	struct probe_ctl req = { .type = PROBE_SETUP_REQ, .service = (uint8_t)service,
+				 .prio = (uint8_t)prio, .size = size, .window = window };
+	struct probe_ctl rep;
+	int rc = ctl(c, &req, &rep);
+
+	if (rc)
+		return rc;
+	c->server_max = rep.max_size;
+	if (rep.type != PROBE_SETUP_REP)
+		return fail(c->cmd, "%s: unexpected control reply", c->target);
+	if (rep.status == EMSGSIZE)
+		return fail(c->cmd, "%s: size %u is beyond the server's limit of %u bytes",
+			    c->target, size, rep.max_size);
+	if (rep.status == ENOMEM)
+		return fail(c->cmd, "%s: the server has no buffer memory left for %u x %u bytes "
+			    "(see xprobe serve --max-mem)", c->target, window, size);
+	if (rep.status)
+		return fail(c->cmd, "%s: the server refused: %s", c->target,
+			    strerror((int)rep.status));
+	return EXIT_OK;
+}
+
+int pclient_stats(struct pclient *c, uint64_t *msgs, uint64_t *bytes)
+{
+	struct probe_ctl req = { .type = PROBE_STATS_REQ, .service = PROBE_PORT_SINK };
+	struct probe_ctl rep;
+	int rc = ctl(c, &req, &rep);
+
+	if (rc)
+		return rc;
+	*msgs = rep.msgs;
+	*bytes = rep.bytes;
+	return EXIT_OK;
+}
+
+int pclient_wait(struct pclient *c, struct xp_event *ev, uint64_t timeout_ns)
+{
+	uint64_t deadline = xtime_ns() + timeout_ns;
+
+	for (;;) {
+		uint64_t now = xtime_ns();
+		int rc;
+
+		if (c->lost || !xp_node_up(c->h, c->node))
+			return -ENOTCONN;
+		if (now >= deadline)
+			return 0;
+		rc = xp_blocking_receive(c->p, ev, deadline - now, c->spin_ns);
+		if (rc < 0)
+			return rc;
+		if (c->lost || !xp_node_up(c->h, c->node))
+			return -ENOTCONN;
+		if (rc == 1 && !is_ctl_reply(c, ev))
+			return 1;
+		if (rc == 1)
+			xp_provide_receive_buffer(c->p, ev->buffer, ev->size, XP_HIGH);
+	}
+}

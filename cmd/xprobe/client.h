@@ -1,0 +1,40 @@
+/* The client side shared by ping and bw: one host, one connection to the
+ * server's host, one port, and the control exchange of probe_wire.h. */
+#ifndef XPROBE_CLIENT_H
+#define XPROBE_CLIENT_H
+
+#include "cmd.h"
+#include "probe/probe_wire.h"
+
+struct pclient {
+	const char *cmd;
+	struct xp_host *h;
+	struct xp_port *p;
+	uint32_t node;
+	char target[300];
+	uint64_t spin_ns;
+	uint32_t server_max;	/* from the last SETUP reply */
+	bool lost;		/* the connection failed */
+	enum xp_status failed;	/* first failed data send, XP_SUCCESS if none */
+	_Alignas(64) uint8_t ctl_rx[2][64];
+	uint8_t ctl_tx[PROBE_CTL_LEN];
+};
+
+/* Connects and opens the client port.  EXIT_OK or EXIT_FAIL (printed). */
+int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns);
+/* SETUP service (ECHO or SINK) for `window` messages of `size` bytes at
+ * prio.  EXIT_OK, or EXIT_FAIL with the server's reason printed. */
+int pclient_setup(struct pclient *c, unsigned service, uint32_t size, enum xp_prio prio,
+		  uint32_t window);
+/* STATS of the sink for our port.  EXIT_OK or EXIT_FAIL. */
+int pclient_stats(struct pclient *c, uint64_t *msgs, uint64_t *bytes);
+/* Waits for the next event that is not a control reply, running callbacks;
+ * 1 event, 0 timeout, -EINTR, -ENOTCONN (connection lost). */
+int pclient_wait(struct pclient *c, struct xp_event *ev, uint64_t timeout_ns);
+void pclient_close(struct pclient *c);
+
+/* Send callback for data messages whose completion only matters when it
+ * fails: records the failure (ctx = the pclient). */
+void pclient_sent(struct xp_port *p, void *ctx, enum xp_status st);
+
+#endif

@@ -1,0 +1,53 @@
+#ifndef XPROBE_CMD_H
+#define XPROBE_CMD_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/emit.h"
+#include "core/uri.h"
+#include "port/port.h"
+
+/* Exit status of every xprt tool. */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* The default port of xprobe serve when a URI names none. */
+#define XPROBE_DEFAULT_PORT 7471
+
+struct cmd {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *args;
+	const char *help;
+};
+
+int cmd_devices(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_ping(int argc, char **argv);
+int cmd_bw(int argc, char **argv);
+
+int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cmd_usage(FILE *f, const char *name);
+int bad_option(const char *cmd, const char *optstring, char **argv);
+/* Prints "xprobe CMD: msg" to stderr; returns EXIT_FAIL. */
+int fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses a URI argument; AUTO is resolved (datagram: ud/udp), and with
+ * verbose the choice is printed on stderr.  EXIT_OK or EXIT_USAGE. */
+int parse_target(const char *cmd, const char *arg, bool verbose, struct xuri *u);
+int parse_prio(const char *cmd, const char *arg, enum xp_prio *p);
+int parse_fmt(const char *cmd, const char *arg, enum xfmt *f);
+
+/* SIGINT/SIGTERM set this (installed without SA_RESTART, so blocking waits
+ * return EINTR). */
+extern volatile sig_atomic_t stop_requested;
+void install_stop_handlers(void);
+
+static inline bool is_datagram(const struct xuri *u)
+{
+	return u->scheme == XURI_UDP || u->scheme == XURI_UD;
+}
+
+#endif

@@ -1,0 +1,149 @@
+/* xprobe — discover transports and devices; ping and measure any endpoint
+ * over GM-style ports (shm, tcp, rdma) or datagrams (udp, ud). */
+#include "cmd.h"
+#include "core/log.h"
+#include "xprt/xdev.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <string.h>
+
+static const struct cmd cmds[] = {
+	{ "devices", cmd_devices, "[-o text|yaml|json]",
+	  "list RDMA devices, ports, GIDs, MTUs and the usable transports" },
+	{ "serve",   cmd_serve,   "URI... [-v] [--spin DURATION] [--max-mem SIZE]",
+	  "answer pings and bandwidth tests on every URI" },
+	{ "ping",    cmd_ping,    "URI [-c COUNT] [-i INTERVAL] [-s SIZE] [--prio low|high]\n"
+	  "                    [-W TIMEOUT] [--load SIZE] [-q] [-v] [-o text|yaml|json]",
+	  "measure round trips" },
+	{ "bw",      cmd_bw,      "URI [-s SIZE] [-T SECONDS] [--window TOKENS] [--prio low|high]\n"
+	  "                    [-v] [-o text|yaml|json]",
+	  "measure bandwidth and message rate" },
+};
+
+void cmd_usage(FILE *f, const char *name)
+{
+	fprintf(f, "usage: xprobe COMMAND [ARGS]\n\n");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		if (name && strcmp(name, cmds[i].name) != 0)
+			continue;
+		fprintf(f, "  xprobe %-7s %s\n  %9s %s\n", cmds[i].name, cmds[i].args, "",
+			cmds[i].help);
+	}
+	if (!name)
+		fprintf(f, "\nURI: shm://NAME tcp://HOST:PORT udp://HOST:PORT rdma://HOST:PORT "
+			"ud://HOST:PORT or HOST:PORT (auto)\nSee xprobe(1).\n");
+}
+
+int usage_error(const char *cmd, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "xprobe%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
+	if (cmd)
+		fprintf(stderr, "Try 'xprobe %s --help'.\n", cmd);
+	return EXIT_USAGE;
+}
+
+int fail(const char *cmd, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "xprobe %s: %s\n", cmd, msg);
+	return EXIT_FAIL;
+}
+
+int bad_option(const char *cmd, const char *optstring, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	if (optopt) {
+		const char *p = strchr(optstring, optopt);
+
+		if (p && p[1] == ':')
+			return usage_error(cmd, "option '%s' needs a value", arg);
+		return usage_error(cmd, "invalid option '-%c'", optopt);
+	}
+	return usage_error(cmd, "invalid option '%s'", arg);
+}
+
+int parse_target(const char *cmd, const char *arg, bool verbose, struct xuri *u)
+{
+	char err[256], why[256];
+
+	if (xuri_parse(arg, XPROBE_DEFAULT_PORT, u, err, sizeof(err)) < 0)
+		return usage_error(cmd, "%s", err);
+	if (u->scheme == XURI_AUTO) {
+		xaddr_resolve_auto(u, false, why, sizeof(why));
+		if (verbose)
+			fprintf(stderr, "xprobe %s: %s: %s\n", cmd, arg, why);
+	}
+	return EXIT_OK;
+}
+
+int parse_prio(const char *cmd, const char *arg, enum xp_prio *p)
+{
+	if (!strcmp(arg, "low"))
+		*p = XP_LOW;
+	else if (!strcmp(arg, "high"))
+		*p = XP_HIGH;
+	else
+		return usage_error(cmd, "--prio: '%s' is not low or high", arg);
+	return EXIT_OK;
+}
+
+int parse_fmt(const char *cmd, const char *arg, enum xfmt *f)
+{
+	if (xfmt_parse(arg, f) < 0)
+		return usage_error(cmd, "-o: '%s' is not text, yaml or json", arg);
+	return EXIT_OK;
+}
+
+volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+void install_stop_handlers(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;	/* no SA_RESTART: waits return EINTR */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+int main(int argc, char **argv)
+{
+	xlog_init("xprobe");
+	opterr = 0;	/* one line of our own instead of getopt's */
+	if (argc < 2) {
+		cmd_usage(stderr, NULL);
+		return EXIT_USAGE;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+		cmd_usage(stdout, NULL);
+		return EXIT_OK;
+	}
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (strcmp(argv[1], cmds[i].name) == 0)
+			return cmds[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "xprobe: unknown command '%s'\n", argv[1]);
+	cmd_usage(stderr, NULL);
+	return EXIT_USAGE;
+}

@@ -1,0 +1,474 @@
+/* xprobe ping: round trips to an xprobe server, like ping(8).
+ *
+ * Over ports (shm, tcp, rdma) a message of SIZE bytes goes to the server's
+ * echo port at the chosen priority and comes back on the same stream; the
+ * transport is reliable, so a reply that does not come within -W is an
+ * error, not a loss.  With --load, a low-priority bulk flow to the sink
+ * port runs on the same connection meanwhile: the high-priority round trip
+ * then shows what the priority scheduler is worth.  Over datagrams (udp,
+ * ud) a PING datagram is answered by a PONG; a missing one counts as lost. */
+#include "client.h"
+#include "core/log.h"
+#include "core/node.h"
+#include "core/parse.h"
+#include "core/stats.h"
+#include "core/xtime.h"
+#include "xprt/xdev.h"
+#include "xprt/xdg.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct ping_opts {
+	uint64_t count;		/* 0 = until interrupted */
+	uint64_t interval_ns;
+	uint64_t size;
+	uint64_t timeout_ns;
+	uint64_t load_size;	/* 0 = no background flow */
+	uint64_t spin_ns;
+	enum xp_prio prio;
+	bool quiet, verbose, size_set, timeout_set;
+	enum xfmt fmt;
+};
+
+struct ping_result {
+	const char *target;
+	const char *transport;
+	uint64_t sent, received, start_ns, end_ns;
+	struct xhist rtt;
+};
+
+static void print_line(const struct ping_opts *o, const char *target, uint64_t seq, uint64_t ns)
+{
+	if (o->quiet || o->fmt != XFMT_TEXT || o->interval_ns == 0)
+		return;
+	printf("%llu bytes from %s: seq=%llu time=%.2f us\n", (unsigned long long)o->size,
+	       target, (unsigned long long)seq, ns / 1000.0);
+	fflush(stdout);
+}
+
+static int report(const struct ping_opts *o, struct ping_result *r)
+{
+	uint64_t lost = r->sent - r->received;
+	double loss = r->sent ? 100.0 * lost / r->sent : 0;
+	double secs = (r->end_ns - r->start_ns) / 1e9;
+
+	if (o->fmt == XFMT_TEXT) {
+		printf("--- %s ping statistics ---\n", r->target);
+		printf("%llu sent, %llu received, %.1f%% loss, time %.2f s\n",
+		       (unsigned long long)r->sent, (unsigned long long)r->received, loss, secs);
+		if (r->rtt.count)
+			printf("rtt min/avg/p50/p99/max = %.2f/%.2f/%.2f/%.2f/%.2f us\n",
+			       r->rtt.min / 1000.0, xhist_mean(&r->rtt) / 1000.0,
+			       xhist_pct(&r->rtt, 50) / 1000.0, xhist_pct(&r->rtt, 99) / 1000.0,
+			       r->rtt.max / 1000.0);
+	} else {
+		struct xnode *m = xnode_map();
+
+		xnode_set_str(m, "target", r->target);
+		xnode_set_str(m, "transport", r->transport);
+		xnode_set_u64(m, "size", o->size);
+		xnode_set_str(m, "prio", o->prio == XP_HIGH ? "high" : "low");
+		if (o->load_size)
+			xnode_set_u64(m, "load_size", o->load_size);
+		xnode_set_u64(m, "sent", r->sent);
+		xnode_set_u64(m, "received", r->received);
+		xnode_set_f64(m, "loss_pct", loss, 1);
+		xnode_set_f64(m, "time_s", secs, 3);
+		xhist_to_node(&r->rtt, xnode_set_map(m, "rtt_ns"));
+		xemit(stdout, m, o->fmt);
+		xnode_free(m);
+	}
+	return EXIT_OK;
+}
+
+/* Sleeps until `when`, or returns early on a signal. */
+static void sleep_until(uint64_t when)
+{
+	uint64_t now = xtime_ns();
+
+	if (when > now) {
+		struct timespec ts = { (time_t)((when - now) / 1000000000ull),
+				       (long)((when - now) % 1000000000ull) };
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* --- over ports ------------------------------------------------------------ */
+
+struct load {
+	struct pclient *c;
+	void *buf;
+	uint64_t size;
+	unsigned inflight;
+	bool stop;
+};
+
+static void load_sent(struct xp_port *p, void *ctx, enum xp_status st);
+
+static void load_push(struct load *l)
+{
+	while (!l->stop && xp_send(l->c->p, l->c->node, PROBE_PORT_SINK, XP_LOW, l->buf, l->size,
+				   load_sent, l) == 0)
+		l->inflight++;
+}
+
+static void load_sent(struct xp_port *p, void *ctx, enum xp_status st)
+{
+	struct load *l = ctx;
+
+	l->inflight--;
+	if (st != XP_SUCCESS) {
+		l->stop = true;
+		return;
+	}
+	load_push(l);
+}
+
+#define LOAD_WINDOW 16
+
+static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct ping_result *r)
+{
+	struct pclient c;
+	struct load load = { 0 };
+	unsigned size_class = xp_min_size_for_length(o->size);
+	void *tx = NULL, *rx[2] = { NULL, NULL };
+	int rc, ret = EXIT_FAIL;
+
+	if ((rc = pclient_open(&c, "ping", u, o->spin_ns)))
+		return rc;
+	r->target = c.target;
+	r->transport = xuri_scheme_name(u->scheme);
+	if ((rc = pclient_setup(&c, PROBE_PORT_ECHO, (uint32_t)o->size, o->prio, 1)))
+		goto out_close;
+	if (o->load_size && (rc = pclient_setup(&c, PROBE_PORT_SINK, (uint32_t)o->load_size,
+						XP_LOW, LOAD_WINDOW)))
+		goto out_close;
+	tx = aligned_alloc(64, (o->size + 63) / 64 * 64 + 64);
+	for (int i = 0; i < 2; i++)
+		rx[i] = aligned_alloc(64, xp_max_length_for_size(size_class) + 64);
+	if (!tx || !rx[0] || !rx[1]) {
+		fail("ping", "out of memory for %llu-byte messages", (unsigned long long)o->size);
+		goto out_free;
+	}
+	for (uint64_t i = 0; i < o->size; i++)
+		((uint8_t *)tx)[i] = (uint8_t)(i * 7 + 1);
+	for (int i = 0; i < 2; i++)
+		xp_provide_receive_buffer(c.p, rx[i], size_class, o->prio);
+	if (o->load_size) {
+		load.c = &c;
+		load.size = o->load_size;
+		load.buf = calloc(1, o->load_size ? o->load_size : 1);
+		if (!load.buf) {
+			fail("ping", "out of memory for the load flow");
+			goto out_free;
+		}
+		load_push(&load);
+	}
+	if (o->fmt == XFMT_TEXT && !o->quiet)
+		printf("PING %s (%s): %llu bytes, %s priority%s\n", c.target, r->transport,
+		       (unsigned long long)o->size, o->prio == XP_HIGH ? "high" : "low",
+		       o->load_size ? ", with a low-priority load" : "");
+
+	r->start_ns = xtime_ns();
+	for (uint64_t seq = 1; !o->count || seq <= o->count; seq++) {
+		uint64_t t0 = xtime_ns(), t1;
+		struct xp_event ev;
+
+		if (stop_requested)
+			break;
+		rc = xp_send(c.p, c.node, PROBE_PORT_ECHO, o->prio, tx, o->size, pclient_sent, &c);
+		if (rc < 0) {
+			fail("ping", "%s: send: %s", c.target, strerror(-rc));
+			goto out_free;
+		}
+		r->sent++;
+		rc = pclient_wait(&c, &ev, o->timeout_ns);
+		t1 = xtime_ns();
+		if (rc == -EINTR || stop_requested)
+			break;
+		if (rc == -ENOTCONN) {
+			fail("ping", "%s: connection lost", c.target);
+			goto out_free;
+		}
+		if (rc == 0 && c.failed != XP_SUCCESS) {
+			fail("ping", "%s: %s", c.target, xp_strstatus(c.failed));
+			goto out_free;
+		}
+		if (rc == 0) {
+			fail("ping", "%s: no reply to seq %llu within %.1f s", c.target,
+			     (unsigned long long)seq, o->timeout_ns / 1e9);
+			goto out_free;
+		}
+		if (rc < 0) {
+			fail("ping", "%s: %s", c.target, strerror(-rc));
+			goto out_free;
+		}
+		if (ev.length != o->size || memcmp(ev.buffer, tx, o->size) != 0) {
+			fail("ping", "%s: reply %llu differs from what was sent", c.target,
+			     (unsigned long long)seq);
+			goto out_free;
+		}
+		xp_provide_receive_buffer(c.p, ev.buffer, ev.size, ev.prio);
+		r->received++;
+		xhist_add(&r->rtt, t1 - t0);
+		print_line(o, c.target, seq, t1 - t0);
+		if (o->interval_ns && (!o->count || seq < o->count)) {
+			uint64_t next = t0 + o->interval_ns;
+
+			/* Keep the connection (and any load) moving meanwhile. */
+			while (!stop_requested && xtime_ns() < next) {
+				rc = pclient_wait(&c, &ev, next - xtime_ns());
+				if (rc == -ENOTCONN) {
+					fail("ping", "%s: connection lost", c.target);
+					goto out_free;
+				}
+				if (rc == 1)
+					xp_provide_receive_buffer(c.p, ev.buffer, ev.size, ev.prio);
+			}
+		}
+	}
+	r->end_ns = xtime_ns();
+	ret = EXIT_OK;
+out_free:
+	load.stop = true;
+	free(load.buf);
+	free(tx);
+	free(rx[0]);
+	free(rx[1]);
+out_close:
+	/* The results are printed after the connection is gone, so pointers
+	 * into the client must not outlive it: copy the target. */
+	if (ret == EXIT_OK) {
+		static char target[300];
+
+		snprintf(target, sizeof(target), "%s", c.target);
+		r->target = target;
+	}
+	pclient_close(&c);
+	return ret == EXIT_OK ? EXIT_OK : (rc == EXIT_USAGE ? rc : EXIT_FAIL);
+}
+
+/* --- over datagrams ----------------------------------------------------------- */
+
+static int dg_local(const struct xuri *peer, struct xuri *local)
+{
+	*local = *peer;
+	snprintf(local->host, sizeof(local->host), "%s", strchr(peer->host, ':') ? "::" : "0.0.0.0");
+	local->port = 0;
+	return 0;
+}
+
+static int ping_dgram(const struct ping_opts *o, const struct xuri *u, struct ping_result *r)
+{
+	static char target[300];
+	struct xuri local;
+	struct xdg *d;
+	struct xdg_addr *to;
+	uint8_t *tx = NULL;
+	uint32_t session = (uint32_t)(xtime_real_ns() ^ (uint64_t)getpid() << 16);
+	char err[512];
+	int ret = EXIT_FAIL;
+
+	xuri_format(u, target, sizeof(target));
+	r->target = target;
+	r->transport = xuri_scheme_name(u->scheme);
+	dg_local(u, &local);
+	d = xdg_open(&local, NULL, err, sizeof(err));
+	if (!d)
+		return fail("ping", "%s", err);
+	if (o->size > xdg_mtu(d)) {
+		fail("ping", "-s %llu: beyond the %s MTU of %u bytes", (unsigned long long)o->size,
+		     r->transport, xdg_mtu(d));
+		goto out_close;
+	}
+	to = xdg_resolve(d, u, err, sizeof(err));
+	if (!to) {
+		fail("ping", "%s", err);
+		goto out_close;
+	}
+	tx = calloc(1, o->size);
+	if (!tx) {
+		fail("ping", "out of memory");
+		goto out_close;
+	}
+	if (o->fmt == XFMT_TEXT && !o->quiet)
+		printf("PING %s (%s): %llu bytes\n", target, r->transport,
+		       (unsigned long long)o->size);
+	r->start_ns = xtime_ns();
+	for (uint32_t seq = 1; !o->count || seq <= o->count; seq++) {
+		struct probe_dg pd = { .type = PROBE_DG_PING, .session = session, .seq = seq };
+		uint64_t t0 = xtime_ns(), deadline = t0 + o->timeout_ns;
+		bool got = false;
+		int rc;
+
+		if (stop_requested)
+			break;
+		probe_dg_encode(&pd, tx);
+		rc = xdg_send(d, to, tx, o->size, 0, 0);
+		if (rc < 0 && rc != -EAGAIN) {
+			fail("ping", "%s: send: %s", target, strerror(-rc));
+			goto out_close;
+		}
+		r->sent++;
+		while (!got && !stop_requested) {
+			struct xdg_wc wc[16];
+			uint64_t now = xtime_ns();
+			int n;
+
+			if (now >= deadline)
+				break;
+			n = xdg_poll(d, wc, 16);
+			for (int i = 0; i < n; i++) {
+				struct probe_dg in;
+
+				if (wc[i].op != XDG_OP_RECV || wc[i].status ||
+				    probe_dg_decode(wc[i].data, wc[i].len, &in) < 0)
+					continue;
+				if (in.type == PROBE_DG_PONG && in.session == session && in.seq == seq &&
+				    wc[i].len == o->size)
+					got = true;
+			}
+			if (!got && !n && now - t0 > o->spin_ns)
+				xdg_wait(d, deadline - now);
+		}
+		if (stop_requested)
+			break;
+		if (got) {
+			uint64_t ns = xtime_ns() - t0;
+
+			r->received++;
+			xhist_add(&r->rtt, ns);
+			print_line(o, target, seq, ns);
+		} else if (o->fmt == XFMT_TEXT && !o->quiet && o->interval_ns) {
+			printf("no reply to seq=%u within %.1f s\n", seq, o->timeout_ns / 1e9);
+		}
+		if (o->interval_ns && (!o->count || seq < o->count))
+			sleep_until(t0 + o->interval_ns);
+	}
+	r->end_ns = xtime_ns();
+	ret = EXIT_OK;
+out_close:
+	free(tx);
+	xdg_close(d);
+	return ret;
+}
+
+int cmd_ping(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "count", required_argument, NULL, 'c' },
+		{ "interval", required_argument, NULL, 'i' },
+		{ "size", required_argument, NULL, 's' },
+		{ "prio", required_argument, NULL, 'P' },
+		{ "timeout", required_argument, NULL, 'W' },
+		{ "load", required_argument, NULL, 'L' },
+		{ "spin", required_argument, NULL, 'S' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	static const char *const os = "c:i:s:W:qvo:h";
+	struct ping_opts o = { .interval_ns = 1000000000ull, .size = 8, .spin_ns = 50000,
+			       .prio = XP_LOW, .fmt = XFMT_TEXT };
+	struct ping_result *r;
+	struct xuri u;
+	const char *es;
+	char err[512];
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, os, lo, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			if (xparse_u64(optarg, 1, UINT32_MAX, &o.count, &es) < 0)
+				return usage_error("ping", "-c: '%s' %s", optarg, es);
+			break;
+		case 'i':
+			if (xparse_duration(optarg, 1000000000ull, 0, 3600000000000ull,
+					    &o.interval_ns, &es) < 0)
+				return usage_error("ping", "-i: '%s' %s", optarg, es);
+			break;
+		case 's':
+			if (xparse_size(optarg, 0, 1u << 30, &o.size, &es) < 0)
+				return usage_error("ping", "-s: '%s' %s", optarg, es);
+			o.size_set = true;
+			break;
+		case 'W':
+			if (xparse_duration(optarg, 1000000000ull, 1000000ull, 3600000000000ull,
+					    &o.timeout_ns, &es) < 0)
+				return usage_error("ping", "-W: '%s' %s", optarg, es);
+			o.timeout_set = true;
+			break;
+		case 'L':
+			if (xparse_size(optarg, 1, 1u << 30, &o.load_size, &es) < 0)
+				return usage_error("ping", "--load: '%s' %s", optarg, es);
+			break;
+		case 'S':
+			if (xparse_duration(optarg, 1000, 0, 1000000000ull, &o.spin_ns, &es) < 0)
+				return usage_error("ping", "--spin: '%s' %s", optarg, es);
+			break;
+		case 'P':
+			if ((rc = parse_prio("ping", optarg, &o.prio)))
+				return rc;
+			break;
+		case 'q':
+			o.quiet = true;
+			break;
+		case 'v':
+			o.verbose = true;
+			break;
+		case 'o':
+			if ((rc = parse_fmt("ping", optarg, &o.fmt)))
+				return rc;
+			break;
+		case 'h':
+			cmd_usage(stdout, "ping");
+			return EXIT_OK;
+		default:
+			return bad_option("ping", os, argv);
+		}
+	}
+	if (optind >= argc)
+		return usage_error("ping", "no URI given");
+	if (optind + 1 < argc)
+		return usage_error("ping", "unexpected argument '%s'", argv[optind + 1]);
+	if ((rc = parse_target("ping", argv[optind], o.verbose, &u)))
+		return rc;
+	if (is_datagram(&u)) {
+		if (o.load_size)
+			return usage_error("ping", "--load needs a port transport (shm, tcp, rdma), "
+					   "not %s://", xuri_scheme_name(u.scheme));
+		if (!o.size_set)
+			o.size = PROBE_DG_HDR;
+		if (o.size < PROBE_DG_HDR)
+			return usage_error("ping", "-s: %llu is too small for %s:// (min %d)",
+					   (unsigned long long)o.size, xuri_scheme_name(u.scheme),
+					   PROBE_DG_HDR);
+		if (!o.timeout_set)
+			o.timeout_ns = 1000000000ull;
+	} else if (!o.timeout_set) {
+		o.timeout_ns = 5000000000ull;
+	}
+	if (xdev_require(&u, err, sizeof(err)) < 0)
+		return fail("ping", "%s", err);
+
+	install_stop_handlers();
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return fail("ping", "out of memory");
+	xhist_reset(&r->rtt);
+	rc = is_datagram(&u) ? ping_dgram(&o, &u, r) : ping_ports(&o, &u, r);
+	if (rc == EXIT_OK) {
+		report(&o, r);
+		if (r->sent && !r->received)
+			rc = EXIT_FAIL;	/* like ping(8): nothing came back */
+	}
+	free(r);
+	return rc;
+}

@@ -1,0 +1,579 @@
+/* xprobe serve: answer pings and bandwidth tests.
+ *
+ * Port URIs (shm, tcp, rdma) share one host with three service ports:
+ * echo (0), sink (1) and control (2) -- see lib/probe/probe_wire.h.
+ * Datagram URIs (udp, ud) each get an endpoint answering PING and counting
+ * DATA per session.  One thread serves everything: it busy-polls for
+ * --spin after the last work, then sleeps in epoll.  A client that
+ * misbehaves costs a rate-limited log line, never the service. */
+#include "cmd.h"
+#include "core/log.h"
+#include "core/parse.h"
+#include "core/xtime.h"
+#include "probe/probe_wire.h"
+#include "xprt/xdev.h"
+#include "xprt/xdg.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#define MAX_URIS	16
+#define SBUF_ALIGN	64
+
+/* A server-owned receive buffer; the header sits just before the memory
+ * given to the port, so an event's buffer pointer leads back to it. */
+struct sbuf {
+	struct sbuf *next;	/* echo backlog */
+	unsigned port;
+	unsigned size;
+	enum xp_prio prio;
+	uint32_t node;		/* echo: where it goes back to */
+	unsigned dst_port;
+	uint32_t len;
+	_Alignas(SBUF_ALIGN) unsigned char mem[];
+};
+
+struct sink_ent {
+	uint32_t node;
+	unsigned port;
+	bool used;
+	uint64_t msgs, bytes;
+};
+
+#define SINK_TABLE 1024
+
+struct dg_sess {
+	struct xdg_addr *from;
+	uint32_t session;
+	uint64_t pkts, bytes, first_ns, last_ns;
+};
+
+#define DG_SESS 256
+
+struct dgsrv {
+	struct xdg *d;
+	uint8_t *tx;		/* one MTU for replies */
+	struct dg_sess sess[DG_SESS];
+};
+
+struct server {
+	struct xp_host *h;
+	struct xp_port *port[3];
+	/* buffers owned per (service port, prio, size class) */
+	unsigned owned[2][2][XP_MAX_SIZE + 1];
+	uint64_t mem_used, mem_max;
+	uint32_t max_size;
+	struct sbuf *backlog, **backlog_tail;
+	struct sink_ent sink[SINK_TABLE];
+	struct dgsrv dg[MAX_URIS];
+	int ndg;
+	bool verbose;
+};
+
+static struct sbuf *sbuf_new(struct server *s, unsigned port, unsigned size, enum xp_prio prio)
+{
+	size_t len = xp_max_length_for_size(size);
+	struct sbuf *b;
+
+	if (s->mem_used + len > s->mem_max)
+		return NULL;
+	if (posix_memalign((void **)&b, SBUF_ALIGN, sizeof(*b) + (len ? len : 1)))
+		return NULL;
+	memset(b, 0, sizeof(*b));
+	b->port = port;
+	b->size = size;
+	b->prio = prio;
+	s->mem_used += len;
+	return b;
+}
+
+static struct sbuf *sbuf_of(void *mem)
+{
+	return (struct sbuf *)((unsigned char *)mem - offsetof(struct sbuf, mem));
+}
+
+static void provide(struct server *s, struct sbuf *b)
+{
+	int rc = xp_provide_receive_buffer(s->port[b->port], b->mem, b->size, b->prio);
+
+	/* Tokens come back with every event, so this only fails if our own
+	 * accounting is wrong; losing one buffer is better than a crash. */
+	if (rc < 0)
+		xlog_ratelimited(XLOG_ERROR, "port %u: providing a buffer: %s", b->port,
+				 strerror(-rc));
+}
+
+/* Makes sure `want` buffers of (port, prio, size) exist.  0 or ENOMEM. */
+static int ensure_buffers(struct server *s, unsigned port, enum xp_prio prio, unsigned size,
+			  unsigned want)
+{
+	unsigned *have = &s->owned[port][prio][size];
+
+	while (*have < want) {
+		struct sbuf *b = sbuf_new(s, port, size, prio);
+
+		if (!b)
+			return ENOMEM;
+		(*have)++;
+		provide(s, b);
+	}
+	return 0;
+}
+
+static struct sink_ent *sink_find(struct server *s, uint32_t node, unsigned port, bool add)
+{
+	unsigned i = (node * 64 + port) % SINK_TABLE;
+
+	for (unsigned n = 0; n < SINK_TABLE; n++, i = (i + 1) % SINK_TABLE) {
+		struct sink_ent *e = &s->sink[i];
+
+		if (e->used && e->node == node && e->port == port)
+			return e;
+		if (!e->used) {
+			if (!add)
+				return NULL;
+			*e = (struct sink_ent){ node, port, true, 0, 0 };
+			return e;
+		}
+	}
+	if (!add)
+		return NULL;
+	/* Full: forget everybody (counts are per test run, and a client
+	 * resets its entry with SETUP anyway). */
+	memset(s->sink, 0, sizeof(s->sink));
+	return sink_find(s, node, port, true);
+}
+
+/* --- echo ---------------------------------------------------------------- */
+
+static void echo_sent(struct xp_port *p, void *ctx, enum xp_status st);
+
+static int echo_send(struct server *s, struct sbuf *b)
+{
+	return xp_send(s->port[PROBE_PORT_ECHO], b->node, b->dst_port, b->prio, b->mem, b->len,
+		       echo_sent, b);
+}
+
+static void echo_sent(struct xp_port *p, void *ctx, enum xp_status st)
+{
+	struct sbuf *b = ctx;
+	struct server *s = xp_port_user(p);
+
+	if (st != XP_SUCCESS) {
+		xlog_ratelimited(XLOG_INFO, "echo to node %u port %u: %s", b->node, b->dst_port,
+				 xp_strstatus(st));
+		/* The client stopped taking replies: let its stream go, so the
+		 * next client on that node/port is not stuck behind it. */
+		if (st != XP_SEND_DROPPED)
+			xp_drop_sends(p, b->prio, b->node, b->dst_port);
+	}
+	provide(s, b);
+}
+
+static void echo_backlog(struct server *s)
+{
+	while (s->backlog) {
+		struct sbuf *b = s->backlog;
+
+		if (echo_send(s, b) == -EAGAIN)
+			return;
+		s->backlog = b->next;
+		if (!s->backlog)
+			s->backlog_tail = &s->backlog;
+	}
+}
+
+static void on_echo(struct server *s, const struct xp_event *ev)
+{
+	struct sbuf *b = sbuf_of(ev->buffer);
+	int rc;
+
+	b->node = ev->sender_node;
+	b->dst_port = ev->sender_port;
+	b->len = ev->length;
+	b->next = NULL;
+	if (s->backlog || (rc = echo_send(s, b)) == -EAGAIN) {
+		*s->backlog_tail = b;
+		s->backlog_tail = &b->next;
+	} else if (rc < 0) {
+		xlog_ratelimited(XLOG_INFO, "echo to node %u: %s", b->node, strerror(-rc));
+		provide(s, b);
+	}
+}
+
+/* --- control ------------------------------------------------------------- */
+
+struct reply {
+	uint8_t msg[PROBE_CTL_LEN];
+};
+
+static void reply_sent(struct xp_port *p, void *ctx, enum xp_status st)
+{
+	free(ctx);
+}
+
+static void ctl_reply(struct server *s, const struct xp_event *ev, const struct probe_ctl *c)
+{
+	struct reply *r = malloc(sizeof(*r));
+	int rc;
+
+	if (!r)
+		return;
+	probe_ctl_encode(c, r->msg);
+	rc = xp_send(s->port[PROBE_PORT_CTL], ev->sender_node, ev->sender_port, XP_HIGH, r->msg,
+		     sizeof(r->msg), reply_sent, r);
+	if (rc < 0) {
+		xlog_ratelimited(XLOG_INFO, "control reply to node %u: %s", ev->sender_node,
+				 strerror(-rc));
+		free(r);
+	}
+}
+
+static void on_ctl(struct server *s, const struct xp_event *ev)
+{
+	struct probe_ctl c, rep;
+	int rc = probe_ctl_decode(ev->buffer, ev->length, &c);
+
+	if (rc < 0) {
+		xlog_ratelimited(XLOG_WARN, "node %u port %u: bad control message (%s)",
+				 ev->sender_node, ev->sender_port, strerror(-rc));
+		return;
+	}
+	memset(&rep, 0, sizeof(rep));
+	rep.service = c.service;
+	rep.prio = c.prio;
+	rep.size = c.size;
+	rep.window = c.window;
+	rep.max_size = s->max_size;
+	switch (c.type) {
+	case PROBE_SETUP_REQ:
+		rep.type = PROBE_SETUP_REP;
+		if (c.size > s->max_size)
+			rep.status = EMSGSIZE;
+		else if (c.window == 0 || c.window > 4096)
+			rep.status = EINVAL;
+		else
+			rep.status = ensure_buffers(s, c.service, c.prio,
+						    xp_min_size_for_length(c.size), c.window + 1);
+		if (c.service == PROBE_PORT_SINK) {
+			struct sink_ent *e = sink_find(s, ev->sender_node, ev->sender_port, true);
+
+			e->msgs = e->bytes = 0;
+		}
+		if (s->verbose)
+			xlog((XLOG_ERROR), "node %u (%s) port %u: %s %u x %u B, %s priority: %s",
+			     ev->sender_node, xp_node_name(s->h, ev->sender_node), ev->sender_port,
+			     c.service == PROBE_PORT_ECHO ? "ping" : "bw", c.window, c.size,
+			     c.prio ? "high" : "low", rep.status ? strerror((int)rep.status) : "ok");
+		break;
+	case PROBE_STATS_REQ: {
+		struct sink_ent *e = sink_find(s, ev->sender_node, ev->sender_port, false);
+
+		rep.type = PROBE_STATS_REP;
+		if (e) {
+			rep.msgs = e->msgs;
+			rep.bytes = e->bytes;
+		}
+		break;
+	}
+	default:
+		xlog_ratelimited(XLOG_WARN, "node %u: unexpected control message type %u",
+				 ev->sender_node, c.type);
+		return;
+	}
+	ctl_reply(s, ev, &rep);
+}
+
+/* Drains every service port once.  Returns events handled. */
+static int serve_ports(struct server *s)
+{
+	struct xp_event ev;
+	int n = 0;
+
+	for (unsigned i = 0; i < 3; i++) {
+		while (xp_receive(s->port[i], &ev) == 1) {
+			n++;
+			if (i == PROBE_PORT_ECHO) {
+				on_echo(s, &ev);
+				continue;
+			}
+			if (i == PROBE_PORT_SINK) {
+				struct sink_ent *e = sink_find(s, ev.sender_node, ev.sender_port, true);
+
+				e->msgs++;
+				e->bytes += ev.length;
+			} else {
+				on_ctl(s, &ev);
+			}
+			provide(s, sbuf_of(ev.buffer));
+		}
+	}
+	echo_backlog(s);
+	return n;
+}
+
+/* --- datagrams ------------------------------------------------------------ */
+
+static struct dg_sess *dg_sess(struct dgsrv *g, struct xdg_addr *from, uint32_t session,
+			       uint64_t now)
+{
+	struct dg_sess *old = &g->sess[0];
+
+	for (int i = 0; i < DG_SESS; i++) {
+		struct dg_sess *e = &g->sess[i];
+
+		if (e->from == from && e->session == session && e->from)
+			return e;
+		if (e->last_ns < old->last_ns)
+			old = e;
+	}
+	*old = (struct dg_sess){ from, session, 0, 0, now, now };
+	return old;
+}
+
+static int serve_dg(struct dgsrv *g)
+{
+	struct xdg_wc wc[32];
+	int n = xdg_poll(g->d, wc, 32), done = 0;
+	uint64_t now = xtime_ns();
+
+	for (int i = 0; i < n; i++) {
+		struct probe_dg pd;
+		struct dg_sess *e;
+
+		if (wc[i].op != XDG_OP_RECV || wc[i].status)
+			continue;
+		done++;
+		if (probe_dg_decode(wc[i].data, wc[i].len, &pd) < 0) {
+			xlog_ratelimited(XLOG_INFO, "%s: not an xprobe datagram (%u bytes)",
+					 xdg_addr_str(wc[i].src), wc[i].len);
+			continue;
+		}
+		switch (pd.type) {
+		case PROBE_DG_PING:
+			memcpy(g->tx, wc[i].data, wc[i].len);
+			pd.type = PROBE_DG_PONG;
+			probe_dg_encode(&pd, g->tx);
+			xdg_send(g->d, wc[i].src, g->tx, wc[i].len, 0, 0);
+			break;
+		case PROBE_DG_DATA:
+			e = dg_sess(g, wc[i].src, pd.session, now);
+			e->pkts++;
+			e->bytes += wc[i].len;
+			e->last_ns = now;
+			break;
+		case PROBE_DG_STATS_REQ:
+			e = dg_sess(g, wc[i].src, pd.session, now);
+			pd.type = PROBE_DG_STATS_REP;
+			pd.pkts = e->pkts;
+			pd.bytes = e->bytes;
+			pd.span_ns = e->last_ns - e->first_ns;
+			probe_dg_encode(&pd, g->tx);
+			xdg_send(g->d, wc[i].src, g->tx, PROBE_DG_STATS_LEN, 0, 0);
+			break;
+		default:
+			break;	/* PONG / STATS_REP are not for a server */
+		}
+	}
+	return done;
+}
+
+/* --- setup ------------------------------------------------------------------ */
+
+static int open_ports(struct server *s, char *err, size_t errlen)
+{
+	for (unsigned i = 0; i < 3; i++) {
+		s->port[i] = xp_open(s->h, i, err, errlen);
+		if (!s->port[i])
+			return -1;
+		xp_port_set_user(s->port[i], s);
+	}
+	/* Control messages are tiny and come at either priority. */
+	for (int prio = 0; prio < 2; prio++)
+		if (ensure_buffers(s, PROBE_PORT_CTL, prio, xp_min_size_for_length(PROBE_CTL_LEN),
+				   32)) {
+			snprintf(err, errlen, "out of memory for control buffers");
+			return -1;
+		}
+	return 0;
+}
+
+static int add_uri(struct server *s, const struct xuri *u, const char *arg,
+		   const struct xp_host_opts *ho, char *err, size_t errlen)
+{
+	char name[300];
+
+	if (is_datagram(u)) {
+		struct dgsrv *g = &s->dg[s->ndg];
+
+		g->d = xdg_open(u, NULL, err, errlen);
+		if (!g->d)
+			return -1;
+		g->tx = malloc(xdg_mtu(g->d) > PROBE_DG_STATS_LEN ? xdg_mtu(g->d) :
+			       PROBE_DG_STATS_LEN);
+		if (!g->tx) {
+			snprintf(err, errlen, "%s: out of memory", arg);
+			return -1;
+		}
+		s->ndg++;
+		printf("listening %s://%s:%u\n", xuri_scheme_name(u->scheme), u->host,
+		       xdg_port(g->d));
+		return 0;
+	}
+	if (!s->h) {
+		s->h = xp_host_new(ho, err, errlen);
+		if (!s->h || open_ports(s, err, errlen) < 0)
+			return -1;
+	}
+	if (xp_host_listen(s->h, u, err, errlen) < 0)
+		return -1;
+	if (u->scheme == XURI_SHM) {
+		printf("listening shm://%s\n", u->name);
+	} else {
+		struct xuri b = *u;
+
+		b.port = xp_host_listen_port(s->h, xp_host_listeners(s->h) - 1);
+		xuri_format(&b, name, sizeof(name));
+		printf("listening %s\n", name);
+	}
+	return 0;
+}
+
+static void server_free(struct server *s)
+{
+	/* Buffers given to ports are the ports' until they close; the process
+	 * is about to exit, so they are left to it. */
+	for (int i = 0; i < s->ndg; i++) {
+		xdg_close(s->dg[i].d);
+		free(s->dg[i].tx);
+	}
+	for (unsigned i = 0; i < 3; i++)
+		xp_close(s->port[i]);
+	xp_host_free(s->h);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "spin", required_argument, NULL, 'S' },
+		{ "max-mem", required_argument, NULL, 'M' },
+		{ "max-size", required_argument, NULL, 'm' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	static const char *const os = "vh";
+	static struct server srv;	/* big: sink and session tables */
+	struct server *s = &srv;
+	struct xp_host_opts ho = { .recv_tokens = 16384, .send_tokens = 4096 };
+	uint64_t spin_ns = 50000, v, idle_since;
+	char err[512];
+	const char *es;
+	struct xuri uris[MAX_URIS];
+	int c, rc, nuri, epfd = -1, ret = EXIT_FAIL;
+
+	s->mem_max = 256ull << 20;
+	s->max_size = 64u << 20;
+	while ((c = getopt_long(argc, argv, os, lo, NULL)) != -1) {
+		switch (c) {
+		case 'v':
+			s->verbose = true;
+			break;
+		case 'S':
+			if (xparse_duration(optarg, 1000, 0, 1000000000ull, &spin_ns, &es) < 0)
+				return usage_error("serve", "--spin: '%s' %s", optarg, es);
+			break;
+		case 'M':
+			if (xparse_size(optarg, 1 << 20, 1ull << 40, &s->mem_max, &es) < 0)
+				return usage_error("serve", "--max-mem: '%s' %s", optarg, es);
+			break;
+		case 'm':
+			if (xparse_size(optarg, 1, 1u << 30, &v, &es) < 0)
+				return usage_error("serve", "--max-size: '%s' %s", optarg, es);
+			s->max_size = (uint32_t)v;
+			break;
+		case 'h':
+			cmd_usage(stdout, "serve");
+			return EXIT_OK;
+		default:
+			return bad_option("serve", os, argv);
+		}
+	}
+	nuri = argc - optind;
+	if (nuri < 1)
+		return usage_error("serve", "no URI given");
+	if (nuri > MAX_URIS)
+		return usage_error("serve", "at most %d URIs", MAX_URIS);
+	for (int i = 0; i < nuri; i++)
+		if ((rc = parse_target("serve", argv[optind + i], s->verbose, &uris[i])))
+			return rc;
+	ho.max_msg = s->max_size;
+
+	install_stop_handlers();
+	s->backlog_tail = &s->backlog;
+	for (int i = 0; i < nuri; i++) {
+		if (xdev_require(&uris[i], err, sizeof(err)) < 0 ||
+		    add_uri(s, &uris[i], argv[optind + i], &ho, err, sizeof(err)) < 0) {
+			fail("serve", "%s", err);
+			goto out_free;
+		}
+	}
+	fflush(stdout);
+
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (epfd < 0) {
+		fail("serve", "epoll: %s", strerror(errno));
+		goto out_free;
+	}
+	if (s->h) {
+		struct epoll_event e = { .events = EPOLLIN };
+
+		epoll_ctl(epfd, EPOLL_CTL_ADD, xp_host_fd(s->h), &e);
+	}
+	for (int i = 0; i < s->ndg; i++) {
+		struct epoll_event e = { .events = EPOLLIN };
+
+		epoll_ctl(epfd, EPOLL_CTL_ADD, xdg_fd(s->dg[i].d), &e);
+	}
+
+	idle_since = xtime_ns();
+	while (!stop_requested) {
+		int work = 0;
+
+		if (s->h) {
+			rc = xp_host_progress(s->h);
+			if (rc < 0) {
+				fail("serve", "%s", strerror(-rc));
+				goto out_free;
+			}
+			work += rc + serve_ports(s);
+		}
+		for (int i = 0; i < s->ndg; i++)
+			work += serve_dg(&s->dg[i]);
+		if (work) {
+			idle_since = xtime_ns();
+			continue;
+		}
+		if (xtime_ns() - idle_since < spin_ns)
+			continue;
+		{
+			struct epoll_event e[8];
+			int ms = s->h ? xp_host_timeout_ms(s->h, 1000) : 1000;
+
+			if (epoll_wait(epfd, e, 8, ms) < 0 && errno != EINTR) {
+				fail("serve", "epoll: %s", strerror(errno));
+				goto out_free;
+			}
+		}
+	}
+	ret = EXIT_OK;
+out_free:
+	if (epfd >= 0)
+		close(epfd);
+	server_free(s);
+	return ret;
+}
