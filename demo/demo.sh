@@ -45,4 +45,30 @@ step "mkshmcon list -o json"
 
 echo "\$ mkshmcon rm $name"
 "$MK" rm "$name"
+
+XP=$B/xprobe
+step "xprobe devices   (what this machine can talk over)"
+"$XP" devices
+
+step "xprobe: ping and bandwidth over shared memory and TCP"
+probe=demo-probe-$$
+echo "\$ xprobe serve shm://$probe tcp://127.0.0.1:0 &"
+"$XP" serve "shm://$probe" tcp://127.0.0.1:0 >"$work/serve.out" 2>"$work/serve.err" &
+srv=$!
+trap 'kill $srv 2>/dev/null; cleanup' EXIT
+for _ in $(seq 100); do
+	[ "$(grep -c '^listening' "$work/serve.out" 2>/dev/null)" -ge 2 ] && break
+	sleep 0.05
+done
+tcp=$(sed -n 's/^listening \(tcp:.*\)/\1/p' "$work/serve.out")
+echo "\$ xprobe ping shm://$probe -c 5 -i 0.2"
+"$XP" ping "shm://$probe" -c 5 -i 0.2
+echo "\$ xprobe ping $tcp -c 5 -i 0.2 --prio high"
+"$XP" ping "$tcp" -c 5 -i 0.2 --prio high
+echo "\$ xprobe bw shm://$probe -T 1 -q"
+"$XP" bw "shm://$probe" -T 1 -q
+echo "\$ xprobe bw $tcp -T 1 -q"
+"$XP" bw "$tcp" -T 1 -q
+kill $srv
+wait $srv 2>/dev/null || true
 printf '\ndemo passed\n'

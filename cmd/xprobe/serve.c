@@ -64,7 +64,7 @@ struct server {
 	struct xp_host *h;
 	struct xp_port *port[3];
 	/* buffers owned per (service port, prio, size class) */
-	unsigned owned[2][2][XP_MAX_SIZE + 1];
+	unsigned owned[3][2][XP_MAX_SIZE + 1];
 	uint64_t mem_used, mem_max;
 	uint32_t max_size;
 	struct sbuf *backlog, **backlog_tail;

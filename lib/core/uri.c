@@ -127,7 +127,7 @@ static int parse_hostport(const char *s, const char *rest, uint16_t default_port
 		}
 		return uri_err(err, errlen, "missing port in '%s'", s);
 	}
-	if (xparse_u64(port, 1, 65535, &v, &why) < 0) {
+	if (xparse_u64(port, 0, 65535, &v, &why) < 0) {
 		if (strcmp(why, "invalid") == 0)
 			return uri_err(err, errlen, "invalid port '%s' in '%s'", port, s);
 		return uri_err(err, errlen, "port '%s' out of range", port);

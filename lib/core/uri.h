@@ -22,7 +22,8 @@ struct xuri {
 /* Schemes are matched case-insensitively.  Hosts are 1..255 characters of
  * [A-Za-z0-9._-] (an empty host is rejected: say 0.0.0.0 or [::] for "any").
  * shm names are 1..100 characters of [A-Za-z0-9._-], not starting with '.'
- * or '-'.  The port may be omitted when default_port != 0.
+ * or '-'.  The port may be omitted when default_port != 0; port 0 means
+ * "any free port" to a listener.
  * Returns 0, or -EINVAL with a message naming the problem in err (which may
  * be NULL).  *u is zeroed first. */
 int xuri_parse(const char *s, uint16_t default_port, struct xuri *u, char *err, size_t errlen);

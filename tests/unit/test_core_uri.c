@@ -96,7 +96,7 @@ static void test_errors(void **state)
 	bad("tcp://host", 0, "missing port in 'tcp://host'");
 	bad("tcp://host:", 80, "missing port in 'tcp://host:'");
 	bad("tcp://h:99999", 0, "port '99999' out of range");
-	bad("tcp://h:0", 0, "port '0' out of range");
+	ok("tcp://h:0", 0, XURI_TCP, "h", 0, "tcp://h:0");	/* 0: any port, for listening */
 	bad("tcp://h:8x", 0, "invalid port '8x' in 'tcp://h:8x'");
 	bad("tcp://h:-1", 0, "invalid port '-1' in 'tcp://h:-1'");
 	bad("tcp://:80", 0, "missing host in 'tcp://:80'");

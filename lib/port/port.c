@@ -1,0 +1,402 @@
+/* GM-style ports (port.h) over host-pair links: the API and the progress
+ * loop.  The protocol is port_eng.c; the transports are port_link.c. */
+#include "port/port_pri.h"
+#include "core/log.h"
+#include "core/xtime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+int xpl_shm_listeners(struct xp_host *h);
+int xpl_shm_wait(struct shmcm_conn *c, uint64_t timeout_ns);
+
+const char *xp_strstatus(enum xp_status s)
+{
+	switch (s) {
+	case XP_SUCCESS: return "success";
+	case XP_SEND_TIMED_OUT: return "send timed out (receiver provided no buffer)";
+	case XP_SEND_REJECTED: return "send rejected (size not acceptable at the receiver)";
+	case XP_SEND_TARGET_PORT_CLOSED: return "target port closed";
+	case XP_SEND_TARGET_NODE_UNREACHABLE: return "target node unreachable";
+	case XP_SEND_DROPPED: return "send dropped";
+	}
+	return "unknown status";
+}
+
+static uint64_t random_nonce(void)
+{
+	uint64_t n = 0;
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (read(fd, &n, sizeof(n)) != sizeof(n))
+			n = 0;
+		close(fd);
+	}
+	/* without urandom: still distinct per process and moment */
+	return n ? n : xtime_real_ns() ^ ((uint64_t)getpid() << 40);
+}
+
+struct xp_host *xp_host_new(const struct xp_host_opts *o, char *err, size_t errlen)
+{
+	struct xp_host *h = calloc(1, sizeof(*h));
+	struct pe_opts po = { 0 };
+
+	if (!h) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (o)
+		h->o = *o;
+	if (!h->o.frag)
+		h->o.frag = 32 * 1024;
+	if (!h->o.connect_timeout_ns)
+		h->o.connect_timeout_ns = 5 * XTIME_NS_PER_S;
+	if (!h->o.max_msg)
+		h->o.max_msg = 64u << 20;
+	if (h->o.max_msg > (1u << 31) - 9) {
+		snprintf(err, errlen, "largest message %u over 2^31 - 9 bytes", h->o.max_msg);
+		goto out_free;
+	}
+	po.send_tokens = h->o.send_tokens;
+	po.recv_tokens = h->o.recv_tokens;
+	po.send_timeout_ns = h->o.send_timeout_ns;
+	po.max_msg = h->o.max_msg;
+	if (!(h->e = pe_new(&po))) {
+		snprintf(err, errlen, "out of memory");
+		goto out_free;
+	}
+	if ((h->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "epoll: %s", strerror(errno));
+		goto out_free_eng;
+	}
+	h->nonce = random_nonce();
+	for (unsigned i = 0; i < XP_MAX_PORTS; i++) {
+		h->ports[i].h = h;
+		h->ports[i].id = i;
+	}
+	return h;
+
+out_free_eng:
+	pe_free(h->e);
+out_free:
+	free(h);
+	return NULL;
+}
+
+void xp_host_free(struct xp_host *h)
+{
+	if (!h)
+		return;
+	for (unsigned i = 0; i < XP_MAX_PORTS; i++)
+		if (h->ports[i].open)
+			pe_port_close(h->e, i);
+	for (uint32_t i = 0; i < h->nlinks; i++)
+		xpl_free(h->links[i]);
+	for (unsigned i = 0; i < h->nls; i++)
+		xpl_listener_free(h->ls[i]);
+	free(h->links);
+	pe_free(h->e);
+	close(h->epfd);
+	free(h);
+}
+
+int xp_host_listen(struct xp_host *h, const struct xuri *u, char *err, size_t errlen)
+{
+	if (h->nls >= XP_LISTEN_MAX) {
+		snprintf(err, errlen, "too many listeners (%d)", XP_LISTEN_MAX);
+		return -ENOSPC;
+	}
+	switch (u->scheme) {
+	case XURI_TCP:
+	case XURI_RDMA:
+		return xpl_listen_xrc(h, u, err, errlen);
+	case XURI_SHM:
+		return xpl_listen_shm(h, u, err, errlen);
+	default:
+		snprintf(err, errlen, "%s://: ports run over shm://, tcp:// or rdma://",
+			 xuri_scheme_name(u->scheme));
+		return -EPROTONOSUPPORT;
+	}
+}
+
+uint16_t xp_host_listen_port(const struct xp_host *h, unsigned i)
+{
+	if (i >= h->nls || !h->ls[i]->xl)
+		return 0;
+	return xrc_listener_port(h->ls[i]->xl);
+}
+
+int xp_host_connect(struct xp_host *h, const struct xuri *u, char *err, size_t errlen)
+{
+	char name[160];
+
+	if (xuri_format(u, name, sizeof(name)) < 0)
+		snprintf(name, sizeof(name), "%s://?", xuri_scheme_name(u->scheme));
+	if (u->scheme == XURI_SHM)
+		snprintf(name, sizeof(name), "shm://%s", u->name);
+	/* one link per peer host: connecting again names the same node */
+	for (uint32_t i = 0; i < h->nlinks; i++)
+		if (h->links[i] && !h->links[i]->dead && !h->links[i]->srv &&
+		    !strcmp(h->links[i]->name, name))
+			return (int)h->links[i]->node;
+	switch (u->scheme) {
+	case XURI_TCP:
+	case XURI_RDMA:
+		return xpl_connect_xrc(h, u, name, err, errlen);
+	case XURI_SHM:
+		return xpl_connect_shm(h, u, name, err, errlen);
+	default:
+		snprintf(err, errlen, "%s: ports run over shm://, tcp:// or rdma://", name);
+		return -EPROTONOSUPPORT;
+	}
+}
+
+static struct xp_link *link_get(const struct xp_host *h, uint32_t node)
+{
+	return node >= 1 && node <= h->nlinks ? h->links[node - 1] : NULL;
+}
+
+bool xp_node_up(const struct xp_host *h, uint32_t node)
+{
+	const struct xp_link *k = link_get(h, node);
+
+	return k && !k->dead;
+}
+
+const char *xp_node_name(const struct xp_host *h, uint32_t node)
+{
+	const struct xp_link *k = link_get(h, node);
+
+	return k ? k->name : "?";
+}
+
+int xp_host_fd(const struct xp_host *h) { return h->epfd; }
+
+int xp_host_progress(struct xp_host *h)
+{
+	uint64_t now = xtime_ns();
+	int done = 0;
+
+	for (unsigned i = 0; i < h->nls; i++)
+		done += xpl_accept(h, h->ls[i], now);
+	done += xpl_shm_listeners(h);
+	/* everything in first, so ACKs of one round go out together */
+	for (uint32_t i = 0; i < h->nlinks; i++)
+		if (h->links[i])
+			done += xpl_rx(h->links[i], now);
+	done += pe_timers(h->e, now);
+	for (uint32_t i = 0; i < h->nlinks; i++)
+		if (h->links[i])
+			done += xpl_tx(h->links[i]);
+	return done;
+}
+
+/* ------------------------------------------------------------- ports */
+
+struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t errlen)
+{
+	int rc;
+
+	if (port_id >= XP_MAX_PORTS) {
+		snprintf(err, errlen, "port %u out of range 0..%d", port_id, XP_MAX_PORTS - 1);
+		return NULL;
+	}
+	if ((rc = pe_port_open(h->e, port_id)) < 0) {
+		snprintf(err, errlen, "port %u: %s", port_id,
+			 rc == -EBUSY ? "already open" : strerror(-rc));
+		return NULL;
+	}
+	h->ports[port_id].open = true;
+	return &h->ports[port_id];
+}
+
+void xp_close(struct xp_port *p)
+{
+	struct xp_host *h;
+	uint64_t deadline;
+	xp_send_cb cb;
+	void *ctx;
+	enum xp_status st;
+
+	if (!p || !p->open)
+		return;
+	h = p->h;
+	pe_port_close(h->e, p->id);
+	p->open = false;
+	/* The transport may still read frames of our sends (tcp sends from
+	 * the user's buffer): let it finish before the callbacks hand the
+	 * buffers back -- or, past a second, cut the links that hold them. */
+	deadline = xtime_ns() + XTIME_NS_PER_S;
+	while (pe_port_refs(h->e, p->id) && xtime_ns() < deadline)
+		xp_host_progress(h);
+	for (uint32_t i = 0; pe_port_refs(h->e, p->id) && i < h->nlinks; i++)
+		if (h->links[i] && pe_node_refs(h->e, h->links[i]->node))
+			xpl_fail(h->links[i], "closing a port whose frames it would not release");
+	/* port.h: pending sends complete DROPPED */
+	while (pe_next_completion(h->e, p->id, &cb, &ctx, &st))
+		if (cb)
+			cb(p, ctx, st);
+}
+
+unsigned xp_port_id(const struct xp_port *p) { return p->id; }
+void xp_port_set_user(struct xp_port *p, void *user) { p->user = user; }
+void *xp_port_user(const struct xp_port *p) { return p->user; }
+unsigned xp_host_listeners(const struct xp_host *h) { return h->nls; }
+
+int xp_host_timeout_ms(const struct xp_host *h, int max_ms)
+{
+	uint64_t now = xtime_ns(), t = pe_next_timer(h->e), ms;
+	int nshm;
+
+	if (t <= now)
+		return 0;
+	ms = (t - now + XTIME_NS_PER_MS - 1) / XTIME_NS_PER_MS;
+	/* shmcm in poll mode has no fd to wake an epoll sleeper: look again
+	 * every millisecond while a mailbox is in use. */
+	xpl_shm_only((struct xp_host *)h, &nshm);
+	for (unsigned i = 0; i < h->nls; i++)
+		if (h->ls[i]->scheme == XURI_SHM)
+			nshm++;
+	if (nshm && ms > 1)
+		ms = 1;
+	return ms < (uint64_t)max_ms ? (int)ms : max_ms;
+}
+unsigned xp_num_send_tokens(const struct xp_port *p) { return pe_send_tokens(p->h->e, p->id); }
+unsigned xp_num_receive_tokens(const struct xp_port *p) { return pe_recv_tokens(p->h->e, p->id); }
+
+int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio prio,
+	    const void *buf, size_t len, xp_send_cb cb, void *ctx)
+{
+	struct xp_link *k;
+	int rc;
+
+	if (!p->open)
+		return -EINVAL;
+	rc = pe_send(p->h->e, p->id, node, dst_port, (unsigned)prio, buf, len, cb, ctx);
+	/* Out at once when there is room: a ping does not wait for the next
+	 * progress call.  Only frames move here, never a callback. */
+	if (rc == 0 && (k = link_get(p->h, node)))
+		xpl_tx(k);
+	return rc;
+}
+
+int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size, enum xp_prio prio)
+{
+	if (!p->open)
+		return -EINVAL;
+	return pe_provide(p->h->e, p->id, buf, size, (unsigned)prio);
+}
+
+void xp_set_acceptable_sizes(struct xp_port *p, enum xp_prio prio, uint64_t mask)
+{
+	pe_set_acceptable(p->h->e, p->id, (unsigned)prio, mask);
+}
+
+/* seed 001 section 2: callbacks run only inside the receive calls. */
+static void run_callbacks(struct xp_port *p)
+{
+	xp_send_cb cb;
+	void *ctx;
+	enum xp_status st;
+
+	while (p->open && pe_next_completion(p->h->e, p->id, &cb, &ctx, &st))
+		if (cb)
+			cb(p, ctx, st);
+}
+
+int xp_receive(struct xp_port *p, struct xp_event *ev)
+{
+	memset(ev, 0, sizeof(*ev));
+	if (!p->open)
+		return 0;
+	xp_host_progress(p->h);
+	run_callbacks(p);
+	return pe_next_event(p->h->e, p->id, ev);
+}
+
+/* Sleeps until something may have come in, a timer is due, or `until`. */
+static int host_wait(struct xp_host *h, uint64_t until)
+{
+	uint64_t now = xtime_ns(), t = pe_next_timer(h->e);
+	struct epoll_event evs[8];
+	struct shmcm_conn *one;
+	int nshm, rc;
+
+	if (t > until)
+		t = until;
+	if (t <= now)
+		return 0;
+	t -= now;
+	one = xpl_shm_only(h, &nshm);
+	if (nshm) {
+		/* shmcm in poll mode has no fd: with one mailbox, sleep on its
+		 * futex (woken by the first packet), and look at the fds
+		 * every millisecond; with several, nap 50 us at a time. */
+		if (one) {
+			uint64_t slice = t < XTIME_NS_PER_MS ? t : XTIME_NS_PER_MS;
+
+			rc = xpl_shm_wait(one, slice);
+			if (rc == -EINTR)
+				return -EINTR;
+			t = 0;
+		} else if (t > 50 * XTIME_NS_PER_US) {
+			t = 50 * XTIME_NS_PER_US;
+		}
+	}
+	struct timespec ts = { (time_t)(t / XTIME_NS_PER_S), (long)(t % XTIME_NS_PER_S) };
+
+	rc = epoll_pwait2(h->epfd, evs, 8, &ts, NULL);
+	if (rc < 0 && errno == EINTR)
+		return -EINTR;
+	return 0;
+}
+
+int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout_ns,
+			uint64_t spin_ns)
+{
+	uint64_t start = xtime_ns();
+	uint64_t until = timeout_ns ? start + timeout_ns : UINT64_MAX;
+	int rc;
+
+	for (;;) {
+		if ((rc = xp_receive(p, ev)) != 0)
+			return rc;
+		uint64_t now = xtime_ns();
+
+		if (now >= until)
+			return 0;
+		if (now - start < spin_ns)
+			continue;
+		/* Progress may have queued completions of other ports, or
+		 * frames still to go: sleep only when idle. */
+		if (xp_host_progress(p->h) > 0 || pe_port_pending(p->h->e, p->id))
+			continue;
+		if ((rc = host_wait(p->h, until)) < 0)
+			return rc;
+	}
+}
+
+void xp_resume_sending(struct xp_port *p, enum xp_prio prio, uint32_t node, unsigned dst_port)
+{
+	struct xp_link *k;
+
+	pe_resume(p->h->e, p->id, (unsigned)prio, node, dst_port);
+	if ((k = link_get(p->h, node)))
+		xpl_tx(k);
+}
+
+void xp_drop_sends(struct xp_port *p, enum xp_prio prio, uint32_t node, unsigned dst_port)
+{
+	pe_drop(p->h->e, p->id, (unsigned)prio, node, dst_port);
+}
+
+void xp_port_stats(const struct xp_port *p, struct xp_port_stats *s)
+{
+	pe_port_stats(p->h->e, p->id, s);
+}

@@ -1,0 +1,1080 @@
+/* GM port protocol engine (port_eng.h): no I/O, no clock, no malloc per
+ * message -- send descriptors, receive-buffer records and event slots are
+ * allocated per port when it opens; stream state once per stream. */
+#include "port/port_eng.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- lists */
+
+struct link {
+	struct link *prev, *next;
+};
+
+static void list_init(struct link *l) { l->prev = l->next = l; }
+static bool list_empty(const struct link *l) { return l->next == l; }
+static bool linked(const struct link *n) { return n->next != NULL; }
+
+static void list_add_tail(struct link *head, struct link *n)
+{
+	n->prev = head->prev;
+	n->next = head;
+	head->prev->next = n;
+	head->prev = n;
+}
+
+static void list_del(struct link *n)
+{
+	if (!n->next)
+		return;
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	n->prev = n->next = NULL;
+}
+
+#define container_of(p, type, m) ((type *)((char *)(p) - offsetof(type, m)))
+
+/* Serial-number order for u32 seqs (RFC 1982 style). */
+static bool seq_le(uint32_t a, uint32_t b) { return (int32_t)(a - b) <= 0; }
+
+/* ------------------------------------------------------------- state */
+
+struct pe_txs;
+
+struct pe_send {
+	struct pe_send *next;
+	struct pe_txs *s;
+	const uint8_t *buf;
+	uint32_t len, seq;
+	uint32_t refs;			/* frames the transport still holds */
+	bool sync;			/* its FIRST carries PW_SYNC */
+	uint8_t status;			/* enum xp_status once done */
+	uint16_t port;
+	bool nobuf;			/* refused for want of a buffer before */
+	uint64_t first_nobuf, backoff;
+	xp_send_cb cb;
+	void *ctx;
+};
+
+struct sq {				/* FIFO of send descriptors */
+	struct pe_send *head, *tail;
+};
+
+static void sq_push(struct sq *q, struct pe_send *d)
+{
+	d->next = NULL;
+	if (q->tail)
+		q->tail->next = d;
+	else
+		q->head = d;
+	q->tail = d;
+}
+
+static struct pe_send *sq_pop(struct sq *q)
+{
+	struct pe_send *d = q->head;
+
+	if (d) {
+		q->head = d->next;
+		if (!q->head)
+			q->tail = NULL;
+		d->next = NULL;
+	}
+	return d;
+}
+
+/* Sender side of a stream. */
+struct pe_txs {
+	struct pe_node *node;
+	uint8_t src, dst, prio;
+	struct sq q;			/* not yet acknowledged, in seq order */
+	struct sq done;			/* finished, waiting for refs == 0 */
+	struct pe_send *cur;		/* next to transmit (in q), or NULL */
+	uint32_t cur_off;
+	uint32_t next_seq;
+	bool need_sync, stopped;
+	uint64_t retry_at;
+	struct link active;		/* on its lane's list: has frames to send */
+	struct link backoff;		/* on the engine's retry list */
+};
+
+enum rx_state { RX_UNSYNC, RX_IDLE, RX_ASM, RX_DISCARD };
+
+/* Receiver side of a stream. */
+struct pe_rxs {
+	struct pe_node *node;
+	uint8_t src, dst, prio;
+	uint8_t st;
+	uint32_t expect;		/* seq of the next message taken */
+	struct pe_rbuf *rb;		/* RX_ASM: the matched buffer */
+	uint32_t len, got;
+	bool ack_pending, nack_pending;
+	uint8_t nack_reason;
+	uint32_t ack_seq, nack_seq;
+	struct link ctl;		/* on its lane's control list */
+};
+
+struct pe_rbuf {
+	struct pe_rbuf *next;
+	uint8_t *buf;
+	uint8_t size, prio;
+};
+
+struct rq {
+	struct pe_rbuf *head, *tail;
+};
+
+struct pe_lane {
+	struct link active[2];		/* per priority */
+	struct link ctl;
+};
+
+struct pe_node {
+	uint32_t id;
+	bool up;
+	unsigned nlanes;
+	uint32_t frag;
+	uint64_t refs;
+	struct pe_lane lane[2];
+	/* [src port] -> [dst port * 2 + prio], allocated on first use */
+	struct pe_txs **tx[PW_MAX_PORTS];
+	struct pe_rxs **rx[PW_MAX_PORTS];
+};
+
+struct pe_port {
+	bool open;
+	unsigned stok, rtok;
+	uint64_t refs;
+	struct pe_send *descs;
+	struct pe_send *dfree;
+	struct sq comp;			/* due callbacks */
+	struct pe_rbuf *rbufs, *rfree;
+	struct rq avail[2][PW_MAX_SIZE + 1];
+	uint64_t accept[2];
+	struct xp_event *ev;		/* ring of recv_tokens */
+	unsigned ev_head, ev_n;
+	struct xp_port_stats st;
+};
+
+struct pe_eng {
+	struct pe_opts o;
+	struct pe_node **nodes;		/* [id - 1] */
+	uint32_t nnodes, cap;
+	struct link backoff;
+	struct pe_port ports[PW_MAX_PORTS];
+};
+
+static unsigned lane_of(const struct pe_node *n, unsigned prio)
+{
+	return n->nlanes == 2 ? prio : 0;
+}
+
+static struct pe_node *node_get(const struct pe_eng *e, uint32_t id)
+{
+	return id >= 1 && id <= e->nnodes ? e->nodes[id - 1] : NULL;
+}
+
+/* ------------------------------------------------------------ engine */
+
+struct pe_eng *pe_new(const struct pe_opts *o)
+{
+	struct pe_eng *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	if (o)
+		e->o = *o;
+	if (!e->o.send_tokens)
+		e->o.send_tokens = 64;
+	if (!e->o.recv_tokens)
+		e->o.recv_tokens = 256;
+	if (!e->o.send_timeout_ns)
+		e->o.send_timeout_ns = 10000000000ull;
+	if (!e->o.max_msg)
+		e->o.max_msg = 64u << 20;
+	if (!e->o.backoff_min_ns)
+		e->o.backoff_min_ns = 100000;
+	if (!e->o.backoff_max_ns)
+		e->o.backoff_max_ns = 20000000;
+	list_init(&e->backoff);
+	return e;
+}
+
+static void port_free_mem(struct pe_port *p)
+{
+	free(p->descs);
+	free(p->rbufs);
+	free(p->ev);
+	p->descs = NULL;
+	p->rbufs = NULL;
+	p->ev = NULL;
+}
+
+void pe_free(struct pe_eng *e)
+{
+	if (!e)
+		return;
+	for (uint32_t i = 0; i < e->nnodes; i++) {
+		struct pe_node *n = e->nodes[i];
+
+		for (unsigned p = 0; p < PW_MAX_PORTS; p++) {
+			if (n->tx[p])
+				for (unsigned k = 0; k < 2 * PW_MAX_PORTS; k++)
+					free(n->tx[p][k]);
+			if (n->rx[p])
+				for (unsigned k = 0; k < 2 * PW_MAX_PORTS; k++)
+					free(n->rx[p][k]);
+			free(n->tx[p]);
+			free(n->rx[p]);
+		}
+		free(n);
+	}
+	free(e->nodes);
+	for (unsigned p = 0; p < PW_MAX_PORTS; p++)
+		port_free_mem(&e->ports[p]);
+	free(e);
+}
+
+/* ------------------------------------------------------------- nodes */
+
+int pe_node_add(struct pe_eng *e, unsigned nlanes, uint32_t frag)
+{
+	struct pe_node *n;
+
+	if (nlanes < 1 || nlanes > 2 || frag == 0)
+		return -EINVAL;
+	if (e->nnodes >= INT32_MAX - 1)
+		return -ENOSPC;
+	if (e->nnodes == e->cap) {
+		uint32_t cap = e->cap ? 2 * e->cap : 8;
+		struct pe_node **nn = realloc(e->nodes, cap * sizeof(*nn));
+
+		if (!nn)
+			return -ENOMEM;
+		e->nodes = nn;
+		e->cap = cap;
+	}
+	if (!(n = calloc(1, sizeof(*n))))
+		return -ENOMEM;
+	n->id = e->nnodes + 1;
+	n->up = true;
+	n->nlanes = nlanes;
+	n->frag = frag;
+	for (unsigned l = 0; l < 2; l++) {
+		list_init(&n->lane[l].active[0]);
+		list_init(&n->lane[l].active[1]);
+		list_init(&n->lane[l].ctl);
+	}
+	e->nodes[e->nnodes++] = n;
+	return (int)n->id;
+}
+
+bool pe_node_up(const struct pe_eng *e, uint32_t node)
+{
+	const struct pe_node *n = node_get(e, node);
+
+	return n && n->up;
+}
+
+uint32_t pe_node_count(const struct pe_eng *e) { return e->nnodes; }
+
+uint64_t pe_node_refs(const struct pe_eng *e, uint32_t node)
+{
+	const struct pe_node *n = node_get(e, node);
+
+	return n ? n->refs : 0;
+}
+
+/* Stream lookup; `make` allocates (once per stream, not per message). */
+static struct pe_txs *txs_get(struct pe_node *n, unsigned src, unsigned dst, unsigned prio,
+			      bool make)
+{
+	struct pe_txs **row = n->tx[src], *s;
+
+	if (!row) {
+		if (!make || !(row = n->tx[src] = calloc(2 * PW_MAX_PORTS, sizeof(*row))))
+			return NULL;
+	}
+	s = row[dst * 2 + prio];
+	if (s || !make)
+		return s;
+	if (!(s = calloc(1, sizeof(*s))))
+		return NULL;
+	s->node = n;
+	s->src = (uint8_t)src;
+	s->dst = (uint8_t)dst;
+	s->prio = (uint8_t)prio;
+	s->need_sync = true;	/* a new stream: the receiver knows no seq yet */
+	row[dst * 2 + prio] = s;
+	return s;
+}
+
+static struct pe_rxs *rxs_get(struct pe_node *n, unsigned src, unsigned dst, unsigned prio,
+			      bool make)
+{
+	struct pe_rxs **row = n->rx[src], *r;
+
+	if (!row) {
+		if (!make || !(row = n->rx[src] = calloc(2 * PW_MAX_PORTS, sizeof(*row))))
+			return NULL;
+	}
+	r = row[dst * 2 + prio];
+	if (r || !make)
+		return r;
+	if (!(r = calloc(1, sizeof(*r))))
+		return NULL;
+	r->node = n;
+	r->src = (uint8_t)src;
+	r->dst = (uint8_t)dst;
+	r->prio = (uint8_t)prio;
+	r->st = RX_UNSYNC;
+	row[dst * 2 + prio] = r;
+	return r;
+}
+
+/* -------------------------------------------------- send completions */
+
+/* Completions leave a stream in order: a finished message whose frames the
+ * transport still holds keeps the ones behind it waiting too. */
+static void done_flush(struct pe_eng *e, struct pe_txs *s)
+{
+	struct pe_send *d;
+
+	while ((d = s->done.head) && d->refs == 0) {
+		sq_pop(&s->done);
+		sq_push(&e->ports[d->port].comp, d);
+	}
+}
+
+static void finish(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, enum xp_status st)
+{
+	struct pe_port *p = &e->ports[d->port];
+
+	d->status = (uint8_t)st;
+	if (st == XP_SUCCESS) {
+		p->st.sent_msgs++;
+		p->st.sent_bytes += d->len;
+	} else if (st != XP_SEND_DROPPED) {
+		p->st.send_failures++;
+	}
+	sq_push(&s->done, d);
+}
+
+static void activate(struct pe_txs *s)
+{
+	struct pe_node *n = s->node;
+
+	if (s->cur && !s->stopped && !linked(&s->backoff) && !linked(&s->active) && n->up)
+		list_add_tail(&n->lane[lane_of(n, s->prio)].active[s->prio], &s->active);
+}
+
+/* The head message failed: it completes with `st`, the stream stops, and
+ * the rest goes again from the next message's FIRST, flagged SYNC. */
+static void fail_head(struct pe_eng *e, struct pe_txs *s, enum xp_status st)
+{
+	struct pe_send *d = sq_pop(&s->q);
+
+	if (!s->q.head)
+		s->q.tail = NULL;
+	finish(e, s, d, st);
+	s->cur = s->q.head;
+	s->cur_off = 0;
+	s->need_sync = true;
+	s->stopped = true;
+	list_del(&s->active);
+	list_del(&s->backoff);
+	done_flush(e, s);
+}
+
+/* Every message of the stream completes with `st`. */
+static void fail_all(struct pe_eng *e, struct pe_txs *s, enum xp_status st, bool forget_refs)
+{
+	struct pe_send *d;
+
+	while ((d = sq_pop(&s->q)))
+		finish(e, s, d, st);
+	s->cur = NULL;
+	s->cur_off = 0;
+	s->need_sync = true;
+	list_del(&s->active);
+	list_del(&s->backoff);
+	if (forget_refs) {
+		for (d = s->done.head; d; d = d->next) {
+			s->node->refs -= d->refs;
+			e->ports[d->port].refs -= d->refs;
+			d->refs = 0;
+		}
+	}
+	done_flush(e, s);
+}
+
+static void rbuf_push_front(struct pe_port *p, struct pe_rbuf *b)
+{
+	struct rq *q = &p->avail[b->prio][b->size];
+
+	b->next = q->head;
+	q->head = b;
+	if (!q->tail)
+		q->tail = b;
+}
+
+void pe_node_down(struct pe_eng *e, uint32_t node)
+{
+	struct pe_node *n = node_get(e, node);
+
+	if (!n || !n->up)
+		return;
+	n->up = false;
+	for (unsigned src = 0; src < PW_MAX_PORTS; src++) {
+		for (unsigned k = 0; n->tx[src] && k < 2 * PW_MAX_PORTS; k++)
+			if (n->tx[src][k])
+				fail_all(e, n->tx[src][k], XP_SEND_TARGET_NODE_UNREACHABLE, true);
+		for (unsigned k = 0; n->rx[src] && k < 2 * PW_MAX_PORTS; k++) {
+			struct pe_rxs *r = n->rx[src][k];
+
+			if (!r)
+				continue;
+			/* a half-filled buffer is still the port's, unreported */
+			if (r->st == RX_ASM && e->ports[r->dst].open)
+				rbuf_push_front(&e->ports[r->dst], r->rb);
+			r->st = RX_UNSYNC;
+			r->rb = NULL;
+			list_del(&r->ctl);
+			r->ack_pending = r->nack_pending = false;
+		}
+	}
+	n->refs = 0;
+}
+
+/* ------------------------------------------------------------- ports */
+
+int pe_port_open(struct pe_eng *e, unsigned port)
+{
+	struct pe_port *p;
+	unsigned ns = e->o.send_tokens, nr = e->o.recv_tokens;
+
+	if (port >= PW_MAX_PORTS)
+		return -EINVAL;
+	p = &e->ports[port];
+	if (p->open)
+		return -EBUSY;
+	/* Frames of an earlier life of this port may still be out. */
+	if (p->refs)
+		return -EBUSY;
+	port_free_mem(p);
+	memset(p, 0, sizeof(*p));
+	p->descs = calloc(ns, sizeof(*p->descs));
+	p->rbufs = calloc(nr, sizeof(*p->rbufs));
+	p->ev = calloc(nr, sizeof(*p->ev));
+	if (!p->descs || !p->rbufs || !p->ev) {
+		port_free_mem(p);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < ns; i++) {
+		p->descs[i].next = p->dfree;
+		p->dfree = &p->descs[i];
+	}
+	for (unsigned i = 0; i < nr; i++) {
+		p->rbufs[i].next = p->rfree;
+		p->rfree = &p->rbufs[i];
+	}
+	p->stok = ns;
+	p->rtok = nr;
+	p->accept[0] = p->accept[1] = ~0ull;
+	p->open = true;
+	return 0;
+}
+
+bool pe_port_is_open(const struct pe_eng *e, unsigned port)
+{
+	return port < PW_MAX_PORTS && e->ports[port].open;
+}
+
+uint64_t pe_port_refs(const struct pe_eng *e, unsigned port)
+{
+	return port < PW_MAX_PORTS ? e->ports[port].refs : 0;
+}
+
+static void queue_ctl(struct pe_rxs *r)
+{
+	struct pe_node *n = r->node;
+
+	if (!linked(&r->ctl))
+		list_add_tail(&n->lane[lane_of(n, r->prio)].ctl, &r->ctl);
+}
+
+static void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
+{
+	r->st = RX_DISCARD;
+	r->expect = seq;
+	r->nack_pending = true;
+	r->nack_seq = seq;
+	r->nack_reason = reason;
+	queue_ctl(r);
+}
+
+void pe_port_close(struct pe_eng *e, unsigned port)
+{
+	struct pe_port *p;
+
+	if (port >= PW_MAX_PORTS || !e->ports[port].open)
+		return;
+	p = &e->ports[port];
+	for (uint32_t i = 0; i < e->nnodes; i++) {
+		struct pe_node *n = e->nodes[i];
+
+		/* our sends: GM drops them with the port */
+		for (unsigned k = 0; n->tx[port] && k < 2 * PW_MAX_PORTS; k++)
+			if (n->tx[port][k]) {
+				fail_all(e, n->tx[port][k], XP_SEND_DROPPED, false);
+				n->tx[port][k]->stopped = false;
+			}
+		/* messages coming in: refused, so their senders learn */
+		for (unsigned src = 0; src < PW_MAX_PORTS; src++)
+			for (unsigned pr = 0; pr < 2 && n->rx[src]; pr++) {
+				struct pe_rxs *r = n->rx[src][port * 2 + pr];
+
+				if (r && r->st == RX_ASM) {
+					r->rb = NULL;
+					if (n->up)
+						nack(r, r->expect, PW_NACK_CLOSED);
+					else
+						r->st = RX_UNSYNC;
+				}
+			}
+	}
+	p->open = false;
+	/* Buffers and events are forgotten; the completion queue stays, so
+	 * the host can still run the DROPPED callbacks. */
+	memset(p->avail, 0, sizeof(p->avail));
+	p->ev_n = 0;
+}
+
+unsigned pe_send_tokens(const struct pe_eng *e, unsigned port)
+{
+	return port < PW_MAX_PORTS && e->ports[port].open ? e->ports[port].stok : 0;
+}
+
+unsigned pe_recv_tokens(const struct pe_eng *e, unsigned port)
+{
+	return port < PW_MAX_PORTS && e->ports[port].open ? e->ports[port].rtok : 0;
+}
+
+int pe_send(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
+	    unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx)
+{
+	struct pe_port *p;
+	struct pe_node *n;
+	struct pe_txs *s;
+	struct pe_send *d;
+
+	if (port >= PW_MAX_PORTS || !e->ports[port].open || dst_port >= PW_MAX_PORTS ||
+	    prio > 1 || (len && !buf))
+		return -EINVAL;
+	p = &e->ports[port];
+	if (len > e->o.max_msg)
+		return -EMSGSIZE;
+	if (!(n = node_get(e, node)))
+		return -ENOENT;
+	/* seed 001 section 2: a send needs a send token */
+	if (!p->stok || !p->dfree)
+		return -EAGAIN;
+	if (!(s = txs_get(n, port, dst_port, prio, true)))
+		return -ENOMEM;
+	d = p->dfree;
+	p->dfree = d->next;
+	p->stok--;
+	memset(d, 0, sizeof(*d));
+	d->s = s;
+	d->buf = buf;
+	d->len = (uint32_t)len;
+	d->port = (uint16_t)port;
+	d->cb = cb;
+	d->ctx = ctx;
+	if (!n->up) {
+		/* Not an error at the call (port.h): the callback says it. */
+		finish(e, s, d, XP_SEND_TARGET_NODE_UNREACHABLE);
+		done_flush(e, s);
+		return 0;
+	}
+	d->seq = s->next_seq++;
+	sq_push(&s->q, d);
+	if (!s->cur) {
+		s->cur = d;
+		s->cur_off = 0;
+	}
+	activate(s);
+	return 0;
+}
+
+int pe_provide(struct pe_eng *e, unsigned port, void *buf, unsigned size, unsigned prio)
+{
+	struct pe_port *p;
+	struct pe_rbuf *b;
+	struct rq *q;
+
+	if (port >= PW_MAX_PORTS || !e->ports[port].open || size < PW_MIN_SIZE ||
+	    size > PW_MAX_SIZE || prio > 1 || !buf)
+		return -EINVAL;
+	p = &e->ports[port];
+	/* seed 001 section 3: providing a buffer gives up a receive token */
+	if (!p->rtok || !p->rfree)
+		return -EAGAIN;
+	b = p->rfree;
+	p->rfree = b->next;
+	p->rtok--;
+	b->buf = buf;
+	b->size = (uint8_t)size;
+	b->prio = (uint8_t)prio;
+	b->next = NULL;
+	q = &p->avail[prio][size];
+	if (q->tail)
+		q->tail->next = b;
+	else
+		q->head = b;
+	q->tail = b;
+	return 0;
+}
+
+void pe_set_acceptable(struct pe_eng *e, unsigned port, unsigned prio, uint64_t mask)
+{
+	if (port < PW_MAX_PORTS && prio <= 1)
+		e->ports[port].accept[prio] = mask;
+}
+
+static struct pe_txs *txs_find(struct pe_eng *e, unsigned port, unsigned prio, uint32_t node,
+			       unsigned dst)
+{
+	struct pe_node *n = node_get(e, node);
+
+	if (!n || port >= PW_MAX_PORTS || dst >= PW_MAX_PORTS || prio > 1)
+		return NULL;
+	return txs_get(n, port, dst, prio, false);
+}
+
+void pe_resume(struct pe_eng *e, unsigned port, unsigned prio, uint32_t node, unsigned dst)
+{
+	struct pe_txs *s = txs_find(e, port, prio, node, dst);
+
+	if (!s || !s->stopped)
+		return;
+	s->stopped = false;
+	activate(s);
+}
+
+void pe_drop(struct pe_eng *e, unsigned port, unsigned prio, uint32_t node, unsigned dst)
+{
+	struct pe_txs *s = txs_find(e, port, prio, node, dst);
+
+	if (!s)
+		return;
+	/* GM's gm_drop_sends: what waits completes DROPPED; the stream runs
+	 * again for new sends, which start with SYNC. */
+	fail_all(e, s, XP_SEND_DROPPED, false);
+	s->stopped = false;
+}
+
+int pe_next_completion(struct pe_eng *e, unsigned port, xp_send_cb *cb, void **ctx,
+		       enum xp_status *st)
+{
+	struct pe_port *p;
+	struct pe_send *d;
+
+	if (port >= PW_MAX_PORTS)
+		return 0;
+	p = &e->ports[port];
+	if (!(d = sq_pop(&p->comp)))
+		return 0;
+	*cb = d->cb;
+	*ctx = d->ctx;
+	*st = (enum xp_status)d->status;
+	/* seed 001 section 2: the callback hands the send token back */
+	d->next = p->dfree;
+	p->dfree = d;
+	p->stok++;
+	return 1;
+}
+
+int pe_next_event(struct pe_eng *e, unsigned port, struct xp_event *ev)
+{
+	struct pe_port *p;
+
+	memset(ev, 0, sizeof(*ev));
+	if (port >= PW_MAX_PORTS || !e->ports[port].open || !e->ports[port].ev_n)
+		return 0;
+	p = &e->ports[port];
+	*ev = p->ev[p->ev_head];
+	p->ev_head = (p->ev_head + 1) % e->o.recv_tokens;
+	p->ev_n--;
+	p->rtok++;	/* seed 001 section 3: one receive token per RECV event */
+	return 1;
+}
+
+bool pe_port_pending(const struct pe_eng *e, unsigned port)
+{
+	return port < PW_MAX_PORTS && (e->ports[port].comp.head || e->ports[port].ev_n);
+}
+
+void pe_port_stats(const struct pe_eng *e, unsigned port, struct xp_port_stats *s)
+{
+	if (port < PW_MAX_PORTS)
+		*s = e->ports[port].st;
+	else
+		memset(s, 0, sizeof(*s));
+}
+
+/* ------------------------------------------------------- transmitting */
+
+bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane)
+{
+	const struct pe_node *n = node_get(e, node);
+	const struct pe_lane *l;
+
+	if (!n || !n->up || lane >= n->nlanes)
+		return false;
+	l = &n->lane[lane];
+	return !list_empty(&l->ctl) || !list_empty(&l->active[1]) || !list_empty(&l->active[0]);
+}
+
+static int pull_ctl(struct pe_lane *l, struct pe_frame *f)
+{
+	struct pe_rxs *r = container_of(l->ctl.next, struct pe_rxs, ctl);
+	struct pw_hdr h = { .prio = r->prio, .src_port = r->dst, .dst_port = r->src };
+
+	/* The ACK before the NACK: it covers the messages before the
+	 * refused one, and the sender expects the NACK for its oldest. */
+	if (r->ack_pending) {
+		h.type = PW_ACK;
+		h.seq = r->ack_seq;
+		r->ack_pending = false;
+	} else {
+		h.type = PW_NACK;
+		h.seq = r->nack_seq;
+		h.arg = r->nack_reason;
+		r->nack_pending = false;
+	}
+	if (!r->ack_pending && !r->nack_pending)
+		list_del(&r->ctl);
+	pw_encode(f->hdr, &h);
+	f->data = NULL;
+	f->dlen = 0;
+	f->ref = NULL;
+	return 1;
+}
+
+int pe_pull(struct pe_eng *e, uint32_t node, unsigned lane, struct pe_frame *f)
+{
+	struct pe_node *n = node_get(e, node);
+	struct pe_lane *l;
+
+	if (!n || !n->up || lane >= n->nlanes)
+		return 0;
+	l = &n->lane[lane];
+	if (!list_empty(&l->ctl))
+		return pull_ctl(l, f);
+	/* seed 001: high priority never waits behind low; on a shared lane
+	 * the next frame is a high one whenever there is one. */
+	for (int prio = 1; prio >= 0; prio--) {
+		struct link *al = &l->active[prio];
+		struct pe_txs *s;
+		struct pe_send *d;
+		struct pw_hdr h = { .type = PW_DATA };
+		uint32_t chunk;
+
+		if (list_empty(al))
+			continue;
+		s = container_of(al->next, struct pe_txs, active);
+		d = s->cur;
+		chunk = d->len - s->cur_off < n->frag ? d->len - s->cur_off : n->frag;
+		h.prio = (uint8_t)prio;
+		h.arg = (uint8_t)pw_size_for_len(d->len);
+		h.src_port = s->src;
+		h.dst_port = s->dst;
+		h.seq = d->seq;
+		h.len = d->len;
+		h.off = s->cur_off;
+		if (s->cur_off == 0) {
+			h.flags |= PW_FIRST;
+			if (s->need_sync) {
+				d->sync = true;
+				s->need_sync = false;
+			}
+			if (d->sync)
+				h.flags |= PW_SYNC;
+		}
+		if (s->cur_off + chunk == d->len)
+			h.flags |= PW_LAST;
+		pw_encode(f->hdr, &h);
+		f->data = d->buf + s->cur_off;
+		f->dlen = chunk;
+		f->ref = d;
+		d->refs++;
+		n->refs++;
+		e->ports[d->port].refs++;
+		s->cur_off += chunk;
+		list_del(&s->active);
+		if (h.flags & PW_LAST) {
+			s->cur = d->next;
+			s->cur_off = 0;
+		}
+		/* Round robin per fragment among the streams of a priority. */
+		activate(s);
+		return 1;
+	}
+	return 0;
+}
+
+void pe_frame_done(struct pe_eng *e, struct pe_send *d)
+{
+	if (!d || !d->refs)
+		return;
+	d->refs--;
+	d->s->node->refs--;
+	e->ports[d->port].refs--;
+	if (!d->refs && d->s->done.head == d)
+		done_flush(e, d->s);
+}
+
+/* --------------------------------------------------------- receiving */
+
+static int proto_err(char *why, size_t whylen, const char *fmt, const struct pw_hdr *h)
+{
+	snprintf(why, whylen, "%s (port %u -> %u prio %u seq %u off %u)", fmt,
+		 h->src_port, h->dst_port, h->prio, h->seq, h->off);
+	return -EPROTO;
+}
+
+/* seed 001 section 3: a message lands only in a buffer provided for its
+ * size and priority; otherwise the receiver refuses it and says why. */
+static void rx_first(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h)
+{
+	struct pe_port *p = &e->ports[h->dst_port];
+	struct rq *q;
+	struct pe_rbuf *b;
+
+	if (!p->open) {
+		nack(r, h->seq, PW_NACK_CLOSED);
+		return;
+	}
+	if (!(p->accept[h->prio] >> h->arg & 1)) {
+		nack(r, h->seq, PW_NACK_REJECTED);
+		return;
+	}
+	q = &p->avail[h->prio][h->arg];
+	if (!(b = q->head)) {
+		nack(r, h->seq, PW_NACK_NOBUF);
+		return;
+	}
+	q->head = b->next;
+	if (!q->head)
+		q->tail = NULL;
+	r->st = RX_ASM;
+	r->expect = h->seq;
+	r->rb = b;
+	r->len = h->len;
+	r->got = 0;
+}
+
+static void rx_complete(struct pe_eng *e, struct pe_rxs *r)
+{
+	struct pe_port *p = &e->ports[r->dst];
+	struct pe_rbuf *b = r->rb;
+	struct xp_event *ev = &p->ev[(p->ev_head + p->ev_n) % e->o.recv_tokens];
+
+	/* At most recv_tokens buffers exist, so the ring cannot overflow. */
+	ev->type = r->prio ? XP_HIGH_RECV_EVENT : XP_RECV_EVENT;
+	ev->buffer = b->buf;
+	ev->length = r->len;
+	ev->size = b->size;
+	ev->prio = r->prio ? XP_HIGH : XP_LOW;
+	ev->sender_node = r->node->id;
+	ev->sender_port = r->src;
+	p->ev_n++;
+	p->st.recv_msgs++;
+	p->st.recv_bytes += r->len;
+	b->next = p->rfree;
+	p->rfree = b;
+	r->rb = NULL;
+	r->st = RX_IDLE;
+	r->ack_seq = r->expect;
+	r->ack_pending = true;
+	r->expect++;
+	queue_ctl(r);
+}
+
+static int rx_data(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
+		   const uint8_t *pl, uint32_t plen, char *why, size_t whylen)
+{
+	struct pe_rxs *r = rxs_get(n, h->src_port, h->dst_port, h->prio, true);
+
+	if (!r)
+		return proto_err(why, whylen, "out of memory for a new stream", h);
+	if (h->flags & PW_FIRST) {
+		if (r->st == RX_ASM) {
+			/* Only a sender that gave the message up restarts mid-way,
+			 * and it says so with SYNC. */
+			if (!(h->flags & PW_SYNC))
+				return proto_err(why, whylen, "new message inside a message", h);
+			rbuf_push_front(&e->ports[r->dst], r->rb);
+			r->rb = NULL;
+			r->st = RX_IDLE;
+		}
+		if (!(h->flags & PW_SYNC) && (h->seq != r->expect || r->st == RX_UNSYNC)) {
+			/* go-back-N: after a refusal, everything but the
+			 * refused message again is dropped */
+			if (r->st == RX_DISCARD)
+				return 0;
+			return proto_err(why, whylen, r->st == RX_UNSYNC ? "stream starts without SYNC"
+								     : "message out of sequence", h);
+		}
+		rx_first(e, r, h);
+		if (r->st != RX_ASM)
+			return 0;
+	} else if (r->st != RX_ASM) {
+		if (r->st == RX_DISCARD)
+			return 0;
+		return proto_err(why, whylen, "fragment without a message", h);
+	} else if (h->seq != r->expect || h->len != r->len || h->off != r->got) {
+		return proto_err(why, whylen, "fragment out of order", h);
+	}
+	/* pw_decode checked off + plen <= len; the buffer holds
+	 * max_length_for_size(size) >= len since size is len's class. */
+	if (plen)
+		memcpy(r->rb->buf + h->off, pl, plen);
+	r->got += plen;
+	if (h->flags & PW_LAST)
+		rx_complete(e, r);
+	return 0;
+}
+
+static int rx_ack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
+		  char *why, size_t whylen)
+{
+	/* ours is the dst_port of an ACK/NACK */
+	struct pe_txs *s = txs_get(n, h->dst_port, h->src_port, h->prio, false);
+	struct pe_send *d;
+
+	if (!s)
+		return 0;	/* a port that was closed since */
+	while ((d = s->q.head) && seq_le(d->seq, h->seq)) {
+		if (d == s->cur)
+			return proto_err(why, whylen, "ACK of a message not sent yet", h);
+		sq_pop(&s->q);
+		finish(e, s, d, XP_SUCCESS);
+	}
+	done_flush(e, s);
+	return 0;
+}
+
+static int rx_nack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h, uint64_t now,
+		   char *why, size_t whylen)
+{
+	struct pe_txs *s = txs_get(n, h->dst_port, h->src_port, h->prio, false);
+	struct pe_send *d;
+
+	/* A NACK names the oldest unacknowledged message; anything else is
+	 * about messages dropped since. */
+	if (!s || !(d = s->q.head) || d->seq != h->seq)
+		return 0;
+	if (d == s->cur && s->cur_off == 0)
+		return proto_err(why, whylen, "NACK of a message not sent yet", h);
+	switch (h->arg) {
+	case PW_NACK_CLOSED:
+		fail_head(e, s, XP_SEND_TARGET_PORT_CLOSED);
+		return 0;
+	case PW_NACK_REJECTED:
+		fail_head(e, s, XP_SEND_REJECTED);
+		return 0;
+	}
+	e->ports[d->port].st.nacks_nobuf++;
+	if (!d->nobuf) {
+		d->nobuf = true;
+		d->first_nobuf = now;
+		d->backoff = e->o.backoff_min_ns;
+	} else {
+		d->backoff = d->backoff * 2 > e->o.backoff_max_ns ? e->o.backoff_max_ns
+								 : d->backoff * 2;
+	}
+	if (now >= d->first_nobuf + e->o.send_timeout_ns) {
+		fail_head(e, s, XP_SEND_TIMED_OUT);
+		return 0;
+	}
+	/* go-back-N: everything from the refused message goes again */
+	s->cur = d;
+	s->cur_off = 0;
+	s->retry_at = now + d->backoff;
+	if (s->retry_at > d->first_nobuf + e->o.send_timeout_ns)
+		s->retry_at = d->first_nobuf + e->o.send_timeout_ns;
+	list_del(&s->active);
+	if (!linked(&s->backoff))
+		list_add_tail(&e->backoff, &s->backoff);
+	return 0;
+}
+
+int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uint64_t now,
+	     char *why, size_t whylen)
+{
+	struct pe_node *n = node_get(e, node);
+	struct pw_hdr h;
+	int rc;
+
+	if (!n || !n->up)
+		return 0;
+	if ((rc = pw_decode(frame, len, &h)) < 0) {
+		snprintf(why, whylen, "bad frame: %s", pw_strerror(rc));
+		return -EPROTO;
+	}
+	switch (h.type) {
+	case PW_DATA:
+		return rx_data(e, n, &h, (const uint8_t *)frame + PW_HDR_LEN,
+			       (uint32_t)(len - PW_HDR_LEN), why, whylen);
+	case PW_ACK:
+		return rx_ack(e, n, &h, why, whylen);
+	case PW_NACK:
+		return rx_nack(e, n, &h, now, why, whylen);
+	default:
+		snprintf(why, whylen, "HELLO after the link was set up");
+		return -EPROTO;
+	}
+}
+
+/* ------------------------------------------------------------- timers */
+
+int pe_timers(struct pe_eng *e, uint64_t now)
+{
+	struct link *it, *nx;
+	int fired = 0;
+
+	for (it = e->backoff.next; it != &e->backoff; it = nx) {
+		struct pe_txs *s = container_of(it, struct pe_txs, backoff);
+		struct pe_send *d = s->q.head;
+
+		nx = it->next;
+		if (now < s->retry_at)
+			continue;
+		fired++;
+		list_del(&s->backoff);
+		if (d && d->nobuf && now >= d->first_nobuf + e->o.send_timeout_ns)
+			fail_head(e, s, XP_SEND_TIMED_OUT);
+		else
+			activate(s);
+	}
+	return fired;
+}
+
+uint64_t pe_next_timer(const struct pe_eng *e)
+{
+	uint64_t t = UINT64_MAX;
+
+	/* Only streams waiting to retry are here: a handful, not all. */
+	for (const struct link *it = e->backoff.next; it != &e->backoff; it = it->next) {
+		const struct pe_txs *s = container_of(it, const struct pe_txs, backoff);
+
+		if (s->retry_at < t)
+			t = s->retry_at;
+	}
+	return t;
+}

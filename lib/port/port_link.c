@@ -1,0 +1,955 @@
+/* Links between hosts (port_pri.h): moving frames between the port engine
+ * and the transports.
+ *
+ *   tcp://, rdma://  two xrc connections ("lanes"), lane = priority, so a
+ *                    high-priority frame never queues behind low-priority
+ *                    bytes in the kernel or the NIC (seed 001: priorities
+ *                    never block each other).  The client connects lane 0
+ *                    and then lane 1 with {magic, version, lane, nonce} as
+ *                    private data; the server pairs them by the nonce.
+ *   shm://NAME       one shmcm connection (poll mode: no rx thread) carrying
+ *                    both priorities; the engine hands out high frames first.
+ *                    Each side sends a HELLO frame first.
+ */
+#include "port/port_pri.h"
+#include "shmcm/shmcm_pri.h"
+#include "shmcm/shmcm_wire.h"
+#include "xprt/mbox.h"
+#include "core/log.h"
+#include "core/xtime.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+/* ------------------------------------------------------------ common */
+
+int xpl_add(struct xp_host *h, struct xp_link *k, unsigned nlanes, uint32_t frag)
+{
+	int id;
+
+	if (h->nlinks == h->cap) {
+		uint32_t cap = h->cap ? 2 * h->cap : 8;
+		struct xp_link **nl = realloc(h->links, cap * sizeof(*nl));
+
+		if (!nl)
+			return -ENOMEM;
+		h->links = nl;
+		h->cap = cap;
+	}
+	if ((id = pe_node_add(h->e, nlanes, frag)) < 0)
+		return id;
+	/* node ids and link slots advance together: id n is links[n - 1] */
+	h->links[h->nlinks++] = k;
+	k->h = h;
+	k->node = (uint32_t)id;
+	k->nlanes = nlanes;
+	k->frag = frag;
+	for (unsigned i = 0; i < nlanes && !k->shm; i++) {
+		struct epoll_event ev = { .events = EPOLLIN };
+
+		if (epoll_ctl(h->epfd, EPOLL_CTL_ADD, xrc_fd(k->lane[i].c), &ev) < 0)
+			xlog_warn("%s: epoll: %m", k->name);
+	}
+	return id;
+}
+
+static void hello_encode(uint8_t *b, uint32_t max_msg, unsigned lane)
+{
+	struct pw_hdr h = { .type = PW_HELLO, .seq = PW_VERSION, .len = max_msg, .off = lane,
+			    .aux = PW_MAGIC };
+
+	pw_encode(b, &h);
+}
+
+static int hello_check(const void *f, size_t len, char *why, size_t whylen)
+{
+	struct pw_hdr h;
+	int rc = pw_decode(f, len, &h);
+
+	if (rc < 0 || h.type != PW_HELLO) {
+		snprintf(why, whylen, "peer is not an xprt port host (%s)",
+			 rc < 0 ? pw_strerror(rc) : "no HELLO");
+		return -EPROTO;
+	}
+	if (h.seq != PW_VERSION) {
+		snprintf(why, whylen, "peer speaks port protocol version %u, we speak %u",
+			 h.seq, PW_VERSION);
+		return -EPROTONOSUPPORT;
+	}
+	return 0;
+}
+
+static void lane_free(struct xp_lane *ln)
+{
+	xrc_close(ln->c);	/* flushes: the transport lets go of every frame */
+	ln->c = NULL;
+	xrc_dereg(ln->rxmr);
+	xrc_dereg(ln->txmr);
+	free(ln->rxpool);
+	free(ln->txpool);
+	free(ln->ring);
+	memset(ln, 0, sizeof(*ln));
+}
+
+void xpl_fail(struct xp_link *k, const char *why)
+{
+	struct xp_listener *l = k->srv;
+
+	if (k->dead)
+		return;
+	k->dead = true;
+	snprintf(k->why, sizeof(k->why), "%s", why);
+	xlog_info("%s: link to node %u down: %s", k->name, k->node, why);
+	for (unsigned i = 0; i < 2; i++) {
+		if (k->lane[i].c)
+			epoll_ctl(k->h->epfd, EPOLL_CTL_DEL, xrc_fd(k->lane[i].c), NULL);
+		lane_free(&k->lane[i]);
+	}
+	if (k->sc && !l) {
+		shmcm_close(k->sc);
+		k->sc = NULL;
+	} else if (l) {
+		/* seed 000: the served mailbox goes back to waiting for the
+		 * next peer host; this node id stays dead. */
+		shmcm_disconnect(l->sc);
+		shmcm_connect(l->sc);
+		l->cur = NULL;
+		k->sc = NULL;
+		k->srv = NULL;
+	}
+	pe_node_down(k->h->e, k->node);
+}
+
+void xpl_free(struct xp_link *k)
+{
+	if (!k)
+		return;
+	if (!k->dead) {
+		k->srv = NULL;	/* the listener closes its own connection */
+		if (!k->sc)
+			xpl_fail(k, "host closed");
+		else {
+			shmcm_close(k->sc);
+			k->sc = NULL;
+			k->dead = true;
+		}
+	}
+	for (unsigned i = 0; i < 2; i++)
+		lane_free(&k->lane[i]);
+	free(k->stage);
+	free(k);
+}
+
+/* ------------------------------------------------------------ xrc lanes */
+
+static void priv_encode(uint8_t *b, unsigned lane, uint64_t nonce, unsigned status)
+{
+	uint32_t magic = PW_MAGIC;
+
+	memset(b, 0, XP_PRIV_LEN);
+	for (int i = 0; i < 4; i++)
+		b[i] = (uint8_t)(magic >> (24 - 8 * i));
+	b[4] = 0;
+	b[5] = PW_VERSION;
+	b[6] = (uint8_t)lane;
+	b[7] = (uint8_t)status;
+	for (int i = 0; i < 8; i++)
+		b[8 + i] = (uint8_t)(nonce >> (56 - 8 * i));
+}
+
+/* 0, or -errno with a message: not ours, other version. */
+static int priv_decode(const uint8_t *b, size_t len, unsigned *lane, uint64_t *nonce,
+		       unsigned *status, char *why, size_t whylen)
+{
+	uint32_t magic = 0;
+
+	if (len < XP_PRIV_LEN) {
+		snprintf(why, whylen, "peer is not an xprt port host (no private data)");
+		return -EPROTO;
+	}
+	for (int i = 0; i < 4; i++)
+		magic = magic << 8 | b[i];
+	if (magic != PW_MAGIC) {
+		snprintf(why, whylen, "peer is not an xprt port host (bad magic)");
+		return -EPROTO;
+	}
+	if ((b[4] << 8 | b[5]) != PW_VERSION) {
+		snprintf(why, whylen, "peer speaks port protocol version %u, we speak %u",
+			 b[4] << 8 | b[5], PW_VERSION);
+		return -EPROTONOSUPPORT;
+	}
+	*lane = b[6];
+	*status = b[7];
+	*nonce = 0;
+	for (int i = 0; i < 8; i++)
+		*nonce = *nonce << 8 | b[8 + i];
+	return 0;
+}
+
+static void lane_opts(const struct xp_host *h, struct xrc_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->sq_depth = XP_SQ_DEPTH;
+	o->rq_depth = XP_RQ_DEPTH;
+	o->max_send = h->o.frag + PW_HDR_LEN;
+	o->timeout_ns = h->o.connect_timeout_ns;
+}
+
+static int lane_init(struct xp_lane *ln, struct xrc *c, char *err, size_t errlen)
+{
+	bool rdma = xrc_scheme(c) == XURI_RDMA;
+	struct xrc_dom *d = xrc_domain(c);
+
+	ln->c = c;
+	ln->sq = xrc_sq_depth(c) < XP_SQ_DEPTH ? xrc_sq_depth(c) : XP_SQ_DEPTH;
+	ln->bufsz = xrc_max_send(c);
+	if (!ln->sq || ln->bufsz <= PW_HDR_LEN) {
+		snprintf(err, errlen, "connection limits too small (sq %u, max send %u)",
+			 ln->sq, ln->bufsz);
+		return -EINVAL;
+	}
+	ln->ring = calloc(ln->sq, sizeof(*ln->ring));
+	ln->rxpool = aligned_alloc(64, ((size_t)XP_RQ_DEPTH * ln->bufsz + 63) & ~(size_t)63);
+	if (!ln->ring || !ln->rxpool) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	if (!(ln->rxmr = xrc_reg(d, ln->rxpool, (size_t)XP_RQ_DEPTH * ln->bufsz,
+				 XRC_ACCESS_LOCAL_WRITE, err, errlen)))
+		return -errno ? -errno : -ENOMEM;
+	/* rdma sends only from registered memory: frames are copied into a
+	 * registered pool there; tcp sends straight from the user's buffer. */
+	if (rdma) {
+		ln->txpool = aligned_alloc(64, ((size_t)ln->sq * ln->bufsz + 63) & ~(size_t)63);
+		if (!ln->txpool) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		if (!(ln->txmr = xrc_reg(d, ln->txpool, (size_t)ln->sq * ln->bufsz, 0, err, errlen)))
+			return -errno ? -errno : -ENOMEM;
+	}
+	for (uint32_t i = 0; i < XP_RQ_DEPTH; i++) {
+		struct xrc_sge sg = { ln->rxpool + (size_t)i * ln->bufsz, ln->bufsz, ln->rxmr };
+		int rc = xrc_post_recv(c, &sg, i);
+
+		if (rc < 0) {
+			snprintf(err, errlen, "posting receives: %s", strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static int link_new_xrc(struct xp_host *h, struct xrc *c[2], const char *name,
+			char *err, size_t errlen)
+{
+	struct xp_link *k = calloc(1, sizeof(*k));
+	uint32_t frag = h->o.frag;
+	int rc;
+
+	if (!k) {
+		xrc_close(c[0]);
+		xrc_close(c[1]);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	snprintf(k->name, sizeof(k->name), "%s", name);
+	for (unsigned i = 0; i < 2; i++)
+		k->lane[i].c = c[i];
+	for (unsigned i = 0; i < 2; i++) {
+		if ((rc = lane_init(&k->lane[i], c[i], err, errlen)) < 0)
+			goto out_free_link;
+		if (k->lane[i].bufsz - PW_HDR_LEN < frag)
+			frag = k->lane[i].bufsz - PW_HDR_LEN;
+	}
+	if ((rc = xpl_add(h, k, 2, frag)) < 0) {
+		snprintf(err, errlen, "%s: %s", name, strerror(-rc));
+		goto out_free_link;
+	}
+	return rc;
+
+out_free_link:
+	for (unsigned i = 0; i < 2; i++)
+		lane_free(&k->lane[i]);
+	free(k);
+	return rc;
+}
+
+int xpl_listen_xrc(struct xp_host *h, const struct xuri *u, char *err, size_t errlen)
+{
+	struct xp_listener *l = calloc(1, sizeof(*l));
+	struct xrc_opts o;
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (!l) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	lane_opts(h, &o);
+	l->h = h;
+	l->scheme = u->scheme;
+	if (!(l->xl = xrc_listen(u, &o, err, errlen))) {
+		int rc = errno ? -errno : -EIO;
+		free(l);
+		return rc;
+	}
+	if (epoll_ctl(h->epfd, EPOLL_CTL_ADD, xrc_listener_fd(l->xl), &ev) < 0)
+		xlog_warn("listener: epoll: %m");
+	h->ls[h->nls++] = l;
+	return 0;
+}
+
+static void half_clear(struct xp_half *hf)
+{
+	xrc_close(hf->c[0]);
+	xrc_close(hf->c[1]);
+	memset(hf, 0, sizeof(*hf));
+}
+
+/* One lane of a client arrived: pair it with its sibling by nonce. */
+static int half_add(struct xp_listener *l, struct xrc *c, unsigned lane, uint64_t nonce,
+		    const char *peer, uint64_t now)
+{
+	struct xp_half *hf = NULL, *freeslot = NULL, *oldest = NULL;
+	char err[256], name[160];
+	int rc;
+
+	for (unsigned i = 0; i < XP_HALF_MAX; i++) {
+		struct xp_half *x = &l->half[i];
+
+		if (!x->c[0] && !x->c[1]) {
+			if (!freeslot)
+				freeslot = x;
+			continue;
+		}
+		if (x->nonce == nonce)
+			hf = x;
+		if (!oldest || x->t0 < oldest->t0)
+			oldest = x;
+	}
+	if (!hf) {
+		if (!freeslot) {
+			/* a flood of half-open clients costs the oldest one */
+			half_clear(oldest);
+			freeslot = oldest;
+		}
+		hf = freeslot;
+		hf->nonce = nonce;
+		hf->t0 = now;
+		snprintf(hf->peer, sizeof(hf->peer), "%s", peer);
+	}
+	if (hf->c[lane])
+		xrc_close(hf->c[lane]);	/* the same lane twice: keep the new one */
+	hf->c[lane] = c;
+	if (!hf->c[0] || !hf->c[1])
+		return 0;
+	snprintf(name, sizeof(name), "%s://%s", xuri_scheme_name(l->scheme), hf->peer);
+	struct xrc *pair[2] = { hf->c[0], hf->c[1] };
+	memset(hf, 0, sizeof(*hf));
+	if ((rc = link_new_xrc(l->h, pair, name, err, sizeof(err))) < 0)
+		xlog_warn("%s: %s", name, err);
+	else
+		xlog_info("%s: node %d up", name, rc);
+	return 1;
+}
+
+int xpl_accept(struct xp_host *h, struct xp_listener *l, uint64_t now)
+{
+	int done = 0;
+
+	if (!l->xl)
+		return 0;
+	for (unsigned i = 0; i < XP_HALF_MAX; i++)
+		if ((l->half[i].c[0] || l->half[i].c[1]) &&
+		    now - l->half[i].t0 > h->o.connect_timeout_ns) {
+			xlog_info("%s: only one lane arrived; dropped", l->half[i].peer);
+			half_clear(&l->half[i]);
+		}
+	for (;;) {
+		char err[256], why[160];
+		uint8_t rep[XP_PRIV_LEN];
+		struct xrc_req *r = xrc_get_request(l->xl, err, sizeof(err));
+		struct xrc_opts o;
+		const void *pd;
+		size_t pdl;
+		unsigned lane, st;
+		uint64_t nonce;
+		struct xrc *c;
+		int rc;
+
+		if (!r) {
+			if (errno != EAGAIN)
+				xlog_ratelimited(XLOG_WARN, "listener: %s", err);
+			break;
+		}
+		done++;
+		pd = xrc_req_data(r, &pdl);
+		rc = priv_decode(pd, pdl, &lane, &nonce, &st, why, sizeof(why));
+		if (rc == 0 && lane > 1) {
+			rc = -EINVAL;
+			snprintf(why, sizeof(why), "lane %u out of range", lane);
+		}
+		if (rc < 0) {
+			xlog_info("%s: refused: %s", xrc_req_peer(r), why);
+			priv_encode(rep, 0, 0, rc == -EPROTONOSUPPORT ? XP_PRIV_BAD_VERSION
+								     : XP_PRIV_BAD_LANE);
+			xrc_reject(r, rep, sizeof(rep));
+			continue;
+		}
+		char peer[64];
+		snprintf(peer, sizeof(peer), "%s", xrc_req_peer(r));
+		priv_encode(rep, lane, nonce, XP_PRIV_OK);
+		lane_opts(h, &o);
+		if (!(c = xrc_accept(r, rep, sizeof(rep), &o, err, sizeof(err)))) {
+			xlog_warn("%s: accept: %s", peer, err);
+			continue;
+		}
+		half_add(l, c, lane, nonce, peer, now);
+	}
+	return done;
+}
+
+int xpl_connect_xrc(struct xp_host *h, const struct xuri *u, const char *name,
+		    char *err, size_t errlen)
+{
+	struct xrc *c[2] = { NULL, NULL };
+	struct xrc_opts o;
+	int rc;
+
+	lane_opts(h, &o);
+	for (unsigned lane = 0; lane < 2; lane++) {
+		uint8_t priv[XP_PRIV_LEN], rep[XRC_PRIV_MAX];
+		size_t replen = sizeof(rep);
+		unsigned rl, st;
+		uint64_t rn;
+		char why[160];
+
+		priv_encode(priv, lane, h->nonce, XP_PRIV_OK);
+		c[lane] = xrc_connect(u, &o, priv, sizeof(priv), rep, &replen, err, errlen);
+		if (!c[lane]) {
+			rc = errno ? -errno : -EIO;
+			/* a reject of ours says why in its private data */
+			if (rc == -ECONNREFUSED && replen >= XP_PRIV_LEN &&
+			    priv_decode(rep, replen, &rl, &rn, &st, why, sizeof(why)) == 0 && st)
+				snprintf(err, errlen, "%s: refused by peer: %s", name,
+					 st == XP_PRIV_BAD_VERSION ? "protocol version mismatch"
+								   : "bad lane");
+			goto out_close;
+		}
+		if ((rc = priv_decode(rep, replen, &rl, &rn, &st, why, sizeof(why))) < 0) {
+			snprintf(err, errlen, "%s: %s", name, why);
+			goto out_close;
+		}
+	}
+	return link_new_xrc(h, c, name, err, errlen);
+
+out_close:
+	xrc_close(c[0]);
+	xrc_close(c[1]);
+	return rc;
+}
+
+static int rx_xrc(struct xp_link *k, uint64_t now)
+{
+	struct xrc_wc wc[32];
+	int done = 0;
+
+	for (unsigned i = 0; i < k->nlanes && !k->dead; i++) {
+		struct xp_lane *ln = &k->lane[i];
+		int n = xrc_poll(ln->c, wc, 32);
+		char why[200];
+
+		for (int j = 0; j < n && !k->dead; j++) {
+			if (wc[j].status) {
+				snprintf(why, sizeof(why), "lane %u: %s", i, strerror(-wc[j].status));
+				xpl_fail(k, why);
+				break;
+			}
+			done++;
+			if (wc[j].op == XRC_OP_SEND) {
+				struct xp_tx *t = &ln->ring[ln->tail++ % ln->sq];
+
+				ln->posted--;
+				pe_frame_done(k->h->e, t->ref);
+				t->ref = NULL;
+			} else if (wc[j].op == XRC_OP_RECV) {
+				uint8_t *b = ln->rxpool + wc[j].wr_id * ln->bufsz;
+				struct xrc_sge sg = { b, ln->bufsz, ln->rxmr };
+				int rc;
+
+				if (wc[j].wr_id >= XP_RQ_DEPTH || wc[j].len > ln->bufsz) {
+					xpl_fail(k, "bad receive completion");
+					break;
+				}
+				rc = pe_input(k->h->e, k->node, b, wc[j].len, now, why, sizeof(why));
+				if (rc < 0) {
+					xpl_fail(k, why);
+					break;
+				}
+				if ((rc = xrc_post_recv(ln->c, &sg, wc[j].wr_id)) < 0) {
+					xpl_fail(k, "cannot repost a receive");
+					break;
+				}
+			}
+		}
+		if (!k->dead && (n < 0 || xrc_state(ln->c) == XRC_DOWN))
+			xpl_fail(k, "connection lost");
+	}
+	return done;
+}
+
+static int tx_xrc(struct xp_link *k)
+{
+	int done = 0;
+
+	for (unsigned i = 0; i < k->nlanes && !k->dead; i++) {
+		struct xp_lane *ln = &k->lane[i];
+		struct pe_frame f;
+
+		/* a bounded number of frames in flight per lane: memory stays
+		 * bounded and the engine keeps choosing what goes next */
+		while (ln->posted < ln->sq && pe_pull(k->h->e, k->node, i, &f)) {
+			uint32_t slot = ln->head % ln->sq;
+			struct xp_tx *t = &ln->ring[slot];
+			struct xrc_sge sg[2];
+			int nsg = 1, rc;
+
+			memcpy(t->hdr, f.hdr, PW_HDR_LEN);
+			t->ref = f.ref;
+			if (ln->txpool) {
+				uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
+
+				memcpy(b, f.hdr, PW_HDR_LEN);
+				if (f.dlen)
+					memcpy(b + PW_HDR_LEN, f.data, f.dlen);
+				sg[0] = (struct xrc_sge){ b, PW_HDR_LEN + f.dlen, ln->txmr };
+			} else {
+				sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
+				if (f.dlen)
+					sg[nsg++] = (struct xrc_sge){ (void *)f.data, f.dlen, NULL };
+			}
+			ln->head++;
+			ln->posted++;
+			if ((rc = xrc_post_send(ln->c, sg, nsg, slot, XRC_SIGNALED)) < 0) {
+				char why[80];
+
+				snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));
+				xpl_fail(k, why);
+				break;
+			}
+			done++;
+		}
+	}
+	return done;
+}
+
+/* ------------------------------------------------------------ shm */
+
+/* Free slots in our tx ring, less a margin for the CM thread's CON
+ * packets, so shmcm_transmit() never waits for the peer: two hosts that
+ * both send a lot keep draining their rx ring instead of blocking in
+ * transmit (no deadlock).  shmcm has no call for this: it reads the
+ * mailbox under shmcm's own tx lock. */
+static uint32_t shm_room(struct shmcm_conn *c)
+{
+	struct mbox *m = c->mb;
+	uint32_t used, cap = m->mask + 1, room;
+
+	pthread_spin_lock(&c->tx_mutex);
+	if (c->pq_head) {
+		room = 0;
+	} else {
+		used = m->tx_head - atomic_load_explicit(&m->tx->tail, memory_order_acquire);
+		room = used + XP_SHM_MARGIN >= cap ? 0 : cap - used - XP_SHM_MARGIN;
+	}
+	pthread_spin_unlock(&c->tx_mutex);
+	return room;
+}
+
+static int shm_send_hello(struct xp_link *k)
+{
+	uint8_t b[PW_HDR_LEN];
+
+	hello_encode(b, k->h->o.max_msg, 0);
+	return shmcm_transmit(k->sc, 0, 0, b, sizeof(b));
+}
+
+static void shm_input(struct xp_link *k, const void *data, size_t len)
+{
+	char why[200];
+	int rc;
+
+	if (k->dead || k->why[0])
+		return;
+	if (!k->hello) {
+		rc = hello_check(data, len, why, sizeof(why));
+		k->hello = true;
+	} else if (!k->h) {
+		rc = -EPROTO;
+		snprintf(why, sizeof(why), "frame before the link was set up");
+	} else {
+		rc = pe_input(k->h->e, k->node, data, len, xtime_ns(), why, sizeof(why));
+	}
+	/* failing closes the connection: not from inside its deliver */
+	if (rc < 0)
+		snprintf(k->why, sizeof(k->why), "%s", why);
+}
+
+static void cli_deliver(void *arg, uint32_t src, uint32_t dst, const void *data, size_t len)
+{
+	shm_input(arg, data, len);
+}
+
+static void srv_deliver(void *arg, uint32_t src, uint32_t dst, const void *data, size_t len);
+
+static void srv_connected(void *arg)
+{
+	struct xp_listener *l = arg;
+
+	atomic_fetch_add(&l->connected, 1);
+}
+
+static void srv_disconnected(void *arg, enum shmcm_reason why)
+{
+	struct xp_listener *l = arg;
+
+	atomic_fetch_add(&l->disconnected, 1);
+}
+
+static int link_new_shm(struct xp_host *h, struct shmcm_conn *sc, struct xp_listener *srv,
+			const char *name, struct xp_link **out)
+{
+	struct xp_link *k = *out ? *out : calloc(1, sizeof(*k));
+	uint32_t mtu = shmcm_get_mtu(sc), frag;
+	int rc;
+
+	if (!k)
+		return -ENOMEM;
+	*out = NULL;
+	/* one frame per mailbox packet: shmcm never fragments for us, so the
+	 * engine's priority choice holds packet by packet */
+	frag = mtu - SHMCM_UDATA_HLEN - PW_HDR_LEN;
+	if (h->o.frag < frag)
+		frag = h->o.frag;
+	k->shm = true;
+	k->sc = sc;
+	k->srv = srv;
+	snprintf(k->name, sizeof(k->name), "%s", name);
+	if (!(k->stage = malloc(PW_HDR_LEN + frag))) {
+		rc = -ENOMEM;
+		goto out_free_link;
+	}
+	if ((rc = xpl_add(h, k, 1, frag)) < 0)
+		goto out_free_stage;
+	*out = k;
+	return rc;
+
+out_free_stage:
+	free(k->stage);
+out_free_link:
+	free(k);
+	return rc;
+}
+
+/* The served mailbox got a peer: a new node. */
+static void srv_link(struct xp_listener *l)
+{
+	char name[160];
+	int rc;
+
+	if (l->cur || atomic_load(&l->connected) == 0)
+		return;
+	atomic_store(&l->connected, 0);
+	snprintf(name, sizeof(name), "shm://%s", l->mbox);
+	l->cur = NULL;
+	if ((rc = link_new_shm(l->h, l->sc, l, name, &l->cur)) < 0) {
+		xlog_warn("%s: %s", name, strerror(-rc));
+		shmcm_disconnect(l->sc);
+		shmcm_connect(l->sc);
+		return;
+	}
+	if (shm_send_hello(l->cur) < 0)
+		xpl_fail(l->cur, "cannot send HELLO");
+}
+
+static void srv_deliver(void *arg, uint32_t src, uint32_t dst, const void *data, size_t len)
+{
+	struct xp_listener *l = arg;
+
+	/* the peer's first frame can come in the same poll as its CON_ACK */
+	if (!l->cur)
+		srv_link(l);
+	if (l->cur)
+		shm_input(l->cur, data, len);
+}
+
+int xpl_listen_shm(struct xp_host *h, const struct xuri *u, char *err, size_t errlen)
+{
+	struct xp_listener *l = calloc(1, sizeof(*l));
+	struct mbox_cfg cfg = { 128, 16384 + SHMCM_UDATA_HLEN + PW_HDR_LEN, 1000, 0 };
+	struct shmcm_params p = { .side = MBOX_SIDE_A, .flow = SHMCM_FLOW_WAIT, .poll = true,
+				  .no_cma = true, .max_msg = 1u << 20 };
+	struct shmcm_upcalls uc = { .connected = srv_connected, .disconnected = srv_disconnected,
+				    .deliver = srv_deliver };
+	struct mbox *m = NULL;
+	bool replaced;
+	int rc;
+
+	if (!l) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	l->h = h;
+	l->scheme = XURI_SHM;
+	snprintf(l->mbox, sizeof(l->mbox), "%s", u->name);
+	/* An existing mailbox (mkshmcon create) is used as it is. */
+	if ((rc = mbox_open(l->mbox, &m, err, errlen)) == 0) {
+		mbox_close(m);
+	} else if (rc == -ENOENT) {
+		if ((rc = mbox_create(l->mbox, &cfg, &replaced, err, errlen)) < 0)
+			goto out_free;
+		l->created = true;
+	} else {
+		goto out_free;
+	}
+	p.name = l->mbox;
+	uc.arg = l;
+	if (!(l->sc = shmcm_open(&p, &uc, err, errlen))) {
+		rc = -EIO;
+		goto out_unlink;
+	}
+	l->mtu = shmcm_get_mtu(l->sc);
+	if (l->mtu <= SHMCM_UDATA_HLEN + PW_HDR_LEN) {
+		snprintf(err, errlen, "shm://%s: mailbox packets of %u bytes are too small",
+			 l->mbox, l->mtu);
+		rc = -EINVAL;
+		goto out_close;
+	}
+	shmcm_connect(l->sc);
+	h->ls[h->nls++] = l;
+	return 0;
+
+out_close:
+	shmcm_close(l->sc);
+out_unlink:
+	if (l->created)
+		mbox_unlink(l->mbox, false, NULL, 0);
+out_free:
+	free(l);
+	return rc;
+}
+
+void xpl_listener_free(struct xp_listener *l)
+{
+	if (!l)
+		return;
+	if (l->cur) {
+		l->cur->srv = NULL;
+		l->cur->sc = NULL;
+		l->cur->dead = true;
+		pe_node_down(l->h->e, l->cur->node);
+		l->cur = NULL;
+	}
+	for (unsigned i = 0; i < XP_HALF_MAX; i++)
+		half_clear(&l->half[i]);
+	xrc_listener_close(l->xl);
+	shmcm_close(l->sc);
+	if (l->created) {
+		char err[200];
+
+		if (mbox_unlink(l->mbox, true, err, sizeof(err)) < 0)
+			xlog_info("%s", err);
+	}
+	free(l);
+}
+
+int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
+		    char *err, size_t errlen)
+{
+	struct shmcm_params p = { .name = u->name, .side = MBOX_SIDE_B, .flow = SHMCM_FLOW_WAIT,
+				  .poll = true, .no_cma = true, .max_msg = 1u << 20 };
+	struct shmcm_upcalls uc = { .deliver = cli_deliver };
+	uint64_t deadline = xtime_ns() + h->o.connect_timeout_ns;
+	struct shmcm_conn *sc;
+	/* the link exists before the connection: it is the deliver argument */
+	struct xp_link *k = calloc(1, sizeof(*k)), *kk;
+	int rc;
+
+	if (!k) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	k->shm = true;
+	uc.arg = k;
+	if (!(sc = shmcm_open(&p, &uc, err, errlen))) {
+		free(k);
+		return -EIO;
+	}
+	shmcm_connect(sc);
+	for (;;) {
+		shmcm_poll(sc, 64);
+		rc = shmcm_wait_connected(sc, 200000);
+		if (rc == 0)
+			break;
+		if (rc != -ETIMEDOUT || xtime_ns() > deadline) {
+			snprintf(err, errlen, "%s: %s", name,
+				 rc == -ETIMEDOUT ? "timed out (is a host listening there?)"
+						  : "connection refused");
+			shmcm_close(sc);
+			free(k);
+			return rc == -ETIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED;
+		}
+	}
+	if (shmcm_get_mtu(sc) <= SHMCM_UDATA_HLEN + PW_HDR_LEN) {
+		snprintf(err, errlen, "%s: mailbox packets too small", name);
+		shmcm_close(sc);
+		free(k);
+		return -EINVAL;
+	}
+	kk = k;
+	if ((rc = link_new_shm(h, sc, NULL, name, &kk)) < 0) {
+		/* link_new_shm freed k */
+		snprintf(err, errlen, "%s: %s", name, strerror(-rc));
+		shmcm_close(sc);
+		return rc;
+	}
+	if (shm_send_hello(k) < 0) {
+		snprintf(err, errlen, "%s: connection lost", name);
+		xpl_fail(k, "cannot send HELLO");
+		return -ECONNRESET;
+	}
+	/* Wait for the server's HELLO, so a wrong peer fails here, clearly. */
+	while (!k->hello && !k->why[0] && !k->dead) {
+		if (xtime_ns() > deadline) {
+			xpl_fail(k, "no HELLO");
+			snprintf(err, errlen, "%s: timed out waiting for the peer host", name);
+			return -ETIMEDOUT;
+		}
+		if (shmcm_poll(sc, 64) == 0 && shmcm_get_state(sc) != SHMCM_CONNECTED)
+			break;
+	}
+	if (k->why[0] || !k->hello || k->dead) {
+		snprintf(err, errlen, "%s: %s", name, k->why[0] ? k->why : "connection lost");
+		xpl_fail(k, k->why[0] ? k->why : "connection lost");
+		return -ECONNRESET;
+	}
+	return (int)k->node;
+}
+
+static int rx_shm(struct xp_link *k)
+{
+	struct xp_listener *l = k->srv;
+	int n;
+
+	n = shmcm_poll(k->sc, 256);
+	if (k->why[0]) {
+		char why[sizeof(k->why)];
+
+		snprintf(why, sizeof(why), "%s", k->why);
+		xpl_fail(k, why);
+		return n;
+	}
+	if (l ? atomic_load(&l->disconnected) != 0 : shmcm_get_state(k->sc) != SHMCM_CONNECTED) {
+		if (l)
+			atomic_store(&l->disconnected, 0);
+		xpl_fail(k, "connection lost");
+	}
+	return n;
+}
+
+static int tx_shm(struct xp_link *k)
+{
+	uint32_t room = shm_room(k->sc);
+	struct pe_frame f;
+	int done = 0;
+
+	while (room && !k->dead && pe_pull(k->h->e, k->node, 0, &f)) {
+		int rc;
+
+		memcpy(k->stage, f.hdr, PW_HDR_LEN);
+		if (f.dlen)
+			memcpy(k->stage + PW_HDR_LEN, f.data, f.dlen);
+		/* copied: the user's buffer is free of this frame */
+		pe_frame_done(k->h->e, f.ref);
+		rc = shmcm_transmit(k->sc, 0, 0, k->stage, PW_HDR_LEN + f.dlen);
+		if (rc < 0) {
+			xpl_fail(k, "connection lost");
+			break;
+		}
+		room--;
+		done++;
+	}
+	return done;
+}
+
+/* A served mailbox with no peer: watch for one; a lost one is replaced. */
+static int srv_poll(struct xp_listener *l)
+{
+	int n;
+
+	if (l->cur)
+		return 0;
+	if (atomic_load(&l->disconnected)) {
+		atomic_store(&l->disconnected, 0);
+		shmcm_connect(l->sc);
+	}
+	n = shmcm_poll(l->sc, 64);
+	srv_link(l);
+	return n;
+}
+
+int xpl_rx(struct xp_link *k, uint64_t now)
+{
+	if (k->dead)
+		return 0;
+	return k->shm ? rx_shm(k) : rx_xrc(k, now);
+}
+
+int xpl_tx(struct xp_link *k)
+{
+	if (k->dead)
+		return 0;
+	return k->shm ? tx_shm(k) : tx_xrc(k);
+}
+
+int xpl_shm_listeners(struct xp_host *h);
+int xpl_shm_listeners(struct xp_host *h)
+{
+	int n = 0;
+
+	for (unsigned i = 0; i < h->nls; i++)
+		if (h->ls[i]->sc)
+			n += srv_poll(h->ls[i]);
+	return n;
+}
+
+struct shmcm_conn *xpl_shm_only(struct xp_host *h, int *nshm)
+{
+	struct shmcm_conn *one = NULL;
+
+	*nshm = 0;
+	for (unsigned i = 0; i < h->nls; i++)
+		if (h->ls[i]->sc && !h->ls[i]->cur) {
+			one = h->ls[i]->sc;
+			(*nshm)++;
+		}
+	for (uint32_t i = 0; i < h->nlinks; i++) {
+		struct xp_link *k = h->links[i];
+
+		if (k && k->shm && !k->dead && k->sc) {
+			one = k->sc;
+			(*nshm)++;
+		}
+	}
+	return *nshm == 1 ? one : NULL;
+}
+
+/* Sleeps on the mailbox's rx ring (futex) until a packet comes or timeout. */
+int xpl_shm_wait(struct shmcm_conn *c, uint64_t timeout_ns);
+int xpl_shm_wait(struct shmcm_conn *c, uint64_t timeout_ns)
+{
+	return mbox_rx_wait(c->mb, 0, timeout_ns);
+}

@@ -1,0 +1,120 @@
+/* The host behind port.h: its links (one per peer host) and listeners.
+ * port.c holds the API and the progress loop, port_link.c the transports
+ * (xrc lanes for tcp:// and rdma://, a shmcm connection for shm://). */
+#ifndef XPRT_PORT_PRI_H
+#define XPRT_PORT_PRI_H
+
+#include <stdatomic.h>
+
+#include "port/port.h"
+#include "port/port_eng.h"
+#include "shmcm/shmcm.h"
+#include "xprt/xrc.h"
+
+#define XP_LISTEN_MAX	8
+#define XP_HALF_MAX	16	/* lane-0/1 pairs being put together */
+#define XP_RQ_DEPTH	64
+#define XP_SQ_DEPTH	128
+#define XP_SHM_MARGIN	4	/* slots left for the CM thread's CON packets */
+
+/* CM private data of a lane's connect request and of its accept (network
+ * order), so a peer of another protocol or version fails with a clear
+ * message instead of garbage frames. */
+#define XP_PRIV_LEN	16
+enum { XP_PRIV_OK = 0, XP_PRIV_BAD_VERSION = 1, XP_PRIV_BAD_LANE = 2 };
+
+struct xp_lane {
+	struct xrc *c;
+	uint32_t sq;			/* send queue depth */
+	uint32_t posted;		/* sends in flight */
+	uint32_t head, tail;		/* ring of in-flight sends, [tail, head) */
+	struct xp_tx {
+		uint8_t hdr[PW_HDR_LEN];
+		struct pe_send *ref;
+	} *ring;
+	uint8_t *txpool;		/* rdma: registered copies of the frames */
+	struct xrc_mr *txmr;
+	uint8_t *rxpool;		/* XP_RQ_DEPTH receive buffers */
+	struct xrc_mr *rxmr;
+	uint32_t bufsz;			/* bytes per receive/copy buffer */
+};
+
+struct xp_listener;
+
+struct xp_link {
+	struct xp_host *h;
+	uint32_t node;
+	bool shm, dead, hello;		/* hello: the peer's HELLO was seen (shm) */
+	char name[160];			/* "tcp://127.0.0.1:5000" */
+	char why[200];			/* why it died */
+	unsigned nlanes;
+	struct xp_lane lane[2];
+	/* shm */
+	struct shmcm_conn *sc;
+	struct xp_listener *srv;	/* the mailbox we serve, or NULL (client) */
+	uint8_t *stage;			/* header + fragment, for shmcm_transmit */
+	uint32_t frag;
+};
+
+struct xp_half {
+	uint64_t nonce;
+	struct xrc *c[2];
+	uint64_t t0;
+	char peer[64];
+};
+
+struct xp_listener {
+	struct xp_host *h;
+	enum xuri_scheme scheme;
+	struct xrc_listener *xl;
+	struct xp_half half[XP_HALF_MAX];
+	/* shm */
+	char mbox[sizeof(((struct xuri *)0)->name)];
+	bool created;
+	struct shmcm_conn *sc;
+	_Atomic int connected, disconnected;	/* from shmcm's CM thread */
+	struct xp_link *cur;
+	uint32_t mtu;
+};
+
+struct xp_port {
+	struct xp_host *h;
+	unsigned id;
+	bool open;
+	void *user;
+};
+
+struct xp_host {
+	struct xp_host_opts o;
+	struct pe_eng *e;
+	int epfd;
+	uint64_t nonce;
+	struct xp_listener *ls[XP_LISTEN_MAX];
+	unsigned nls;
+	struct xp_link **links;		/* [node - 1]; NULL once freed */
+	uint32_t nlinks, cap;
+	struct xp_port ports[XP_MAX_PORTS];
+};
+
+/* port_link.c */
+int xpl_listen_xrc(struct xp_host *h, const struct xuri *u, char *err, size_t errlen);
+int xpl_listen_shm(struct xp_host *h, const struct xuri *u, char *err, size_t errlen);
+void xpl_listener_free(struct xp_listener *l);
+int xpl_connect_xrc(struct xp_host *h, const struct xuri *u, const char *name,
+		    char *err, size_t errlen);
+int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
+		    char *err, size_t errlen);
+int xpl_accept(struct xp_host *h, struct xp_listener *l, uint64_t now);
+/* Receive side of a link: frames in.  Returns work done. */
+int xpl_rx(struct xp_link *k, uint64_t now);
+/* Send side: frames out while the transport has room. */
+int xpl_tx(struct xp_link *k);
+/* Closes the transport and tells the engine (NODE_UNREACHABLE). */
+void xpl_fail(struct xp_link *k, const char *why);
+void xpl_free(struct xp_link *k);
+/* Registers a new link under its node id. */
+int xpl_add(struct xp_host *h, struct xp_link *k, unsigned nlanes, uint32_t frag);
+/* The shm connection the host could sleep on, if it is the only one. */
+struct shmcm_conn *xpl_shm_only(struct xp_host *h, int *nshm);
+
+#endif

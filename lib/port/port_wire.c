@@ -1,0 +1,131 @@
+/* Frame header codec (port_wire.h): explicit big-endian, every field checked. */
+#include "port/port_wire.h"
+
+static void put16(uint8_t *b, uint16_t v) { b[0] = (uint8_t)(v >> 8); b[1] = (uint8_t)v; }
+static void put32(uint8_t *b, uint32_t v)
+{
+	b[0] = (uint8_t)(v >> 24);
+	b[1] = (uint8_t)(v >> 16);
+	b[2] = (uint8_t)(v >> 8);
+	b[3] = (uint8_t)v;
+}
+static uint16_t get16(const uint8_t *b) { return (uint16_t)(b[0] << 8 | b[1]); }
+static uint32_t get32(const uint8_t *b)
+{
+	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+unsigned pw_size_for_len(uint64_t len)
+{
+	unsigned s = PW_MIN_SIZE;
+
+	while (s < 63 && (1ull << s) < len + 8)
+		s++;
+	return s;
+}
+
+void pw_encode(uint8_t *b, const struct pw_hdr *h)
+{
+	b[0] = h->type;
+	b[1] = h->flags;
+	b[2] = h->prio;
+	b[3] = h->arg;
+	put16(b + 4, h->src_port);
+	put16(b + 6, h->dst_port);
+	put32(b + 8, h->seq);
+	put32(b + 12, h->len);
+	put32(b + 16, h->off);
+	put32(b + 20, h->aux);
+}
+
+static int check_data(const struct pw_hdr *h, uint64_t plen)
+{
+	if (h->arg < PW_MIN_SIZE || h->arg > PW_MAX_SIZE || h->arg != pw_size_for_len(h->len))
+		return PW_E_SIZE;
+	/* 64-bit sums: a hostile off + len cannot wrap */
+	if ((uint64_t)h->off + plen > h->len)
+		return PW_E_BOUNDS;
+	if ((h->flags & PW_FIRST) && h->off != 0)
+		return PW_E_BOUNDS;
+	if ((h->flags & PW_LAST) && (uint64_t)h->off + plen != h->len)
+		return PW_E_BOUNDS;
+	/* An empty fragment only as a whole empty message. */
+	if (!plen && h->len && !(h->flags & PW_FIRST && h->flags & PW_LAST))
+		return PW_E_BOUNDS;
+	if ((h->flags & PW_SYNC) && !(h->flags & PW_FIRST))
+		return PW_E_FLAGS;
+	if (h->aux)
+		return PW_E_RSVD;
+	return 0;
+}
+
+int pw_decode(const uint8_t *b, size_t flen, struct pw_hdr *h)
+{
+	uint64_t plen;
+
+	if (!b || flen < PW_HDR_LEN)
+		return PW_E_SHORT;
+	plen = flen - PW_HDR_LEN;
+	h->type = b[0];
+	h->flags = b[1];
+	h->prio = b[2];
+	h->arg = b[3];
+	h->src_port = get16(b + 4);
+	h->dst_port = get16(b + 6);
+	h->seq = get32(b + 8);
+	h->len = get32(b + 12);
+	h->off = get32(b + 16);
+	h->aux = get32(b + 20);
+
+	if (h->type < PW_DATA || h->type > PW_HELLO)
+		return PW_E_TYPE;
+	if (h->type != PW_DATA && h->flags)
+		return PW_E_FLAGS;
+	if (h->flags & ~PW_FLAGS_ALL)
+		return PW_E_FLAGS;
+	if (h->prio > 1)
+		return PW_E_PRIO;
+	if (h->type != PW_HELLO && (h->src_port >= PW_MAX_PORTS || h->dst_port >= PW_MAX_PORTS))
+		return PW_E_PORT;
+	switch (h->type) {
+	case PW_DATA:
+		return check_data(h, plen);
+	case PW_NACK:
+		if (h->arg < PW_NACK_NOBUF || h->arg > PW_NACK_REJECTED)
+			return PW_E_REASON;
+		/* fall through */
+	case PW_ACK:
+		if (plen)
+			return PW_E_BOUNDS;
+		if ((h->type == PW_ACK && h->arg) || h->len || h->off || h->aux)
+			return PW_E_RSVD;
+		return 0;
+	case PW_HELLO:
+		/* The version is checked by the caller, which can say which
+		 * versions met; only the magic is ours to judge. */
+		if (h->aux != PW_MAGIC)
+			return PW_E_MAGIC;
+		if (plen || h->src_port || h->dst_port || h->arg)
+			return PW_E_RSVD;
+		return 0;
+	}
+	return PW_E_TYPE;
+}
+
+const char *pw_strerror(int e)
+{
+	switch (e) {
+	case 0: return "ok";
+	case PW_E_SHORT: return "frame shorter than its header";
+	case PW_E_TYPE: return "unknown frame type";
+	case PW_E_FLAGS: return "bad flags";
+	case PW_E_PRIO: return "bad priority";
+	case PW_E_PORT: return "port id out of range";
+	case PW_E_SIZE: return "size class does not match the length";
+	case PW_E_BOUNDS: return "fragment outside its message";
+	case PW_E_REASON: return "unknown NACK reason";
+	case PW_E_MAGIC: return "not an xprt port peer (bad magic)";
+	case PW_E_RSVD: return "reserved field not zero";
+	}
+	return "unknown error";
+}

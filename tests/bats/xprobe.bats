@@ -1,0 +1,344 @@
+#!/usr/bin/env bats
+# xprobe over shm, tcp and udp on loopback: every subcommand, structured
+# output, bad input, and a server that keeps serving.
+
+load xprobe_helpers
+
+# --- usage -------------------------------------------------------------------
+
+@test "no command prints usage and exits 2" {
+	run_xprobe 2
+	[[ $stderr == *"usage: xprobe COMMAND"* ]]
+}
+
+@test "--help lists every command on stdout" {
+	run_xprobe 0 --help
+	for c in devices serve ping bw; do
+		[[ $output == *"xprobe $c"* ]] || die "no $c in help"
+	done
+}
+
+@test "unknown command is a usage error" {
+	run_xprobe 2 frobnicate
+	[[ $stderr == "xprobe: unknown command 'frobnicate'"* ]]
+}
+
+@test "unknown option names the option" {
+	run_xprobe 2 ping --bogus tcp://127.0.0.1:1
+	[[ $stderr == "xprobe ping: invalid option '--bogus'"* ]]
+}
+
+# --- devices -----------------------------------------------------------------
+
+@test "devices lists the transports and says whether RDMA exists" {
+	run_xprobe 0 devices
+	[[ $output == *tcp*yes* ]] || die "tcp not usable?"
+	[[ $output == *udp*yes* ]]
+	run_xprobe 0 devices -o json
+	local n
+	n=$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])["rdma_devices"]))' "$output")
+	if [ "$n" -eq 0 ]; then
+		run_xprobe 0 devices
+		[[ ${lines[0]} == "No RDMA device found"* ]] || die "first line: ${lines[0]}"
+		[[ $output == *"Usable instead: shm:// tcp:// udp://"* ]]
+		run_xprobe 0 devices -o yaml
+		[[ $output == *"rdma: no RDMA device found"* ]]
+	else
+		run_xprobe 0 devices
+		[[ $output == *ACTIVE* ]] || die "devices listed, none ACTIVE"
+	fi
+}
+
+@test "devices -o json is valid JSON with usable flags" {
+	run_xprobe 0 devices -o json
+	python3 -c 'import json,sys
+d=json.loads(sys.argv[1])
+t={x["transport"]:x["usable"] for x in d["transports"]}
+assert t["tcp"] and t["udp"], t
+assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
+}
+
+@test "devices rejects a bad format and stray arguments" {
+	run_xprobe 2 devices -o xml
+	expect_stderr_match "^xprobe devices: -o: 'xml' is not text, yaml or json$" || true
+	[[ ${stderr%%$'\n'*} == "xprobe devices: -o: 'xml' is not text, yaml or json" ]]
+	run_xprobe 2 devices extra
+	[[ $stderr == "xprobe devices: unexpected argument 'extra'"* ]]
+}
+
+# --- serve: bad input ---------------------------------------------------------
+
+@test "serve needs a URI and a known scheme" {
+	run_xprobe 2 serve
+	[[ $stderr == "xprobe serve: no URI given"* ]]
+	run_xprobe 2 serve ftp://127.0.0.1:1
+	[[ $stderr == *"ftp"* ]]
+}
+
+@test "rdma:// and ud:// without a device fail in one plain line" {
+	run_xprobe 0 devices -o json
+	[ "$(json_get "$output" transports.3.usable)" = false ] || skip "this machine has RDMA (the VM tests cover it)"
+	run_xprobe 1 serve rdma://127.0.0.1:0
+	expect_stderr_match "no RDMA device found"
+	run_xprobe 1 ping ud://127.0.0.1:7471 -c 1
+	expect_stderr_match "no RDMA device found"
+}
+
+@test "serve on a port in use fails clearly" {
+	start_server tcp://127.0.0.1:0
+	local port=${URIS[0]##*:}
+	run_xprobe 1 serve "tcp://127.0.0.1:$port"
+	expect_stderr_match "127.0.0.1:$port.*(in use|Address already in use)"
+}
+
+# --- ping ----------------------------------------------------------------------
+
+@test "ping over tcp prints replies and a summary" {
+	start_server tcp://127.0.0.1:0
+	run_xprobe 0 ping "${URIS[0]}" -c 3 -i 0.01
+	[[ ${lines[0]} == "PING ${URIS[0]} (tcp): 8 bytes, low priority" ]] || die "${lines[0]}"
+	[[ ${lines[1]} == "8 bytes from ${URIS[0]}: seq=1 time="*" us" ]] || die "${lines[1]}"
+	[[ ${lines[3]} == *"seq=3 time="* ]]
+	[[ $output == *"3 sent, 3 received, 0.0% loss"* ]]
+	[[ $output == *"rtt min/avg/p50/p99/max = "*" us"* ]]
+}
+
+@test "ping over shm" {
+	start_server "shm://$SHM"
+	run_xprobe 0 ping "shm://$SHM" -c 3 -i 0.01
+	[[ $output == *"3 sent, 3 received, 0.0% loss"* ]]
+	[ -e "/dev/shm/xprt-shmcm-$SHM" ]
+}
+
+@test "ping over udp" {
+	start_server udp://127.0.0.1:0
+	run_xprobe 0 ping "${URIS[0]}" -c 3 -i 0.01
+	[[ ${lines[0]} == "PING ${URIS[0]} (udp): 16 bytes" ]] || die "${lines[0]}"
+	[[ $output == *"3 sent, 3 received, 0.0% loss"* ]]
+}
+
+@test "one server answers tcp, udp and shm at once" {
+	start_server tcp://127.0.0.1:0 udp://127.0.0.1:0 "shm://$SHM"
+	[ "${#URIS[@]}" -eq 3 ]
+	run_xprobe 0 ping "${URIS[0]}" -c 2 -i 0 -q
+	run_xprobe 0 ping "${URIS[1]}" -c 2 -i 0 -q
+	run_xprobe 0 ping "shm://$SHM" -c 2 -i 0 -q
+	[[ $output == *"2 sent, 2 received"* ]]
+}
+
+@test "ping -o json gives counts and percentiles" {
+	start_server tcp://127.0.0.1:0
+	run_xprobe 0 ping "${URIS[0]}" -c 50 -i 0 -o json
+	[ "$(json_get "$output" sent)" -eq 50 ]
+	[ "$(json_get "$output" received)" -eq 50 ]
+	[ "$(json_get "$output" transport)" = tcp ]
+	[ "$(json_get "$output" rtt_ns.count)" -eq 50 ]
+	local p50 p99 mx
+	p50=$(json_get "$output" rtt_ns.p50)
+	p99=$(json_get "$output" rtt_ns.p99)
+	mx=$(json_get "$output" rtt_ns.max)
+	[ "$p50" -gt 0 ] && [ "$p50" -le "$p99" ] && [ "$p99" -le "$mx" ]
+}
+
+@test "ping -o yaml" {
+	start_server udp://127.0.0.1:0
+	run_xprobe 0 ping "${URIS[0]}" -c 2 -i 0 -o yaml
+	[[ $output == *"received: 2"* ]]
+	[[ $output == *"transport: udp"* ]]
+}
+
+@test "large messages are fragmented and come back intact" {
+	start_server tcp://127.0.0.1:0 "shm://$SHM"
+	run_xprobe 0 ping "${URIS[0]}" -c 3 -i 0 -s 1M -q
+	[[ $output == *"3 sent, 3 received"* ]]
+	run_xprobe 0 ping "shm://$SHM" -c 3 -i 0 -s 300k -q
+	[[ $output == *"3 sent, 3 received"* ]]
+}
+
+@test "ping at high priority, and size 0" {
+	start_server tcp://127.0.0.1:0
+	run_xprobe 0 ping "${URIS[0]}" -c 2 -i 0 --prio high
+	[[ ${lines[0]} == *"high priority"* ]]
+	run_xprobe 0 ping "${URIS[0]}" -c 2 -i 0 -s 0 -q
+	[[ $output == *"2 sent, 2 received"* ]]
+}
+
+@test "a size beyond the server's limit is refused in one line" {
+	start_server --max-size 64k tcp://127.0.0.1:0
+	run_xprobe 1 ping "${URIS[0]}" -c 1 -s 65537
+	expect_stderr_line "xprobe ping: ${URIS[0]}: size 65537 is beyond the server's limit of 65536 bytes"
+}
+
+@test "a size beyond the udp MTU is refused in one line" {
+	start_server udp://127.0.0.1:0
+	run_xprobe 1 ping "${URIS[0]}" -c 1 -s 70000
+	expect_stderr_match "^xprobe ping: -s 70000: beyond the udp MTU of [0-9]+ bytes$"
+}
+
+@test "a refused tcp endpoint is one line and exit 1" {
+	local port
+	port=$(free_tcp_port)
+	run_xprobe 1 ping "tcp://127.0.0.1:$port" -c 1
+	expect_stderr_match "tcp://127.0.0.1:$port.*refused"
+}
+
+@test "a missing shm server is one line and exit 1" {
+	run_xprobe 1 ping "shm://$SHM-none" -c 1
+	expect_stderr_match "$SHM-none"
+}
+
+@test "udp without a server: every ping lost, exit 1" {
+	local port
+	port=$(free_tcp_port)
+	run_xprobe 1 ping "udp://127.0.0.1:$port" -c 2 -i 0.01 -W 0.2
+	[[ $output == *"2 sent, 0 received, 100.0% loss"* ]]
+}
+
+@test "bad ping arguments are usage errors" {
+	run_xprobe 2 ping
+	[[ $stderr == "xprobe ping: no URI given"* ]]
+	run_xprobe 2 ping tcp://127.0.0.1:1 -c 0
+	[[ $stderr == "xprobe ping: -c: '0'"* ]]
+	run_xprobe 2 ping tcp://127.0.0.1:1 --prio urgent
+	[[ $stderr == "xprobe ping: --prio: 'urgent' is not low or high"* ]]
+	run_xprobe 2 ping udp://127.0.0.1:1 -s 8
+	[[ $stderr == "xprobe ping: -s: 8 is too small for udp:// (min 16)"* ]]
+	run_xprobe 2 ping udp://127.0.0.1:1 --load 64k
+	[[ $stderr == "xprobe ping: --load needs a port transport"* ]]
+	run_xprobe 2 ping 'tcp://127.0.0.1:99999'
+	run_xprobe 2 ping tcp://a b
+	[[ $stderr == "xprobe ping: unexpected argument 'b'"* ]]
+}
+
+@test "auto addresses say which transport they chose with -v" {
+	start_server tcp://127.0.0.1:0
+	local port=${URIS[0]##*:}
+	run_xprobe 0 devices -o json
+	[ "$(json_get "$output" transports.3.usable)" = false ] || skip "RDMA present: auto picks rdma"
+	run_xprobe 0 ping "127.0.0.1:$port" -c 1 -v
+	[[ $stderr == *"auto: tcp"* ]]
+	[[ $output == *"1 sent, 1 received"* ]]
+}
+
+@test "SIGINT stops an endless ping with a summary" {
+	start_server tcp://127.0.0.1:0
+	"$XPROBE" ping "${URIS[0]}" -i 0.05 >"$BATS_TEST_TMPDIR/p.out" 2>&1 3>&- &
+	local pid=$!
+	BG_PIDS+=($pid)
+	sleep 0.5
+	kill -INT $pid
+	local rc=0
+	timeout 10 tail --pid=$pid -f /dev/null || rc=$?
+	wait $pid || rc=$?
+	[ "$rc" -eq 0 ] || die "ping exited $rc: $(cat "$BATS_TEST_TMPDIR/p.out")"
+	grep -q "ping statistics" "$BATS_TEST_TMPDIR/p.out"
+}
+
+# --- bw ------------------------------------------------------------------------
+
+@test "bw over tcp: delivered and counted by the server" {
+	start_server tcp://127.0.0.1:0
+	run_xprobe 0 bw "${URIS[0]}" -T 1 -o json
+	local m s
+	m=$(json_get "$output" messages)
+	s=$(json_get "$output" server_messages)
+	[ "$m" -gt 0 ]
+	[ "$s" -eq "$m" ]
+	[ "$(json_get "$output" window)" -eq 16 ]
+	python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["bandwidth_Bps"] > 0' "$output"
+}
+
+@test "bw text output over shm" {
+	start_server "shm://$SHM"
+	run_xprobe 0 bw "shm://$SHM" -T 0.5 -s 4k --window 8 -q
+	[[ ${lines[0]} == "BW shm://$SHM (shm): 4096-byte messages, low priority" ]] || die "${lines[0]}"
+	[[ ${lines[1]} == *" messages, "*" in "*" s: "*"/s, "*" M msg/s" ]] || die "${lines[1]}"
+	[[ ${lines[2]} == "server received "* ]]
+}
+
+@test "bw over udp reports loss" {
+	start_server udp://127.0.0.1:0
+	run_xprobe 0 bw "${URIS[0]}" -T 0.5 -s 1k -o json
+	local m s
+	m=$(json_get "$output" messages)
+	s=$(json_get "$output" server_messages)
+	[ "$m" -gt 0 ] && [ "$s" -gt 0 ] && [ "$s" -le "$m" ]
+	json_get "$output" loss_pct >/dev/null
+}
+
+@test "bad bw arguments are usage errors" {
+	run_xprobe 2 bw udp://127.0.0.1:1 --window 4
+	[[ $stderr == "xprobe bw: --window needs a port transport"* ]]
+	run_xprobe 2 bw tcp://127.0.0.1:1 -s 0
+	run_xprobe 2 bw tcp://127.0.0.1:1 -T 0
+	run_xprobe 2 bw tcp://127.0.0.1:1 --window 0
+	run_xprobe 2 bw tcp://127.0.0.1:1 -o csv
+}
+
+@test "a server that goes away mid-test: one line, exit 1" {
+	start_server tcp://127.0.0.1:0
+	"$XPROBE" bw "${URIS[0]}" -T 20 -q >"$BATS_TEST_TMPDIR/bw.out" 2>"$BATS_TEST_TMPDIR/bw.err" 3>&- &
+	local pid=$! rc=0
+	BG_PIDS+=($pid)
+	sleep 0.5
+	kill -KILL "$SRV_PID"
+	timeout 15 tail --pid=$pid -f /dev/null || true
+	wait $pid || rc=$?
+	[ "$rc" -eq 1 ] || die "bw exited $rc"
+	[ "$(wc -l <"$BATS_TEST_TMPDIR/bw.err")" -eq 1 ] || die "$(cat "$BATS_TEST_TMPDIR/bw.err")"
+	grep -q "connection lost\|unreachable" "$BATS_TEST_TMPDIR/bw.err"
+}
+
+# --- the server keeps serving ---------------------------------------------------
+
+@test "serve survives a killed client and garbage, then serves the next" {
+	start_server tcp://127.0.0.1:0 udp://127.0.0.1:0
+	local port=${URIS[0]##*:} uport=${URIS[1]##*:}
+	"$XPROBE" bw "${URIS[0]}" -T 20 -q >/dev/null 2>&1 3>&- &
+	local pid=$!
+	BG_PIDS+=($pid)
+	sleep 0.5
+	kill -KILL $pid
+	# garbage on the tcp port, and a stray datagram
+	exec 5<>"/dev/tcp/127.0.0.1/$port"
+	printf 'GET / HTTP/1.0\r\n\r\n%.0s' {1..50} >&5 || true
+	exec 5>&-
+	printf 'not a probe' >"/dev/udp/127.0.0.1/$uport"
+	run_xprobe 0 ping "${URIS[0]}" -c 3 -i 0 -q
+	[[ $output == *"3 sent, 3 received"* ]]
+	run_xprobe 0 ping "${URIS[1]}" -c 3 -i 0 -q
+	[[ $output == *"3 sent, 3 received"* ]]
+	kill -0 "$SRV_PID"
+}
+
+@test "a shm server serves one client after another" {
+	start_server "shm://$SHM"
+	run_xprobe 0 ping "shm://$SHM" -c 2 -i 0 -q
+	run_xprobe 0 ping "shm://$SHM" -c 2 -i 0 -q
+	run_xprobe 0 bw "shm://$SHM" -T 0.3 -q
+	run_xprobe 0 ping "shm://$SHM" -c 2 -i 0 -q
+	[[ $output == *"2 sent, 2 received"* ]]
+}
+
+@test "two tcp clients at once" {
+	start_server tcp://127.0.0.1:0
+	"$XPROBE" bw "${URIS[0]}" -T 1 -q >"$BATS_TEST_TMPDIR/bw.out" 2>&1 3>&- &
+	local pid=$!
+	BG_PIDS+=($pid)
+	run_xprobe 0 ping "${URIS[0]}" -c 20 -i 0.01 -q
+	[[ $output == *"20 sent, 20 received"* ]]
+	wait $pid
+}
+
+# --- priorities -------------------------------------------------------------------
+
+@test "high-priority p99 under a saturating low-priority flow stays within 2x of idle" {
+	start_server tcp://127.0.0.1:0
+	local idle loaded
+	run_xprobe 0 ping "${URIS[0]}" --prio high -i 0 -c 3000 -o json
+	idle=$(json_get "$output" rtt_ns.p99)
+	run_xprobe 0 ping "${URIS[0]}" --prio high -i 0 -c 3000 --load 64k -o json
+	loaded=$(json_get "$output" rtt_ns.p99)
+	echo "# idle p99 ${idle} ns, loaded p99 ${loaded} ns" >&3
+	[ "$loaded" -le $((idle * 2)) ] || die "loaded p99 $loaded ns > 2 x idle p99 $idle ns"
+}

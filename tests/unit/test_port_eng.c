@@ -1,0 +1,647 @@
+/* The port engine driven directly: two engines wired back to back by a
+ * test pump, scripted times, every GM rule checked as the user sees it. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "port/port_eng.h"
+#include "port/port_wire.h"
+
+#define US 1000ull
+#define MS 1000000ull
+
+struct done { void *ctx; enum xp_status st; };
+static struct done dn[1024];
+static unsigned ndone;
+
+static void cb(struct xp_port *p, void *ctx, enum xp_status st)
+{
+	dn[ndone].ctx = ctx;
+	dn[ndone].st = st;
+	ndone++;
+}
+
+/* Runs the due callbacks of `port` as the host's xp_receive() would. */
+static unsigned reap(struct pe_eng *e, unsigned port)
+{
+	xp_send_cb f;
+	void *ctx;
+	enum xp_status st;
+	unsigned n = 0;
+
+	while (pe_next_completion(e, port, &f, &ctx, &st)) {
+		f(NULL, ctx, st);
+		n++;
+	}
+	return n;
+}
+
+struct pair {
+	struct pe_eng *a, *b;
+	unsigned lanes;
+};
+
+static struct pair mk(unsigned lanes, uint32_t frag, const struct pe_opts *o)
+{
+	struct pair p = { pe_new(o), pe_new(o), lanes };
+
+	assert_non_null(p.a);
+	assert_non_null(p.b);
+	assert_int_equal(pe_node_add(p.a, lanes, frag), 1);
+	assert_int_equal(pe_node_add(p.b, lanes, frag), 1);
+	ndone = 0;
+	return p;
+}
+
+static void rm(struct pair *p)
+{
+	pe_free(p->a);
+	pe_free(p->b);
+}
+
+/* Moves every frame one way; frames are "transmitted" at once. */
+static int move(struct pe_eng *from, struct pe_eng *to, unsigned lanes, uint64_t now)
+{
+	struct pe_frame f;
+	uint8_t buf[PW_HDR_LEN + 4096];
+	char why[200];
+	int n = 0;
+
+	for (unsigned l = 0; l < lanes; l++)
+		while (pe_pull(from, 1, l, &f)) {
+			memcpy(buf, f.hdr, PW_HDR_LEN);
+			if (f.dlen)
+				memcpy(buf + PW_HDR_LEN, f.data, f.dlen);
+			pe_frame_done(from, f.ref);
+			assert_int_equal(pe_input(to, 1, buf, PW_HDR_LEN + f.dlen, now, why,
+						  sizeof(why)), 0);
+			n++;
+		}
+	return n;
+}
+
+static void pump(struct pair *p, uint64_t now)
+{
+	pe_timers(p->a, now);
+	pe_timers(p->b, now);
+	while (move(p->a, p->b, p->lanes, now) + move(p->b, p->a, p->lanes, now))
+		;
+}
+
+static void test_basic_tokens_order(void **s)
+{
+	struct pe_opts o = { .send_tokens = 4, .recv_tokens = 4 };
+	struct pair p = mk(2, 16, &o);
+	char m1[] = "hello", m2[100], m3[40];
+	char b[3][128];
+	struct xp_event ev;
+
+	memset(m2, 'x', sizeof(m2));
+	memset(m3, 'y', sizeof(m3));
+	assert_int_equal(pe_port_open(p.a, 2), 0);
+	assert_int_equal(pe_port_open(p.b, 7), 0);
+	assert_int_equal(pe_send_tokens(p.a, 2), 4);
+	assert_int_equal(pe_provide(p.b, 7, b[0], 4, XP_LOW), 0);	/* 5 bytes: class 4 */
+	assert_int_equal(pe_provide(p.b, 7, b[1], 7, XP_LOW), 0);	/* 100: class 7 */
+	assert_int_equal(pe_provide(p.b, 7, b[2], 6, XP_LOW), 0);	/* 40: class 6 */
+	assert_int_equal(pe_recv_tokens(p.b, 7), 1);
+	assert_int_equal(pe_send(p.a, 2, 1, 7, XP_LOW, m1, 5, cb, (void *)1), 0);
+	assert_int_equal(pe_send(p.a, 2, 1, 7, XP_LOW, m2, 100, cb, (void *)2), 0);
+	assert_int_equal(pe_send(p.a, 2, 1, 7, XP_LOW, m3, 40, cb, (void *)3), 0);
+	assert_int_equal(pe_send_tokens(p.a, 2), 1);
+	pump(&p, 0);
+	/* tokens come back only with the callbacks */
+	assert_int_equal(pe_send_tokens(p.a, 2), 1);
+	assert_int_equal(reap(p.a, 2), 3);
+	assert_int_equal(pe_send_tokens(p.a, 2), 4);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_ptr_equal(dn[i].ctx, (void *)(uintptr_t)(i + 1));
+		assert_int_equal(dn[i].st, XP_SUCCESS);
+	}
+	/* events in stream order, into the buffer of the right class */
+	assert_int_equal(pe_next_event(p.b, 7, &ev), 1);
+	assert_int_equal(ev.type, XP_RECV_EVENT);
+	assert_ptr_equal(ev.buffer, b[0]);
+	assert_int_equal(ev.length, 5);
+	assert_int_equal(ev.size, 4);
+	assert_int_equal(ev.sender_node, 1);
+	assert_int_equal(ev.sender_port, 2);
+	assert_memory_equal(b[0], "hello", 5);
+	assert_int_equal(pe_recv_tokens(p.b, 7), 2);
+	assert_int_equal(pe_next_event(p.b, 7, &ev), 1);
+	assert_ptr_equal(ev.buffer, b[1]);
+	assert_int_equal(ev.length, 100);
+	assert_memory_equal(b[1], m2, 100);
+	assert_int_equal(pe_next_event(p.b, 7, &ev), 1);
+	assert_ptr_equal(ev.buffer, b[2]);
+	assert_memory_equal(b[2], m3, 40);
+	assert_int_equal(pe_next_event(p.b, 7, &ev), 0);
+	assert_int_equal(ev.type, XP_NO_EVENT);
+	assert_int_equal(pe_recv_tokens(p.b, 7), 4);
+
+	struct xp_port_stats st;
+	pe_port_stats(p.a, 2, &st);
+	assert_int_equal(st.sent_msgs, 3);
+	assert_int_equal(st.sent_bytes, 145);
+	pe_port_stats(p.b, 7, &st);
+	assert_int_equal(st.recv_msgs, 3);
+	rm(&p);
+}
+
+static void test_token_limits(void **s)
+{
+	struct pe_opts o = { .send_tokens = 2, .recv_tokens = 2, .max_msg = 1000 };
+	struct pair p = mk(2, 64, &o);
+	char b[64];
+
+	assert_int_equal(pe_port_open(p.a, 0), 0);
+	assert_int_equal(pe_port_open(p.a, 0), -EBUSY);
+	assert_int_equal(pe_port_open(p.a, 64), -EINVAL);
+	assert_int_equal(pe_send(p.a, 0, 1, 0, XP_LOW, b, 1001, cb, NULL), -EMSGSIZE);
+	assert_int_equal(pe_send(p.a, 0, 2, 0, XP_LOW, b, 1, cb, NULL), -ENOENT);
+	assert_int_equal(pe_send(p.a, 0, 1, 64, XP_LOW, b, 1, cb, NULL), -EINVAL);
+	assert_int_equal(pe_send(p.a, 0, 1, 0, 2, b, 1, cb, NULL), -EINVAL);
+	assert_int_equal(pe_send(p.a, 1, 1, 0, XP_LOW, b, 1, cb, NULL), -EINVAL);	/* not open */
+	assert_int_equal(pe_send(p.a, 0, 1, 0, XP_LOW, b, 1, cb, NULL), 0);
+	assert_int_equal(pe_send(p.a, 0, 1, 0, XP_LOW, b, 1, cb, NULL), 0);
+	assert_int_equal(pe_send(p.a, 0, 1, 0, XP_LOW, b, 1, cb, NULL), -EAGAIN);
+	assert_int_equal(pe_provide(p.a, 0, b, 3, XP_LOW), -EINVAL);
+	assert_int_equal(pe_provide(p.a, 0, b, 32, XP_LOW), -EINVAL);
+	assert_int_equal(pe_provide(p.a, 0, b, 5, XP_LOW), 0);
+	assert_int_equal(pe_provide(p.a, 0, b, 5, XP_HIGH), 0);
+	assert_int_equal(pe_provide(p.a, 0, b, 5, XP_LOW), -EAGAIN);
+	rm(&p);
+}
+
+/* A buffer of another class is not used: NOBUF, retried after the backoff,
+ * delivered once the right buffer is there. */
+static void test_nobuf_retry(void **s)
+{
+	struct pe_opts o = { .send_timeout_ns = 100 * MS };
+	struct pair p = mk(1, 8, &o);
+	char msg[20] = "0123456789abcdefghi", wrong[64], right[64];
+	struct xp_event ev;
+	struct xp_port_stats st;
+
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	assert_int_equal(pe_provide(p.b, 2, wrong, 6, XP_LOW), 0);
+	assert_int_equal(pe_provide(p.b, 2, right, 5, XP_HIGH), 0);	/* other prio */
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, msg, 20, cb, NULL), 0);
+	pump(&p, 1000);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 0);
+	assert_int_equal(reap(p.a, 1), 0);
+	pe_port_stats(p.a, 1, &st);
+	assert_int_equal(st.nacks_nobuf, 1);
+	/* backoff: nothing goes before 100 us */
+	assert_int_equal(pe_next_timer(p.a), 1000 + 100 * US);
+	assert_false(pe_has_tx(p.a, 1, 0));
+	pump(&p, 1000 + 99 * US);
+	pe_port_stats(p.a, 1, &st);
+	assert_int_equal(st.nacks_nobuf, 1);
+	pump(&p, 1000 + 100 * US);	/* retry, refused again, backoff doubles */
+	pe_port_stats(p.a, 1, &st);
+	assert_int_equal(st.nacks_nobuf, 2);
+	assert_int_equal(pe_next_timer(p.a), 1000 + 300 * US);
+	assert_int_equal(pe_provide(p.b, 2, right, 5, XP_LOW), 0);
+	pump(&p, 1000 + 300 * US);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 1);
+	assert_ptr_equal(ev.buffer, right);
+	assert_memory_equal(right, msg, 20);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[0].st, XP_SUCCESS);
+	assert_int_equal(pe_next_timer(p.a), UINT64_MAX);
+	rm(&p);
+}
+
+/* No buffer for send_timeout: TIMED_OUT, the stream stops (a later send
+ * waits, its token stays out) until resume; drop gives DROPPED. */
+static void test_timeout_resume_drop(void **s)
+{
+	struct pe_opts o = { .send_timeout_ns = 10 * MS, .send_tokens = 8 };
+	struct pair p = mk(2, 8, &o);
+	char m[3][16] = { "first", "second", "third" }, b[2][64];
+	struct xp_event ev;
+	uint64_t t = 0;
+
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m[0], 6, cb, (void *)0), 0);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m[1], 7, cb, (void *)1), 0);
+	while (ndone == 0 && t < 50 * MS) {
+		pump(&p, t);
+		reap(p.a, 1);
+		t += 500 * US;
+	}
+	assert_int_equal(ndone, 1);
+	assert_ptr_equal(dn[0].ctx, (void *)0);
+	assert_int_equal(dn[0].st, XP_SEND_TIMED_OUT);
+	if (!(t >= 10 * MS && t <= 11 * MS)) fail_msg("t=%llu", (unsigned long long)t);
+	assert_int_equal(pe_send_tokens(p.a, 1), 7);	/* "second" still out */
+	/* stopped: even with a buffer now, "second" waits */
+	pe_provide(p.b, 2, b[0], 4, XP_LOW);
+	pump(&p, t += 100 * MS);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 0);
+	assert_int_equal(reap(p.a, 1), 0);
+	pe_resume(p.a, 1, XP_LOW, 1, 2);
+	pump(&p, t);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 1);
+	assert_string_equal(ev.buffer, "second");
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[1].st, XP_SUCCESS);
+
+	/* the same again, then drop */
+	ndone = 0;
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m[0], 6, cb, (void *)0), 0);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m[2], 6, cb, (void *)2), 0);
+	for (uint64_t end = t + 20 * MS; t < end; t += 500 * US) {
+		pump(&p, t);
+		reap(p.a, 1);
+	}
+	assert_int_equal(ndone, 1);
+	assert_int_equal(dn[0].st, XP_SEND_TIMED_OUT);
+	pe_drop(p.a, 1, XP_LOW, 1, 2);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_ptr_equal(dn[1].ctx, (void *)2);
+	assert_int_equal(dn[1].st, XP_SEND_DROPPED);
+	assert_int_equal(pe_send_tokens(p.a, 1), 8);
+	/* after a drop the stream runs again (its next message is SYNCed) */
+	pe_provide(p.b, 2, b[0], 4, XP_LOW);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m[2], 6, cb, (void *)3), 0);
+	pump(&p, t);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 1);
+	assert_string_equal(ev.buffer, "third");
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[2].st, XP_SUCCESS);
+	rm(&p);
+}
+
+static void test_closed_rejected(void **s)
+{
+	struct pair p = mk(2, 32, NULL);
+	char m[8] = "abc", b[64];
+	struct xp_event ev;
+
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 3);
+	/* port 2 is not open there */
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m, 4, cb, (void *)1), 0);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m, 4, cb, (void *)2), 0);
+	pump(&p, 0);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[0].st, XP_SEND_TARGET_PORT_CLOSED);
+	/* the second waits on the stopped stream until it is opened + resumed */
+	pe_port_open(p.b, 2);
+	pe_provide(p.b, 2, b, 4, XP_LOW);
+	pump(&p, 0);
+	assert_int_equal(reap(p.a, 1), 0);
+	pe_resume(p.a, 1, XP_LOW, 1, 2);
+	pump(&p, 0);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[1].st, XP_SUCCESS);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 1);
+
+	/* size class 4 not acceptable at high priority on port 3 */
+	pe_set_acceptable(p.b, 3, XP_HIGH, ~(1ull << 4));
+	pe_provide(p.b, 3, b, 4, XP_HIGH);
+	assert_int_equal(pe_send(p.a, 1, 1, 3, XP_HIGH, m, 4, cb, (void *)3), 0);
+	pump(&p, 0);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[2].st, XP_SEND_REJECTED);
+	assert_int_equal(pe_next_event(p.b, 3, &ev), 0);
+	struct xp_port_stats st;
+	pe_port_stats(p.a, 1, &st);
+	assert_int_equal(st.send_failures, 2);
+	rm(&p);
+}
+
+/* seed 001: priorities never block each other. */
+static void test_priorities(void **s)
+{
+	struct pair p = mk(1, 16, NULL);	/* one shared lane, like shm */
+	static char big[16 * 10], hi[4] = "hi!";
+	char b[256], hb[64];
+	struct pe_frame f;
+	struct pw_hdr h;
+	struct xp_event ev;
+
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	pe_provide(p.b, 2, b, 8, XP_LOW);
+	pe_provide(p.b, 2, hb, 4, XP_HIGH);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, big, sizeof(big), cb, NULL), 0);
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 1);	/* first low fragment out */
+	pe_frame_done(p.a, f.ref);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_HIGH, hi, 4, cb, NULL), 0);
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 1);
+	pe_frame_done(p.a, f.ref);
+	assert_int_equal(pw_decode(f.hdr, PW_HDR_LEN + f.dlen, &h), 0);
+	assert_int_equal(h.prio, 1);	/* the high message jumps the low fragments */
+	assert_true(h.flags & PW_FIRST && h.flags & PW_LAST);
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 1);
+	pe_frame_done(p.a, f.ref);
+	assert_int_equal(pw_decode(f.hdr, PW_HDR_LEN + f.dlen, &h), 0);
+	assert_int_equal(h.prio, 0);
+	assert_int_equal(h.off, 16);
+	rm(&p);
+
+	/* a stopped low stream does not stop the high one to the same port */
+	p = mk(2, 16, NULL);
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	pe_set_acceptable(p.b, 2, XP_LOW, 0);
+	pe_provide(p.b, 2, hb, 4, XP_HIGH);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, hi, 4, cb, (void *)1), 0);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, hi, 4, cb, (void *)2), 0);
+	pump(&p, 0);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[0].st, XP_SEND_REJECTED);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_HIGH, hi, 4, cb, (void *)3), 0);
+	pump(&p, 0);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_ptr_equal(dn[1].ctx, (void *)3);
+	assert_int_equal(dn[1].st, XP_SUCCESS);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 1);
+	assert_int_equal(ev.type, XP_HIGH_RECV_EVENT);
+	assert_int_equal(ev.prio, XP_HIGH);
+	rm(&p);
+}
+
+/* Streams of one priority share a lane fragment by fragment. */
+static void test_round_robin(void **s)
+{
+	struct pair p = mk(2, 8, NULL);
+	static char x[32], y[32];
+	struct pe_frame f;
+	struct pw_hdr h;
+	unsigned order[4];
+
+	pe_port_open(p.a, 1);
+	pe_send(p.a, 1, 1, 5, XP_LOW, x, 32, cb, NULL);
+	pe_send(p.a, 1, 1, 6, XP_LOW, y, 32, cb, NULL);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pe_pull(p.a, 1, 0, &f), 1);
+		pe_frame_done(p.a, f.ref);
+		pw_decode(f.hdr, PW_HDR_LEN + f.dlen, &h);
+		order[i] = h.dst_port;
+	}
+	assert_int_equal(order[0], 5);
+	assert_int_equal(order[1], 6);
+	assert_int_equal(order[2], 5);
+	assert_int_equal(order[3], 6);
+	assert_int_equal(pe_pull(p.a, 1, 1, &f), 0);	/* nothing on the high lane */
+	rm(&p);
+}
+
+/* Completion waits until the transport let go of every frame. */
+static void test_refs_hold_completion(void **s)
+{
+	struct pair p = mk(2, 8, NULL);
+	char m[16] = "0123456789abcde", b[64], why[100];
+	struct pe_frame f[2];
+	uint8_t w[2][PW_HDR_LEN + 8];
+
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	pe_provide(p.b, 2, b, 5, XP_LOW);
+	pe_send(p.a, 1, 1, 2, XP_LOW, m, 16, cb, NULL);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(pe_pull(p.a, 1, 0, &f[i]), 1);
+		memcpy(w[i], f[i].hdr, PW_HDR_LEN);
+		memcpy(w[i] + PW_HDR_LEN, f[i].data, f[i].dlen);
+		assert_int_equal(pe_input(p.b, 1, w[i], PW_HDR_LEN + 8, 0, why, sizeof(why)), 0);
+	}
+	assert_int_equal(pe_port_refs(p.a, 1), 2);
+	pump(&p, 0);			/* the ACK comes back */
+	assert_int_equal(reap(p.a, 1), 0);
+	pe_frame_done(p.a, f[0].ref);
+	assert_int_equal(reap(p.a, 1), 0);
+	pe_frame_done(p.a, f[1].ref);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[0].st, XP_SUCCESS);
+	rm(&p);
+}
+
+static void test_node_down(void **s)
+{
+	struct pair p = mk(2, 8, NULL);
+	char m[32] = { 0 }, b[64];
+	struct pe_frame f;
+
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	pe_provide(p.b, 2, b, 6, XP_LOW);
+	pe_send(p.a, 1, 1, 2, XP_LOW, m, 32, cb, (void *)1);
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 1);	/* a frame in flight */
+	pe_node_down(p.a, 1);
+	assert_false(pe_node_up(p.a, 1));
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[0].st, XP_SEND_TARGET_NODE_UNREACHABLE);
+	assert_int_equal(pe_port_refs(p.a, 1), 0);
+	/* later sends complete the same way; it is not an error at the call */
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m, 3, cb, (void *)2), 0);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[1].st, XP_SEND_TARGET_NODE_UNREACHABLE);
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 0);
+	/* a new link gets a new id */
+	assert_int_equal(pe_node_add(p.a, 2, 8), 2);
+	rm(&p);
+}
+
+/* The receiver closes its port in the middle of a message: the sender
+ * learns CLOSED, nothing lands in the buffer afterwards. */
+static void test_close_mid_message(void **s)
+{
+	struct pair p = mk(2, 8, NULL);
+	char m[32], b[64];
+	struct pe_frame f;
+	uint8_t w[PW_HDR_LEN + 8];
+	char why[100];
+
+	memset(m, 'q', sizeof(m));
+	memset(b, 0, sizeof(b));
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	pe_provide(p.b, 2, b, 6, XP_LOW);
+	pe_send(p.a, 1, 1, 2, XP_LOW, m, 32, cb, NULL);
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 1);
+	memcpy(w, f.hdr, PW_HDR_LEN);
+	memcpy(w + PW_HDR_LEN, f.data, 8);
+	pe_frame_done(p.a, f.ref);
+	assert_int_equal(pe_input(p.b, 1, w, sizeof(w), 0, why, sizeof(why)), 0);
+	pe_port_close(p.b, 2);
+	pump(&p, 0);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[0].st, XP_SEND_TARGET_PORT_CLOSED);
+	assert_int_equal(b[8], 0);
+	rm(&p);
+}
+
+static char last_why[200];
+
+static int input_hdr(struct pe_eng *e, const struct pw_hdr *h, const void *pl, uint32_t plen)
+{
+	uint8_t w[PW_HDR_LEN + 64];
+
+	pw_encode(w, h);
+	if (plen)
+		memcpy(w + PW_HDR_LEN, pl, plen);
+	last_why[0] = 0;
+	return pe_input(e, 1, w, PW_HDR_LEN + plen, 0, last_why, sizeof(last_why));
+}
+
+/* A peer that breaks the protocol is cut off; memory is never touched
+ * outside the buffer. */
+static void test_protocol_errors(void **s)
+{
+	struct pair p = mk(2, 8, NULL);
+	uint8_t junk[40], b[64 + 16];
+	char why[200];
+	struct pw_hdr h = { .type = PW_DATA, .flags = PW_FIRST | PW_SYNC, .arg = 5, .len = 24,
+			    .src_port = 1, .dst_port = 2 };
+
+	memset(junk, 0xee, sizeof(junk));
+	memset(b, 0xaa, sizeof(b));
+	pe_port_open(p.b, 2);
+	pe_provide(p.b, 2, b + 8, 5, XP_LOW);	/* holds 24 bytes */
+	assert_int_equal(pe_input(p.b, 1, junk, sizeof(junk), 0, why, sizeof(why)), -EPROTO);
+	assert_non_null(strstr(why, "bad frame"));
+	/* a stream that starts without SYNC */
+	h.flags = PW_FIRST;
+	assert_int_equal(input_hdr(p.b, &h, junk, 8), -EPROTO);
+	h.flags = PW_FIRST | PW_SYNC;
+	if (input_hdr(p.b, &h, junk, 8))
+		fail_msg("%s", last_why);
+	/* a gap */
+	h.flags = 0;
+	h.off = 16;
+	assert_int_equal(input_hdr(p.b, &h, junk, 8), -EPROTO);
+	h.off = 8;
+	h.len = 20;	/* length changed mid-message */
+	h.arg = 5;
+	assert_int_equal(input_hdr(p.b, &h, junk, 8), -EPROTO);
+	h.len = 24;
+	assert_int_equal(input_hdr(p.b, &h, junk, 8), 0);
+	/* a new message inside one, without SYNC */
+	h.flags = PW_FIRST;
+	h.off = 0;
+	h.seq = 1;
+	assert_int_equal(input_hdr(p.b, &h, junk, 8), -EPROTO);
+	/* an ACK for something never sent */
+	struct pw_hdr a = { .type = PW_ACK, .src_port = 2, .dst_port = 1, .seq = 5 };
+	pe_port_open(p.b, 1);
+	assert_int_equal(input_hdr(p.a, &a, NULL, 0), 0);	/* unknown stream: ignored */
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(b[i], 0xaa);
+	for (int i = 8 + 24; i < (int)sizeof(b); i++)
+		assert_int_equal(b[i], 0xaa);
+	rm(&p);
+}
+
+static void test_empty_message(void **s)
+{
+	struct pair p = mk(2, 8, NULL);
+	char b[16];
+	struct xp_event ev;
+
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	pe_provide(p.b, 2, b, 4, XP_LOW);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, NULL, 0, cb, NULL), 0);
+	pump(&p, 0);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 1);
+	assert_int_equal(ev.length, 0);
+	assert_int_equal(ev.size, 4);
+	assert_int_equal(reap(p.a, 1), 1);
+	rm(&p);
+}
+
+/* Many messages, several streams, random buffer shortage: everything
+ * arrives once, in order per stream. */
+static void test_stress_order(void **s)
+{
+	struct pe_opts o = { .send_tokens = 32, .recv_tokens = 16, .send_timeout_ns = 1000 * MS };
+	struct pair p = mk(2, 8, &o);
+	static uint32_t msg[4][200];
+	static uint32_t bufs[16][8];
+	uint32_t next[4] = { 0 }, sent[4] = { 0 }, got[4] = { 0 };
+	unsigned nfree = 16, freeidx[16];
+	uint64_t t = 0;
+	unsigned seed = 1;
+
+	pe_port_open(p.a, 1);
+	pe_port_open(p.a, 2);
+	pe_port_open(p.b, 9);
+	for (unsigned i = 0; i < 16; i++)
+		freeidx[i] = i;
+	for (unsigned i = 0; i < 4; i++)
+		for (unsigned j = 0; j < 200; j++)
+			msg[i][j] = i << 16 | j;
+	while (got[0] + got[1] + got[2] + got[3] < 800 && t < 5000 * MS) {
+		for (unsigned k = 0; k < 4; k++)
+			while (sent[k] < 200 && pe_send(p.a, 1 + k / 2, 1, 9, k % 2, &msg[k][sent[k]],
+							4, cb, NULL) == 0)
+				sent[k]++;
+		seed = seed * 1103515245 + 12345;
+		while (nfree && (seed >> 16) % 4) {
+			unsigned bi = freeidx[--nfree];
+			/* each buffer keeps its priority: neither starves */
+			assert_int_equal(pe_provide(p.b, 9, bufs[bi], 4, bi & 1), 0);
+			seed = seed * 1103515245 + 12345;
+		}
+		pump(&p, t);
+		reap(p.a, 1);
+		reap(p.a, 2);
+		struct xp_event ev;
+		while (pe_next_event(p.b, 9, &ev)) {
+			uint32_t v;
+			memcpy(&v, ev.buffer, 4);
+			unsigned k = v >> 16;
+			assert_true(k < 4);
+			assert_int_equal(k % 2, ev.prio);
+			assert_int_equal(ev.sender_port, 1 + k / 2);
+			assert_int_equal(v & 0xffff, next[k]);
+			next[k]++;
+			got[k]++;
+			freeidx[nfree++] = (unsigned)(((uint32_t(*)[8])ev.buffer) - bufs);
+		}
+		t += 200 * US;
+	}
+	for (unsigned k = 0; k < 4; k++)
+		assert_int_equal(got[k], 200);
+	struct xp_port_stats st1, st2;
+	pe_port_stats(p.a, 1, &st1);
+	pe_port_stats(p.a, 2, &st2);
+	assert_true(st1.nacks_nobuf + st2.nacks_nobuf > 0);	/* shortage happened */
+	assert_int_equal(pe_send_tokens(p.a, 1), 32);
+	assert_int_equal(pe_send_tokens(p.a, 2), 32);
+	for (unsigned i = 0; i < ndone; i++)
+		assert_int_equal(dn[i].st, XP_SUCCESS);
+	rm(&p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_basic_tokens_order),
+		cmocka_unit_test(test_token_limits),
+		cmocka_unit_test(test_nobuf_retry),
+		cmocka_unit_test(test_timeout_resume_drop),
+		cmocka_unit_test(test_closed_rejected),
+		cmocka_unit_test(test_priorities),
+		cmocka_unit_test(test_round_robin),
+		cmocka_unit_test(test_refs_hold_completion),
+		cmocka_unit_test(test_node_down),
+		cmocka_unit_test(test_close_mid_message),
+		cmocka_unit_test(test_protocol_errors),
+		cmocka_unit_test(test_empty_message),
+		cmocka_unit_test(test_stress_order),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
