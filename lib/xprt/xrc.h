@@ -141,7 +141,7 @@ void xrc_listener_close(struct xrc_listener *l);	/* NULL ok */
  * private data length (rep may be NULL).  Failure messages name the
  * endpoint: "tcp://127.0.0.1:7 : connection refused",
  * "...: rejected by peer" (errno ECONNREFUSED; the reject's private data
- * is still copied to rep/*replen), "...: timed out". */
+ * is still copied to rep and *replen), "...: timed out". */
 struct xrc *xrc_connect(const struct xuri *u, const struct xrc_opts *o,
 			const void *priv, size_t privlen, void *rep, size_t *replen,
 			char *err, size_t errlen);

@@ -2,6 +2,7 @@
 # xprobe over shm, tcp and udp on loopback: every subcommand, structured
 # output, bad input, and a server that keeps serving.
 
+bats_require_minimum_version 1.5.0
 load xprobe_helpers
 
 # --- usage -------------------------------------------------------------------

@@ -1,0 +1,84 @@
+/* Helpers shared by the verbs backends (xrc_rdma.c, xdg_ud.c): address
+ * lookup, bounded waits for librdmacm events, the per-device protection
+ * domain, fd plumbing and work-completion status mapping. */
+#ifndef XPRT_RDMA_UTIL_H
+#define XPRT_RDMA_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "core/uri.h"
+#include "xprt/xrc_pri.h"
+
+/* One protection domain per device context, shared by every connection and
+ * endpoint of the process (xrc.h: "connections on the same RDMA device share
+ * one domain").  Reference-counted; the last put deallocates. */
+struct xrdma_pd {
+	struct xrc_dom dom;	/* first: what xrc_domain() hands out (xrc_rdma.c) */
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	unsigned refs;
+	struct xrdma_pd *next;
+};
+struct xrdma_pd *xrdma_pd_get(struct ibv_context *ctx, char *err, size_t errlen);
+void xrdma_pd_put(struct xrdma_pd *p);			/* NULL ok */
+void xrdma_pd_ref(struct xrdma_pd *p);
+
+/* Fails with the one-line "URI: no RDMA device found (...); use tcp://...
+ * instead" (xdev_require) when there is no usable device. */
+int xrdma_check(const struct xuri *u, char *err, size_t errlen);
+
+/* "scheme://host:port" for messages. */
+void xrdma_uri_str(const struct xuri *u, char *buf, size_t len);
+
+/* getaddrinfo() of u->host:u->port (passive: wildcard allowed).  0 or
+ * -errno with "URI: reason" in err. */
+int xrdma_sockaddr(const struct xuri *u, bool passive, struct sockaddr_storage *ss,
+		   char *err, size_t errlen);
+/* "ADDR:PORT" of a sockaddr. */
+void xrdma_addr_str(const struct sockaddr *sa, char *buf, size_t len);
+
+/* Monotonic deadline helpers (ns). */
+uint64_t xrdma_now_ns(void);
+int xrdma_ms_left(uint64_t deadline_ns);	/* >= 0 */
+
+int xrdma_set_nonblock(int fd);
+
+/* Waits for the next event on a non-blocking channel until the deadline.
+ * 0 and *ev, or -ETIMEDOUT / -errno. */
+int xrdma_next_event(struct rdma_event_channel *ch, uint64_t deadline_ns,
+		     struct rdma_cm_event **ev);
+/* rdma_resolve_addr + rdma_resolve_route, bounded: 0 or -errno + err. */
+int xrdma_resolve(struct rdma_cm_id *id, const struct sockaddr *src, const struct sockaddr *dst,
+		  uint64_t deadline_ns, const char *what, char *err, size_t errlen);
+
+/* An epoll set readable while any of its fds is: what xrc_fd()/xdg_fd()
+ * return, so that both the completion channel and the CM channel wake the
+ * caller.  The eventfd "more" is raised when a poll stopped with
+ * completions possibly left in the CQ (its array was full). */
+struct xrdma_waker {
+	int ep;
+	int more;
+};
+int xrdma_waker_init(struct xrdma_waker *w, int fd1, int fd2);
+void xrdma_waker_fini(struct xrdma_waker *w);
+void xrdma_waker_more(struct xrdma_waker *w, bool more);
+/* 1 ready, 0 timeout, -errno. */
+int xrdma_waker_wait(const struct xrdma_waker *w, uint64_t timeout_ns);
+
+/* Drains and acknowledges queued completion events, then re-arms. */
+void xrdma_cq_drain_events(struct ibv_comp_channel *ch);
+
+/* Work-completion status -> -errno (xrc.h: -ECONNRESET flushed, -EREMOTEIO
+ * peer refused, -EMSGSIZE receive buffer too small). */
+int xrdma_wc_errno(enum ibv_wc_status s);
+
+/* Bytes of an ibv_mtu value (IBV_MTU_1024 -> 1024). */
+uint32_t xrdma_mtu_bytes(enum ibv_mtu m);
+
+#endif

@@ -1,0 +1,447 @@
+/* udp:// backend of xdg.h: one kernel UDP socket, recvmmsg/sendmmsg batches.
+ *
+ * Receive: the endpoint owns rx_depth buffers of mtu bytes.  Each
+ * xdg_poll() hands the whole ring back to the kernel in one recvmmsg, so a
+ * completion's data stays valid exactly until the next xdg_poll(), as
+ * xdg.h promises.  A datagram bigger than the mtu arrives with MSG_TRUNC and
+ * is dropped and counted, never delivered cut short.
+ *
+ * Send: sendmmsg copies every payload into the kernel before it returns, so
+ * XDG_ZCOPY costs nothing extra and a signaled send is complete at once; its
+ * completion is queued for the next xdg_poll() (never returned by a post).
+ *
+ * Senders: wc.src comes from a cache of peer addresses, a hash table with an
+ * LRU list bounded at SRC_MAX entries.  Entries are recycled, never freed
+ * before xdg_close(), so a stale pointer is still memory we own; see xdg.h
+ * for how long one names the same sender.  xdg_resolve() results are pinned
+ * and never recycled. */
+#include "xprt/xdg_pri.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ERR(...) (snprintf(err, errlen, __VA_ARGS__))
+
+#define UDP_MTU_DEFAULT	4096u
+#define UDP_MTU_MAX	65507u		/* 65535 - 8 (UDP) - 20 (IPv4) */
+#define SRC_MAX		4096u		/* unpinned sender entries kept */
+#define HASH_SIZE	8192u		/* buckets, a power of two */
+#define BUF_DEFAULT	(4 << 20)
+
+/* A sender, normalised so equal peers compare equal byte for byte. */
+struct akey {
+	uint16_t family, port;
+	uint32_t scope;
+	uint8_t addr[16];
+};
+
+struct udp_addr {
+	struct xdg_addr base;		/* first: what callers hold */
+	struct akey key;
+	struct sockaddr_storage sa;
+	socklen_t sl;
+	bool pinned;			/* from xdg_resolve(): never recycled */
+	struct udp_addr *hnext;
+	struct udp_addr *prev, *next;	/* LRU list, most recent first (unpinned) */
+};
+
+struct udp_ep {
+	struct xdg base;
+	int fd, family;
+	uint32_t rx_depth, tx_depth;
+	uint8_t *ring;			/* rx_depth * mtu */
+	struct mmsghdr *rmsg;
+	struct iovec *riov;
+	struct sockaddr_storage *rsa;
+	uint8_t *rctl;			/* rx_depth control buffers */
+	struct mmsghdr *smsg;
+	struct iovec *siov;
+	uint64_t *txc;			/* signaled sends waiting for xdg_poll() */
+	uint32_t txc_head, txc_tail;
+	struct udp_addr *hash[HASH_SIZE];
+	struct udp_addr *lru_head, *lru_tail;
+	uint32_t nsrc;
+};
+
+#define CTL_LEN CMSG_SPACE(sizeof(uint32_t))
+
+static struct udp_ep *UE(struct xdg *d) { return (struct udp_ep *)d; }
+
+static void sa_key(const struct sockaddr *sa, struct akey *k)
+{
+	memset(k, 0, sizeof(*k));
+	k->family = sa->sa_family;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+		k->port = s4->sin_port;
+		memcpy(k->addr, &s4->sin_addr, 4);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+		k->port = s6->sin6_port;
+		k->scope = s6->sin6_scope_id;
+		memcpy(k->addr, &s6->sin6_addr, 16);
+	}
+}
+
+static uint32_t key_hash(const struct akey *k)
+{
+	const uint8_t *p = (const uint8_t *)k;
+	uint32_t h = 2166136261u;	/* FNV-1a */
+
+	for (size_t i = 0; i < sizeof(*k); i++)
+		h = (h ^ p[i]) * 16777619u;
+	return h & (HASH_SIZE - 1);
+}
+
+static void addr_fmt(struct udp_addr *a)
+{
+	char h[64], p[8];	/* fits str[80] with brackets and port */
+	const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&a->sa;
+
+	if (getnameinfo((struct sockaddr *)&a->sa, a->sl, h, sizeof(h), p, sizeof(p),
+			NI_NUMERICHOST | NI_NUMERICSERV)) {
+		snprintf(a->base.str, sizeof(a->base.str), "?");
+		return;
+	}
+	/* a v4 peer on a dual-stack socket reads best as plain v4 */
+	if (a->sa.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr) &&
+	    strncmp(h, "::ffff:", 7) == 0)
+		snprintf(a->base.str, sizeof(a->base.str), "%s:%s", h + 7, p);
+	else
+		snprintf(a->base.str, sizeof(a->base.str), strchr(h, ':') ? "[%s]:%s" : "%s:%s",
+			 h, p);
+}
+
+static void lru_unlink(struct udp_ep *e, struct udp_addr *a)
+{
+	if (a->prev)
+		a->prev->next = a->next;
+	else
+		e->lru_head = a->next;
+	if (a->next)
+		a->next->prev = a->prev;
+	else
+		e->lru_tail = a->prev;
+	a->prev = a->next = NULL;
+}
+
+static void lru_front(struct udp_ep *e, struct udp_addr *a)
+{
+	a->prev = NULL;
+	a->next = e->lru_head;
+	if (e->lru_head)
+		e->lru_head->prev = a;
+	e->lru_head = a;
+	if (!e->lru_tail)
+		e->lru_tail = a;
+}
+
+static void hash_unlink(struct udp_ep *e, struct udp_addr *a)
+{
+	struct udp_addr **pp = &e->hash[key_hash(&a->key)];
+
+	while (*pp && *pp != a)
+		pp = &(*pp)->hnext;
+	if (*pp)
+		*pp = a->hnext;
+}
+
+/* The cached entry for a sender, created (or recycled from the least
+ * recently seen one) when new; NULL only when out of memory. */
+static struct udp_addr *addr_get(struct udp_ep *e, const struct sockaddr *sa, socklen_t sl)
+{
+	struct akey k;
+	uint32_t h;
+	struct udp_addr *a;
+
+	sa_key(sa, &k);
+	h = key_hash(&k);
+	for (a = e->hash[h]; a; a = a->hnext)
+		if (!memcmp(&a->key, &k, sizeof(k))) {
+			if (!a->pinned && a != e->lru_head) {
+				lru_unlink(e, a);
+				lru_front(e, a);
+			}
+			return a;
+		}
+	if (e->nsrc >= SRC_MAX && e->lru_tail) {
+		a = e->lru_tail;
+		lru_unlink(e, a);
+		hash_unlink(e, a);
+	} else {
+		if (!(a = calloc(1, sizeof(*a))))
+			return NULL;
+		e->nsrc++;
+	}
+	a->key = k;
+	memcpy(&a->sa, sa, sl);
+	a->sl = sl;
+	a->pinned = false;
+	addr_fmt(a);
+	a->hnext = e->hash[h];
+	e->hash[h] = a;
+	lru_front(e, a);
+	return a;
+}
+
+static struct xdg_addr *udp_resolve(struct xdg *d, const struct xuri *peer, char *err,
+				    size_t errlen)
+{
+	struct udp_ep *e = UE(d);
+	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_family = e->family,
+				  .ai_flags = e->family == AF_INET6 ? AI_V4MAPPED : 0 }, *ai;
+	struct udp_addr *a;
+	char port[8];
+	int rc;
+
+	snprintf(port, sizeof(port), "%u", peer->port);
+	rc = getaddrinfo(peer->host, port, &hints, &ai);
+	if (rc) {
+		ERR("udp://%s:%u: cannot resolve: %s", peer->host, peer->port,
+		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		errno = rc == EAI_SYSTEM ? errno : EHOSTUNREACH;
+		return NULL;
+	}
+	a = addr_get(e, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	if (!a) {
+		ERR("udp://%s:%u: out of memory", peer->host, peer->port);
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (!a->pinned) {
+		lru_unlink(e, a);
+		e->nsrc--;
+		a->pinned = true;
+	}
+	return &a->base;
+}
+
+static int udp_send_batch(struct xdg *d, const struct xdg_msg *m, int n, unsigned flags)
+{
+	struct udp_ep *e = UE(d);
+	uint32_t room = e->tx_depth - (e->txc_tail - e->txc_head);
+	int cnt = n < (int)e->tx_depth ? n : (int)e->tx_depth, sent;
+
+	if ((flags & XDG_SIGNALED) && (uint32_t)cnt > room)
+		cnt = (int)room;
+	if (!cnt)
+		return -ENOBUFS;
+	for (int i = 0; i < cnt; i++) {
+		const struct udp_addr *a = (const struct udp_addr *)m[i].to;
+
+		e->siov[i] = (struct iovec){ (void *)m[i].buf, m[i].len };
+		e->smsg[i].msg_hdr = (struct msghdr){ .msg_name = (void *)&a->sa,
+			.msg_namelen = a->sl, .msg_iov = &e->siov[i], .msg_iovlen = 1 };
+	}
+	do
+		sent = sendmmsg(e->fd, e->smsg, (unsigned)cnt, MSG_DONTWAIT);
+	while (sent < 0 && errno == EINTR);
+	if (sent < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	for (int i = 0; i < sent; i++) {
+		d->stats.tx_pkts++;
+		d->stats.tx_bytes += m[i].len;
+		if (flags & XDG_SIGNALED)
+			e->txc[e->txc_tail++ % e->tx_depth] = m[i].wr_id;
+	}
+	return sent;
+}
+
+/* One recvmmsg into ring slots [first, first+vlen); returns delivered wcs. */
+static int rx_batch(struct udp_ep *e, uint32_t first, uint32_t vlen, struct xdg_wc *wc,
+		    bool *more)
+{
+	struct xdg *d = &e->base;
+	int n, k = 0;
+
+	for (uint32_t i = first; i < first + vlen; i++) {
+		e->riov[i] = (struct iovec){ e->ring + (size_t)i * d->mtu, d->mtu };
+		e->rmsg[i].msg_hdr = (struct msghdr){ .msg_name = &e->rsa[i],
+			.msg_namelen = sizeof(e->rsa[i]), .msg_iov = &e->riov[i], .msg_iovlen = 1,
+			.msg_control = e->rctl + (size_t)i * CTL_LEN, .msg_controllen = CTL_LEN };
+	}
+	do
+		n = recvmmsg(e->fd, e->rmsg + first, vlen, MSG_DONTWAIT, NULL);
+	while (n < 0 && errno == EINTR);
+	*more = n == (int)vlen;
+	for (int i = 0; i < n; i++) {
+		struct msghdr *h = &e->rmsg[first + i].msg_hdr;
+
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c))
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+				uint32_t drops;
+				memcpy(&drops, CMSG_DATA(c), sizeof(drops));
+				/* a running total of the socket's drops */
+				if (drops > d->stats.rx_dropped)
+					d->stats.rx_dropped = drops;
+			}
+		if (h->msg_flags & MSG_TRUNC) {
+			d->stats.rx_truncated++;
+			continue;
+		}
+		wc[k] = (struct xdg_wc){ .op = XDG_OP_RECV, .data = e->riov[first + i].iov_base,
+					 .len = e->rmsg[first + i].msg_len };
+		wc[k].src = (struct xdg_addr *)addr_get(e, (struct sockaddr *)&e->rsa[first + i],
+							h->msg_namelen);
+		if (!wc[k].src) {	/* out of memory: a sender we cannot name */
+			d->stats.rx_dropped++;
+			continue;
+		}
+		d->stats.rx_pkts++;
+		d->stats.rx_bytes += wc[k].len;
+		k++;
+	}
+	return k;
+}
+
+static int udp_poll(struct xdg *d, struct xdg_wc *wc, int n)
+{
+	struct udp_ep *e = UE(d);
+	uint32_t used = 0;
+	int k = 0;
+	bool more = true;
+
+	while (k < n && e->txc_head != e->txc_tail)
+		wc[k++] = (struct xdg_wc){ .op = XDG_OP_SEND,
+					   .wr_id = e->txc[e->txc_head++ % e->tx_depth] };
+	/* The previous poll's data is now the kernel's again: refill from
+	 * slot 0.  A second batch only when truncated datagrams ate the first. */
+	while (k < n && more && used < e->rx_depth) {
+		uint32_t vlen = (uint32_t)(n - k);
+
+		if (vlen > e->rx_depth - used)
+			vlen = e->rx_depth - used;
+		k += rx_batch(e, used, vlen, wc + k, &more);
+		used += vlen;
+	}
+	return k;
+}
+
+static int udp_fd(const struct xdg *d) { return ((const struct udp_ep *)d)->fd; }
+
+static int udp_wait(struct xdg *d, uint64_t timeout_ns)
+{
+	struct udp_ep *e = UE(d);
+	struct pollfd p = { e->fd, POLLIN, 0 };
+	struct timespec ts = { (time_t)(timeout_ns / 1000000000ull),
+			       (long)(timeout_ns % 1000000000ull) };
+	int rc;
+
+	if (e->txc_head != e->txc_tail)
+		return 1;
+	rc = ppoll(&p, 1, &ts, NULL);
+	if (rc < 0)
+		return errno == EINTR ? 0 : -errno;
+	return rc > 0;
+}
+
+static void udp_close(struct xdg *d)
+{
+	struct udp_ep *e = UE(d);
+
+	for (uint32_t i = 0; i < HASH_SIZE; i++)
+		for (struct udp_addr *a = e->hash[i], *nx; a; a = nx) {
+			nx = a->hnext;
+			free(a);
+		}
+	if (e->fd >= 0)
+		close(e->fd);
+	free(e->ring);
+	free(e->rmsg);
+	free(e->riov);
+	free(e->rsa);
+	free(e->rctl);
+	free(e->smsg);
+	free(e->siov);
+	free(e->txc);
+	free(e);
+}
+
+/* Root (CAP_NET_ADMIN) may go past net.core.[rw]mem_max with *BUFFORCE. */
+static void set_buf(int fd, int force, int opt, int bytes)
+{
+	if (setsockopt(fd, SOL_SOCKET, force, &bytes, sizeof(bytes)) < 0)
+		setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof(bytes));
+}
+
+static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char *err,
+			    size_t errlen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_flags = AI_PASSIVE }, *ai;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	struct udp_ep *e;
+	char port[8];
+	int one = 1, rc;
+	uint32_t mtu = o->mtu ? o->mtu : UDP_MTU_DEFAULT, rd = o->rx_depth, td = o->tx_depth;
+
+	if (mtu > UDP_MTU_MAX || rd > 65536 || td > 65536) {
+		ERR("udp://%s:%u: mtu over %u or rx/tx depth over 65536", u->host, u->port,
+		    UDP_MTU_MAX);
+		errno = EINVAL;
+		return NULL;
+	}
+	snprintf(port, sizeof(port), "%u", u->port);
+	rc = getaddrinfo(u->host, port, &hints, &ai);
+	if (rc) {
+		ERR("udp://%s:%u: cannot resolve: %s", u->host, u->port,
+		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		errno = rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
+		return NULL;
+	}
+	if (!(e = calloc(1, sizeof(*e))))
+		goto out_nomem;
+	e->base = (struct xdg){ .ops = &xdg_udp_ops, .scheme = XURI_UDP, .mtu = mtu };
+	e->rx_depth = rd;
+	e->tx_depth = td;
+	e->family = ai->ai_family;
+	e->fd = -1;
+	e->ring = malloc((size_t)rd * mtu);
+	e->rmsg = calloc(rd, sizeof(*e->rmsg));
+	e->riov = calloc(rd, sizeof(*e->riov));
+	e->rsa = calloc(rd, sizeof(*e->rsa));
+	e->rctl = calloc(rd, CTL_LEN);
+	e->smsg = calloc(td, sizeof(*e->smsg));
+	e->siov = calloc(td, sizeof(*e->siov));
+	e->txc = calloc(td, sizeof(*e->txc));
+	if (!e->ring || !e->rmsg || !e->riov || !e->rsa || !e->rctl || !e->smsg || !e->siov ||
+	    !e->txc)
+		goto out_nomem;
+	e->fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (e->fd < 0 || bind(e->fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
+	    getsockname(e->fd, (struct sockaddr *)&ss, &sl) < 0) {
+		ERR("udp://%s:%u: %s", u->host, u->port, strerror(errno));
+		goto out_close;
+	}
+	setsockopt(e->fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
+	set_buf(e->fd, SO_SNDBUFFORCE, SO_SNDBUF, o->sndbuf ? o->sndbuf : BUF_DEFAULT);
+	set_buf(e->fd, SO_RCVBUFFORCE, SO_RCVBUF, o->rcvbuf ? o->rcvbuf : BUF_DEFAULT);
+	e->base.port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+						      : ((struct sockaddr_in *)&ss)->sin_port);
+	freeaddrinfo(ai);
+	return &e->base;
+
+out_nomem:
+	ERR("udp://%s:%u: out of memory", u->host, u->port);
+	errno = ENOMEM;
+out_close:
+	rc = errno;
+	if (e)
+		udp_close(&e->base);
+	freeaddrinfo(ai);
+	errno = rc;
+	return NULL;
+}
+
+const struct xdg_ops xdg_udp_ops = {
+	udp_open, udp_close, udp_resolve, udp_send_batch, udp_poll, udp_fd, udp_wait,
+};

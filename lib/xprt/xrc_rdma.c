@@ -1,0 +1,961 @@
+/* rdma:// -- the reliable-connection class (xrc.h) on real RC queue pairs
+ * set up through librdmacm.
+ *
+ * Connection setup is rdma_cm's, unchanged: the caller's private data is
+ * the REQ/REP/REJ private data, byte for byte, with no header of ours in
+ * front.  That keeps rdma:// wire-compatible with kernel ULPs (RTRS puts
+ * its conn_req/conn_rsp at offset 0, DESIGN.md "Wire compatibility").  Two
+ * consequences, documented in xrc(7)-to-be and relied on by the RTRS code:
+ *   - the CM hands private data over padded with zeros to its fixed size
+ *     (a REQ carries 56 bytes, a REP 196, a REJ 148 on IB/RoCE), so the
+ *     length seen by xrc_req_data() and *replen is that padded size capped
+ *     at XRC_PRIV_MAX, not the length the peer passed; protocols carry their
+ *     own length or magic (RTRS does);
+ *   - queue depths and max_send are not negotiated: both ends must use the
+ *     same xrc_opts (SYMMETRIC, as perftest says), or negotiate them in their
+ *     own private data.  A SEND bigger than the receiver's posted buffer
+ *     fails the connection (receiver -EMSGSIZE, sender -EREMOTEIO).
+ *
+ * Per connection: its own CM event channel (accepted ids are migrated off
+ * the listener's channel), a completion channel, one CQ for both queues and
+ * an RC QP with sq_sig_all = 0.  xrc_fd() is an epoll set of the completion
+ * channel and the CM channel, so a peer's DISCONNECTED wakes the caller
+ * too; xrc_poll() consumes CM events (DISCONNECTED -> XRC_DOWN and
+ * rdma_disconnect(), which moves the QP to ERROR so everything outstanding
+ * comes back flushed as -ECONNRESET), then polls, re-arms and polls again.
+ *
+ * Send-queue accounting: ibv wr_id is a sequence number indexing a slot
+ * ring; an RC send queue completes in order, so a completion for sequence s
+ * frees every slot up to s.  A caller that never asks for completions
+ * still gets slots back: every sq_depth/2-th request is signaled
+ * internally and its successful completion is not reported.  Receive
+ * wr_ids carry bit 63 to tell the queues apart (an error completion's
+ * opcode is undefined). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+
+#include "xprt/rdma_util.h"
+#include "xprt/xrc_pri.h"
+
+#define RQ_BIT (1ull << 63)
+/* rdma_cm's IB_CM_REJ_CONSUMER_DEFINED: the peer called rdma_reject();
+ * other reasons (8: no listener on that port) mean "refused". */
+#define REJ_CONSUMER 28
+#define RD_ATOMIC_MAX 16
+
+struct sq_slot {
+	uint64_t wr_id;
+	uint32_t len;
+	uint8_t op;
+	bool sig;	/* the caller asked for the completion */
+};
+
+struct rconn {
+	struct xrc base;
+	struct rdma_event_channel *ech;
+	struct rdma_cm_id *id;
+	struct xrdma_pd *pd;
+	struct ibv_comp_channel *cch;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct xrdma_waker wk;
+	struct sq_slot *sq;
+	uint64_t sq_head, sq_tail;
+	uint32_t unsig, sig_every;
+	uint64_t *rq;
+	uint64_t rq_head, rq_tail;
+};
+
+struct rlistener {
+	struct xrc_listener base;
+	struct rdma_event_channel *ech;
+	struct rdma_cm_id *id;
+	uint16_t port;
+	uint64_t dropped;
+};
+
+struct rreq {
+	struct xrc_req base;
+	struct rdma_event_channel *ech;
+	struct rdma_cm_id *id;
+	uint8_t initiator_depth, responder_resources;
+};
+
+struct rmr {
+	struct xrc_mr_base base;
+	struct ibv_mr *mr;
+	struct xrdma_pd *pd;
+};
+
+static const struct xrc_conn_ops conn_ops;
+static const struct xrc_listener_ops listener_ops;
+static const struct xrc_dom_ops dom_ops;
+
+/* --- memory ---------------------------------------------------------------- */
+
+static struct xrc_mr *dom_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,
+			      char *err, size_t errlen)
+{
+	struct xrdma_pd *p = (struct xrdma_pd *)d;
+	struct rmr *m = calloc(1, sizeof(*m));
+	int acc = 0, e;
+
+	if (!m) {
+		snprintf(err, errlen, "register: out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (access & XRC_ACCESS_REMOTE_WRITE)
+		acc |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;	/* verbs needs both */
+	if (access & XRC_ACCESS_REMOTE_READ)
+		acc |= IBV_ACCESS_REMOTE_READ;
+	/* Local write is granted whenever possible, so that receives and
+	 * reads may land in any region, as on tcp://; read-only memory is
+	 * registered without it. */
+	m->mr = ibv_reg_mr(p->pd, addr, len, acc | IBV_ACCESS_LOCAL_WRITE);
+	if (!m->mr && !(access & (XRC_ACCESS_LOCAL_WRITE | XRC_ACCESS_REMOTE_WRITE)))
+		m->mr = ibv_reg_mr(p->pd, addr, len, acc);
+	if (!m->mr) {
+		e = errno ? errno : ENOMEM;
+		snprintf(err, errlen, "register %zu bytes on %s: %s%s", len,
+			 ibv_get_device_name(p->ctx->device), strerror(e),
+			 e == ENOMEM || e == EPERM ? " (locked-memory limit? see ulimit -l)" : "");
+		free(m);
+		errno = e;
+		return NULL;
+	}
+	xrdma_pd_ref(p);
+	m->pd = p;
+	m->base.dom = d;
+	m->base.mr = (struct xrc_mr){ .addr = addr, .len = len, .lkey = m->mr->lkey,
+				      .rkey = m->mr->rkey, .access = access };
+	return &m->base.mr;
+}
+
+static void dom_dereg(struct xrc_mr *mr)
+{
+	struct rmr *m = (struct rmr *)mr;
+
+	ibv_dereg_mr(m->mr);
+	xrdma_pd_put(m->pd);
+	free(m);
+}
+
+static const struct xrc_dom_ops dom_ops = { .reg = dom_reg, .dereg = dom_dereg };
+
+/* --- connection objects ------------------------------------------------------- */
+
+static struct rconn *conn_new(void)
+{
+	struct rconn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->base.ops = &conn_ops;
+	c->base.scheme = XURI_RDMA;
+	c->base.state = XRC_CONNECTING;
+	c->wk.ep = c->wk.more = -1;
+	return c;
+}
+
+static void conn_free(struct rconn *c)
+{
+	if (c->id && c->base.state == XRC_UP)
+		rdma_disconnect(c->id);
+	if (c->qp)
+		rdma_destroy_qp(c->id);
+	if (c->cq) {
+		xrdma_cq_drain_events(c->cch);
+		ibv_destroy_cq(c->cq);
+	}
+	if (c->cch)
+		ibv_destroy_comp_channel(c->cch);
+	xrdma_waker_fini(&c->wk);
+	/* every CM event was acknowledged when read, so this does not block */
+	if (c->id)
+		rdma_destroy_id(c->id);
+	if (c->ech)
+		rdma_destroy_event_channel(c->ech);
+	xrdma_pd_put(c->pd);
+	free(c->sq);
+	free(c->rq);
+	free(c);
+}
+
+static uint8_t rd_atomic_cap(struct ibv_context *ctx)
+{
+	struct ibv_device_attr da;
+	int cap = RD_ATOMIC_MAX;
+
+	if (!ibv_query_device(ctx, &da)) {
+		if (da.max_qp_rd_atom < cap)
+			cap = da.max_qp_rd_atom;
+		if (da.max_qp_init_rd_atom < cap)
+			cap = da.max_qp_init_rd_atom;
+	}
+	return (uint8_t)cap;
+}
+
+/* PD, completion channel, CQ, QP on the id's device; slot rings; waker. */
+static int conn_setup(struct rconn *c, const struct xrc_opts *o, const char *what,
+		      char *err, size_t errlen)
+{
+	struct ibv_context *ctx = c->id->verbs;
+	struct ibv_qp_init_attr qa;
+	int rc;
+
+	c->pd = xrdma_pd_get(ctx, err, errlen);
+	if (!c->pd)
+		return -errno;
+	c->pd->dom.ops = &dom_ops;
+	c->cch = ibv_create_comp_channel(ctx);
+	if (!c->cch) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: ibv_create_comp_channel: %s", what, strerror(-rc));
+		return rc;
+	}
+	rc = xrdma_set_nonblock(c->cch->fd);
+	if (rc)
+		goto fail;
+	c->cq = ibv_create_cq(ctx, (int)(o->sq_depth + o->rq_depth + 1), c, c->cch, 0);
+	if (!c->cq) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: ibv_create_cq(%u): %s", what,
+			 o->sq_depth + o->rq_depth + 1, strerror(-rc));
+		return rc;
+	}
+	if (ibv_req_notify_cq(c->cq, 0)) {
+		rc = -errno;
+		goto fail;
+	}
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = qa.recv_cq = c->cq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.sq_sig_all = 0;
+	qa.cap.max_send_wr = o->sq_depth;
+	qa.cap.max_recv_wr = o->rq_depth;
+	qa.cap.max_send_sge = XRC_MAX_SGE;
+	qa.cap.max_recv_sge = 1;
+	qa.cap.max_inline_data = o->max_inline;
+	/* A device refuses a QP whose inline size it cannot do (rxe: above
+	 * 512 bytes; some have none): halve until it fits, down to none, and
+	 * XRC_INLINE above what was granted fails with -EINVAL. */
+	while (rdma_create_qp(c->id, c->pd->pd, &qa)) {
+		rc = -errno;
+		if (!qa.cap.max_inline_data) {
+			snprintf(err, errlen, "%s: rdma_create_qp(sq %u, rq %u): %s", what,
+				 o->sq_depth, o->rq_depth, strerror(-rc));
+			return rc;
+		}
+		qa.cap.max_inline_data /= 2;
+		if (qa.cap.max_inline_data < 16)
+			qa.cap.max_inline_data = 0;
+	}
+	c->qp = c->id->qp;
+	c->base.max_send = o->max_send;
+	c->base.sq_depth = o->sq_depth;
+	c->base.rq_depth = o->rq_depth;
+	c->base.max_inline = qa.cap.max_inline_data < o->max_inline ? qa.cap.max_inline_data
+								     : o->max_inline;
+	c->sig_every = o->sq_depth / 2 ? o->sq_depth / 2 : 1;
+	c->sq = calloc(o->sq_depth, sizeof(*c->sq));
+	c->rq = calloc(o->rq_depth, sizeof(*c->rq));
+	if (!c->sq || !c->rq) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	rc = xrdma_waker_init(&c->wk, c->cch->fd, c->ech->fd);
+	if (rc)
+		goto fail;
+	return 0;
+fail:
+	snprintf(err, errlen, "%s: connection setup: %s", what, strerror(-rc));
+	return rc;
+}
+
+static void set_peer(struct rconn *c)
+{
+	xrdma_addr_str(rdma_get_peer_addr(c->id), c->base.peer, sizeof(c->base.peer));
+}
+
+static void copy_priv(const struct rdma_cm_event *ev, void *rep, size_t *replen)
+{
+	size_t n = ev->param.conn.private_data ? ev->param.conn.private_data_len : 0;
+
+	if (n > XRC_PRIV_MAX)
+		n = XRC_PRIV_MAX;
+	if (rep && n)
+		memcpy(rep, ev->param.conn.private_data, n);
+	if (replen)
+		*replen = rep ? n : 0;
+}
+
+/* --- active side ---------------------------------------------------------------- */
+
+static struct xrc *rdma_connect_(const struct xuri *u, const struct xrc_opts *o,
+				 const void *priv, size_t privlen, void *rep, size_t *replen,
+				 char *err, size_t errlen)
+{
+	uint64_t deadline = xrdma_now_ns() + o->timeout_ns;
+	struct rdma_conn_param cp;
+	struct sockaddr_storage dst;
+	struct rdma_cm_event *ev;
+	struct rconn *c;
+	char us[300];
+	int rc;
+
+	if (replen)
+		*replen = 0;
+	if (xrdma_check(u, err, errlen))
+		return NULL;
+	xrdma_uri_str(u, us, sizeof(us));
+	rc = xrdma_sockaddr(u, false, &dst, err, errlen);
+	if (rc) {
+		errno = -rc;
+		return NULL;
+	}
+	c = conn_new();
+	if (!c) {
+		snprintf(err, errlen, "%s: out of memory", us);
+		errno = ENOMEM;
+		return NULL;
+	}
+	c->ech = rdma_create_event_channel();
+	if (!c->ech) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: rdma_create_event_channel: %s (is rdma_ucm loaded?)",
+			 us, strerror(-rc));
+		goto free_conn;
+	}
+	rc = xrdma_set_nonblock(c->ech->fd);
+	if (!rc && rdma_create_id(c->ech, &c->id, c, RDMA_PS_TCP))
+		rc = -errno;
+	if (rc) {
+		snprintf(err, errlen, "%s: rdma_create_id: %s", us, strerror(-rc));
+		goto free_conn;
+	}
+	/* the traffic class must be set before route resolution */
+	if (o->tos && rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS,
+				      (void *)&o->tos, sizeof(o->tos))) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: tos %u: %s", us, o->tos, strerror(-rc));
+		goto free_conn;
+	}
+	rc = xrdma_resolve(c->id, NULL, (struct sockaddr *)&dst, deadline, us, err, errlen);
+	if (rc)
+		goto free_conn;
+	rc = conn_setup(c, o, us, err, errlen);
+	if (rc)
+		goto free_conn;
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = priv;
+	cp.private_data_len = (uint8_t)privlen;
+	cp.responder_resources = cp.initiator_depth = rd_atomic_cap(c->id->verbs);
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;	/* 7 = retry forever while the peer has no receive posted */
+	if (rdma_connect(c->id, &cp)) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: rdma_connect: %s", us, strerror(-rc));
+		goto free_conn;
+	}
+	rc = xrdma_next_event(c->ech, deadline, &ev);
+	if (rc) {
+		snprintf(err, errlen, "%s: %s", us, rc == -ETIMEDOUT ? "timed out" : strerror(-rc));
+		goto free_conn;
+	}
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ESTABLISHED:
+		copy_priv(ev, rep, replen);
+		rdma_ack_cm_event(ev);
+		c->base.state = XRC_UP;
+		set_peer(c);
+		return &c->base;
+	case RDMA_CM_EVENT_REJECTED:
+		if (ev->status == REJ_CONSUMER) {
+			copy_priv(ev, rep, replen);
+			snprintf(err, errlen, "%s: rejected by peer", us);
+		} else {
+			snprintf(err, errlen, "%s: connection refused", us);
+		}
+		rc = -ECONNREFUSED;
+		break;
+	case RDMA_CM_EVENT_UNREACHABLE:
+		rc = ev->status == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH;
+		snprintf(err, errlen, "%s: %s", us,
+			 rc == -ETIMEDOUT ? "timed out" : "unreachable");
+		break;
+	default:
+		rc = -ECONNABORTED;
+		snprintf(err, errlen, "%s: %s", us, rdma_event_str(ev->event));
+		break;
+	}
+	rdma_ack_cm_event(ev);
+free_conn:
+	conn_free(c);
+	errno = -rc;
+	return NULL;
+}
+
+/* --- passive side --------------------------------------------------------------- */
+
+static struct xrc_listener *rdma_listen_(const struct xuri *u, const struct xrc_opts *o,
+					 char *err, size_t errlen)
+{
+	struct rlistener *l;
+	struct sockaddr_storage ss;
+	char us[300];
+	int rc;
+
+	if (xrdma_check(u, err, errlen))
+		return NULL;
+	xrdma_uri_str(u, us, sizeof(us));
+	rc = xrdma_sockaddr(u, true, &ss, err, errlen);
+	if (rc) {
+		errno = -rc;
+		return NULL;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		snprintf(err, errlen, "%s: out of memory", us);
+		errno = ENOMEM;
+		return NULL;
+	}
+	l->base.ops = &listener_ops;
+	l->base.scheme = XURI_RDMA;
+	l->ech = rdma_create_event_channel();
+	if (!l->ech) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: rdma_create_event_channel: %s (is rdma_ucm loaded?)",
+			 us, strerror(-rc));
+		goto free_listener;
+	}
+	rc = xrdma_set_nonblock(l->ech->fd);
+	if (!rc && rdma_create_id(l->ech, &l->id, l, RDMA_PS_TCP))
+		rc = -errno;
+	if (rc) {
+		snprintf(err, errlen, "%s: rdma_create_id: %s", us, strerror(-rc));
+		goto destroy_channel;
+	}
+	if (rdma_bind_addr(l->id, (struct sockaddr *)&ss)) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: bind: %s", us, strerror(-rc));
+		goto destroy_id;
+	}
+	if (rdma_listen(l->id, 128)) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: listen: %s", us, strerror(-rc));
+		goto destroy_id;
+	}
+	l->port = ntohs(rdma_get_src_port(l->id));
+	return &l->base;
+
+destroy_id:
+	rdma_destroy_id(l->id);
+destroy_channel:
+	rdma_destroy_event_channel(l->ech);
+free_listener:
+	free(l);
+	errno = -rc;
+	return NULL;
+}
+
+static void listener_close(struct xrc_listener *xl)
+{
+	struct rlistener *l = (struct rlistener *)xl;
+
+	rdma_destroy_id(l->id);
+	rdma_destroy_event_channel(l->ech);
+	free(l);
+}
+
+static int listener_fd(const struct xrc_listener *xl)
+{
+	return ((const struct rlistener *)xl)->ech->fd;
+}
+
+static uint16_t listener_port(const struct xrc_listener *xl)
+{
+	return ((const struct rlistener *)xl)->port;
+}
+
+static void drop_request(struct rlistener *l, struct rdma_cm_id *id)
+{
+	rdma_reject(id, NULL, 0);
+	rdma_destroy_id(id);
+	l->dropped++;
+}
+
+static struct xrc_req *listener_get(struct xrc_listener *xl, char *err, size_t errlen)
+{
+	struct rlistener *l = (struct rlistener *)xl;
+	struct rdma_cm_event *ev;
+
+	for (;;) {
+		if (rdma_get_cm_event(l->ech, &ev)) {
+			int e = errno;
+
+			if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR)
+				snprintf(err, errlen, "listener: rdma_get_cm_event: %s", strerror(e));
+			errno = e == EINTR ? EAGAIN : e;
+			return NULL;
+		}
+		if (ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+			rdma_ack_cm_event(ev);
+			snprintf(err, errlen, "listener: RDMA device removed");
+			errno = ENODEV;
+			return NULL;
+		}
+		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+			rdma_ack_cm_event(ev);
+			continue;
+		}
+		struct rreq *r = calloc(1, sizeof(*r));
+		struct rdma_cm_id *id = ev->id;
+
+		if (!r) {
+			rdma_ack_cm_event(ev);
+			drop_request(l, id);
+			continue;
+		}
+		r->base.ops = &listener_ops;
+		r->id = id;
+		r->base.privlen = ev->param.conn.private_data ? ev->param.conn.private_data_len : 0;
+		if (r->base.privlen > XRC_PRIV_MAX)
+			r->base.privlen = XRC_PRIV_MAX;
+		memcpy(r->base.priv, ev->param.conn.private_data, r->base.privlen);
+		r->initiator_depth = ev->param.conn.initiator_depth;
+		r->responder_resources = ev->param.conn.responder_resources;
+		xrdma_addr_str(rdma_get_peer_addr(id), r->base.peer, sizeof(r->base.peer));
+		rdma_ack_cm_event(ev);
+		/* The request's later events (ESTABLISHED, DISCONNECTED) go to
+		 * a channel of its own, so the listener never sees them and
+		 * the connection can wait for them alone.  rdma_migrate_id()
+		 * needs the event above acknowledged first. */
+		r->ech = rdma_create_event_channel();
+		if (!r->ech || xrdma_set_nonblock(r->ech->fd) || rdma_migrate_id(id, r->ech)) {
+			if (r->ech)
+				rdma_destroy_event_channel(r->ech);
+			free(r);
+			drop_request(l, id);
+			continue;
+		}
+		id->context = r;
+		return &r->base;
+	}
+}
+
+static void req_free(struct rreq *r)
+{
+	if (r->id)
+		rdma_destroy_id(r->id);
+	if (r->ech)
+		rdma_destroy_event_channel(r->ech);
+	free(r);
+}
+
+static void req_reject(struct xrc_req *xr, const void *priv, size_t privlen)
+{
+	struct rreq *r = (struct rreq *)xr;
+
+	rdma_reject(r->id, priv, (uint8_t)privlen);
+	req_free(r);
+}
+
+static struct xrc *req_accept(struct xrc_req *xr, const void *priv, size_t privlen,
+			      const struct xrc_opts *o, char *err, size_t errlen)
+{
+	struct rreq *r = (struct rreq *)xr;
+	uint64_t deadline = xrdma_now_ns() + o->timeout_ns;
+	struct rdma_conn_param cp;
+	struct rdma_cm_event *ev;
+	struct rconn *c = conn_new();
+	char what[96];
+	uint8_t cap, peer_init, peer_resp;
+	int rc;
+
+	snprintf(what, sizeof(what), "accept %s", r->base.peer);
+	if (!c) {
+		snprintf(err, errlen, "%s: out of memory", what);
+		req_reject(xr, NULL, 0);
+		errno = ENOMEM;
+		return NULL;
+	}
+	peer_init = r->initiator_depth;
+	peer_resp = r->responder_resources;
+	/* the connection takes over the request's id and channel */
+	c->id = r->id;
+	c->ech = r->ech;
+	c->id->context = c;
+	free(r);
+	rc = conn_setup(c, o, what, err, errlen);
+	if (rc) {
+		rdma_reject(c->id, NULL, 0);
+		goto free_conn;
+	}
+	cap = rd_atomic_cap(c->id->verbs);
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = priv;
+	cp.private_data_len = (uint8_t)privlen;
+	/* our responder resources serve the peer's initiator depth and the
+	 * other way round, each within what the device can do */
+	cp.responder_resources = peer_init < cap ? peer_init : cap;
+	cp.initiator_depth = peer_resp < cap ? peer_resp : cap;
+	cp.rnr_retry_count = 7;
+	if (rdma_accept(c->id, &cp)) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: rdma_accept: %s", what, strerror(-rc));
+		goto free_conn;
+	}
+	rc = xrdma_next_event(c->ech, deadline, &ev);
+	if (rc) {
+		snprintf(err, errlen, "%s: %s", what,
+			 rc == -ETIMEDOUT ? "timed out waiting for the peer" : strerror(-rc));
+		goto free_conn;
+	}
+	if (ev->event != RDMA_CM_EVENT_ESTABLISHED) {
+		snprintf(err, errlen, "%s: %s", what, rdma_event_str(ev->event));
+		rdma_ack_cm_event(ev);
+		rc = -ECONNABORTED;
+		goto free_conn;
+	}
+	rdma_ack_cm_event(ev);
+	c->base.state = XRC_UP;
+	set_peer(c);
+	return &c->base;
+
+free_conn:
+	conn_free(c);
+	errno = -rc;
+	return NULL;
+}
+
+static const struct xrc_listener_ops listener_ops = {
+	.close = listener_close,
+	.fd = listener_fd,
+	.port = listener_port,
+	.get_request = listener_get,
+	.accept = req_accept,
+	.reject = req_reject,
+};
+
+/* --- data path ------------------------------------------------------------------ */
+
+static void go_down(struct rconn *c)
+{
+	if (c->base.state == XRC_DOWN)
+		return;
+	c->base.state = XRC_DOWN;
+	/* moves the QP to ERROR (every outstanding request flushes) and tells
+	 * the peer, which then sees DISCONNECTED */
+	rdma_disconnect(c->id);
+}
+
+static int build_sge(const struct rconn *c, const struct xrc_sge *sg, int nsg, bool inl,
+		     struct ibv_sge *out, uint32_t *total)
+{
+	uint32_t t = 0;
+
+	for (int i = 0; i < nsg; i++) {
+		const struct xrc_mr *mr = sg[i].mr;
+
+		if (mr) {
+			const struct xrc_mr_base *b = (const struct xrc_mr_base *)mr;
+			uintptr_t a = (uintptr_t)sg[i].addr, lo = (uintptr_t)mr->addr;
+
+			if (b->dom != &c->pd->dom || a < lo || a - lo > mr->len ||
+			    sg[i].len > mr->len - (a - lo))
+				return -EINVAL;
+		} else if (!inl && sg[i].len) {
+			return -EINVAL;
+		}
+		out[i].addr = (uintptr_t)sg[i].addr;
+		out[i].length = sg[i].len;
+		out[i].lkey = mr ? mr->lkey : 0;
+		t += sg[i].len;
+	}
+	*total = t;
+	return 0;
+}
+
+static int post_sq(struct rconn *c, struct ibv_send_wr *wr, unsigned flags, enum xrc_op op,
+		   uint64_t wr_id, uint32_t len)
+{
+	struct ibv_send_wr *bad;
+	uint64_t seq = c->sq_head;
+	struct sq_slot *s;
+	bool sig;
+
+	if (seq - c->sq_tail >= c->base.sq_depth)
+		return -ENOBUFS;
+	s = &c->sq[seq % c->base.sq_depth];
+	sig = (flags & XRC_SIGNALED) || c->unsig + 1 >= c->sig_every;
+	*s = (struct sq_slot){ .wr_id = wr_id, .len = len, .op = (uint8_t)op,
+			       .sig = flags & XRC_SIGNALED };
+	wr->wr_id = seq;
+	if (sig)
+		wr->send_flags |= IBV_SEND_SIGNALED;
+	if (flags & XRC_FENCE)
+		wr->send_flags |= IBV_SEND_FENCE;
+	if (ibv_post_send(c->qp, wr, &bad)) {
+		int e = errno ? errno : ENOMEM;
+
+		return e == ENOMEM ? -ENOBUFS : -e;
+	}
+	c->sq_head++;
+	c->unsig = sig ? 0 : c->unsig + 1;
+	return 0;
+}
+
+static int conn_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, bool has_imm,
+			  uint32_t imm, uint64_t wr_id, unsigned flags)
+{
+	struct rconn *c = (struct rconn *)xc;
+	struct ibv_sge sge[XRC_MAX_SGE];
+	struct ibv_send_wr wr;
+	uint32_t len;
+	int rc = build_sge(c, sg, nsg, flags & XRC_INLINE, sge, &len);
+
+	if (rc)
+		return rc;
+	memset(&wr, 0, sizeof(wr));
+	wr.sg_list = sge;
+	wr.num_sge = nsg;
+	wr.opcode = has_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+	wr.imm_data = htonl(imm);
+	if (flags & XRC_INLINE)
+		wr.send_flags = IBV_SEND_INLINE;
+	rc = post_sq(c, &wr, flags, XRC_OP_SEND, wr_id, len);
+	if (!rc) {
+		c->base.stats.sends++;
+		c->base.stats.tx_bytes += len;
+	}
+	return rc;
+}
+
+static int conn_post_write(struct xrc *xc, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+			   uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
+			   unsigned flags)
+{
+	struct rconn *c = (struct rconn *)xc;
+	struct ibv_sge sge[XRC_MAX_SGE];
+	struct ibv_send_wr wr;
+	uint32_t len;
+	int rc = build_sge(c, sg, nsg, flags & XRC_INLINE, sge, &len);
+
+	if (rc)
+		return rc;
+	memset(&wr, 0, sizeof(wr));
+	wr.sg_list = sge;
+	wr.num_sge = nsg;
+	wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+	wr.imm_data = htonl(imm);
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (flags & XRC_INLINE)
+		wr.send_flags = IBV_SEND_INLINE;
+	rc = post_sq(c, &wr, flags, XRC_OP_WRITE, wr_id, len);
+	if (!rc) {
+		c->base.stats.writes++;
+		c->base.stats.tx_bytes += len;
+	}
+	return rc;
+}
+
+static int conn_post_read(struct xrc *xc, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+			  uint32_t rkey, uint64_t wr_id, unsigned flags)
+{
+	struct rconn *c = (struct rconn *)xc;
+	struct ibv_sge sge[XRC_MAX_SGE];
+	struct ibv_send_wr wr;
+	uint32_t len;
+	int rc = build_sge(c, sg, nsg, false, sge, &len);
+
+	if (rc)
+		return rc;
+	memset(&wr, 0, sizeof(wr));
+	wr.sg_list = sge;
+	wr.num_sge = nsg;
+	wr.opcode = IBV_WR_RDMA_READ;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	rc = post_sq(c, &wr, flags, XRC_OP_READ, wr_id, len);
+	if (!rc) {
+		c->base.stats.reads++;
+		c->base.stats.rx_bytes += len;
+	}
+	return rc;
+}
+
+static int conn_post_recv(struct xrc *xc, const struct xrc_sge *sg, uint64_t wr_id)
+{
+	struct rconn *c = (struct rconn *)xc;
+	struct ibv_recv_wr wr, *bad;
+	struct ibv_sge sge;
+	uint32_t len;
+	int rc;
+
+	if (!sg->mr && sg->len)
+		return -EINVAL;
+	rc = build_sge(c, sg, 1, false, &sge, &len);
+	if (rc)
+		return rc;
+	if (c->rq_head - c->rq_tail >= c->base.rq_depth)
+		return -ENOBUFS;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = RQ_BIT | c->rq_head;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	c->rq[c->rq_head % c->base.rq_depth] = wr_id;
+	if (ibv_post_recv(c->qp, &wr, &bad)) {
+		int e = errno ? errno : ENOMEM;
+
+		return e == ENOMEM ? -ENOBUFS : -e;
+	}
+	c->rq_head++;
+	return 0;
+}
+
+static void conn_cm_events(struct rconn *c)
+{
+	struct rdma_cm_event *ev;
+
+	while (!rdma_get_cm_event(c->ech, &ev)) {
+		switch (ev->event) {
+		case RDMA_CM_EVENT_DISCONNECTED:
+		case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		case RDMA_CM_EVENT_CONNECT_ERROR:
+			rdma_ack_cm_event(ev);
+			go_down(c);
+			break;
+		default:
+			rdma_ack_cm_event(ev);
+			break;
+		}
+	}
+}
+
+/* One work completion -> 0 (hidden) or 1 xrc_wc. */
+static int map_wc(struct rconn *c, const struct ibv_wc *w, struct xrc_wc *o)
+{
+	int st = xrdma_wc_errno(w->status);
+
+	/* A SEND longer than the posted buffer: mlx5 says LOC_LEN_ERR, rxe
+	 * says LOC_QP_OP_ERR (its responder's length check); on a receive
+	 * nothing else produces the latter. */
+	if ((w->wr_id & RQ_BIT) && w->status == IBV_WC_LOC_QP_OP_ERR)
+		st = -EMSGSIZE;
+
+	if (st) {
+		if (st == -EREMOTEIO)
+			c->base.stats.remote_errors++;
+		go_down(c);
+	}
+	memset(o, 0, sizeof(*o));
+	o->status = st;
+	if (w->wr_id & RQ_BIT) {
+		uint64_t seq = w->wr_id & ~RQ_BIT;
+
+		o->wr_id = c->rq[seq % c->base.rq_depth];
+		c->rq_tail = seq + 1;
+		o->op = XRC_OP_RECV;
+		if (st)
+			return 1;
+		if (w->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+			o->op = XRC_OP_RECV_IMM;
+		else
+			c->base.stats.recvs++;
+		o->len = w->byte_len;
+		o->has_imm = w->wc_flags & IBV_WC_WITH_IMM;
+		o->imm = ntohl(w->imm_data);
+		c->base.stats.rx_bytes += w->byte_len;
+		return 1;
+	}
+	const struct sq_slot *s = &c->sq[w->wr_id % c->base.sq_depth];
+
+	/* in-order send queue: everything up to this one is done */
+	c->sq_tail = w->wr_id + 1;
+	if (!st && !s->sig)
+		return 0;
+	o->wr_id = s->wr_id;
+	o->op = (enum xrc_op)s->op;
+	o->len = s->len;
+	return 1;
+}
+
+static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
+{
+	struct rconn *c = (struct rconn *)xc;
+	struct ibv_wc wc[32];
+	bool armed = false;
+	int got = 0;
+
+	conn_cm_events(c);
+	if (!n)
+		return 0;
+	xrdma_cq_drain_events(c->cch);
+	while (got < n) {
+		int k = ibv_poll_cq(c->cq, n - got < 32 ? n - got : 32, wc);
+
+		if (k < 0)
+			return -EIO;
+		if (!k) {
+			if (armed)
+				break;
+			/* re-arm, then look once more: a completion that
+			 * arrived between the empty poll and the arming would
+			 * otherwise raise no event */
+			if (ibv_req_notify_cq(c->cq, 0))
+				return -EIO;
+			armed = true;
+			continue;
+		}
+		for (int i = 0; i < k; i++)
+			got += map_wc(c, &wc[i], &out[got]);
+	}
+	/* Stopped on a full array: the CQ may hold more, and it is not armed,
+	 * so keep the fd readable until a poll finds it empty. */
+	xrdma_waker_more(&c->wk, !armed);
+	return got;
+}
+
+static int conn_fd(const struct xrc *xc)
+{
+	return ((const struct rconn *)xc)->wk.ep;
+}
+
+static int conn_wait(struct xrc *xc, uint64_t timeout_ns)
+{
+	return xrdma_waker_wait(&((struct rconn *)xc)->wk, timeout_ns);
+}
+
+static struct xrc_dom *conn_domain(struct xrc *xc)
+{
+	return &((struct rconn *)xc)->pd->dom;
+}
+
+static void conn_close(struct xrc *xc)
+{
+	conn_free((struct rconn *)xc);
+}
+
+static const struct xrc_conn_ops conn_ops = {
+	.close = conn_close,
+	.post_send = conn_post_send,
+	.post_write = conn_post_write,
+	.post_read = conn_post_read,
+	.post_recv = conn_post_recv,
+	.poll = conn_poll,
+	.fd = conn_fd,
+	.wait = conn_wait,
+	.domain = conn_domain,
+};
+
+const struct xrc_ops xrc_rdma_ops = {
+	.name = "rdma",
+	.listen = rdma_listen_,
+	.connect = rdma_connect_,
+};

@@ -1,0 +1,1406 @@
+/* tcp:// backend of xrc.h: the verbs operations over one non-blocking TCP
+ * socket, framed as in xrc_tcp_wire.h (doc/xrc-tcp-framing.md).
+ *
+ * Progress is single-threaded and happens inside xrc_poll(); a post only
+ * rings the "doorbell" (one sendmsg when nothing was queued before), as a
+ * verbs post would.  Payloads go out zero-copy from the caller's sges; the
+ * buffer is the caller's again at the request's completion.  Incoming bytes
+ * are read into a staging buffer and parsed many frames at a time; a payload
+ * that starts on an empty staging buffer is read straight into its
+ * destination (receive buffer, registered region, read sges) by the same
+ * readv that picks up the next headers.
+ *
+ * Flow control is TCP's own: when a SEND (or a write-with-imm) arrives and no
+ * receive is posted, the parser stops and the socket is not read until one
+ * is, so the sender's socket fills up -- the tcp equivalent of RNR.
+ * Control frames we owe the peer (ACK, NAK, READ_RSP) take one slot each of
+ * a ring sized by the peer's announced sq_depth, which a well-behaved peer
+ * cannot overrun; a peer that does only stalls its own stream. */
+#include "xprt/xrc_pri.h"
+#include "xprt/xrc_tcp_wire.h"
+#include "core/xtime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define ERR(...) (snprintf(err, errlen, __VA_ARGS__))
+
+#define RXBUF_SIZE	(256u * 1024)
+#define TX_IOV_MAX	64		/* iovecs per sendmsg */
+#define RX_ROUNDS	16		/* reads per xrc_poll(): fairness between connections */
+#define PENDING_MAX	64		/* half-read connect requests a listener keeps */
+#define NO_SQ		UINT32_MAX
+
+/* --- the domain: one process-wide key table ------------------------------
+ * rkey = generation (12 bits) << 20 | slot (20 bits), so a key that was
+ * deregistered stays invalid for the next 4095 reuses of its slot.  A mutex
+ * because connections (and so lookups) may run on different threads. */
+
+#define KEY_SLOT_BITS	20
+#define KEY_SLOT_MAX	(1u << KEY_SLOT_BITS)
+
+static const struct xrc_dom_ops tcp_dom_ops;
+
+static struct {
+	struct xrc_dom dom;
+	pthread_mutex_t lock;
+	struct xrc_mr_base **slot;
+	uint32_t cap, used, gen;
+} tdom = { { &tcp_dom_ops }, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0 };
+
+struct xrc_dom *xrc_tcp_domain(void) { return &tdom.dom; }
+
+static struct xrc_mr *tcp_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,
+			      char *err, size_t errlen)
+{
+	struct xrc_mr_base *b = calloc(1, sizeof(*b));
+	uint32_t i;
+
+	if (!b) {
+		ERR("register: out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_lock(&tdom.lock);
+	for (i = 1; i < tdom.cap && tdom.slot[i]; i++)
+		;
+	if (i >= tdom.cap) {
+		uint32_t ncap = tdom.cap ? tdom.cap * 2 : 64;
+		struct xrc_mr_base **ns;
+
+		if (ncap > KEY_SLOT_MAX || !(ns = realloc(tdom.slot, ncap * sizeof(*ns)))) {
+			pthread_mutex_unlock(&tdom.lock);
+			free(b);
+			ERR("register: too many regions");
+			errno = ENOMEM;
+			return NULL;
+		}
+		memset(ns + tdom.cap, 0, (ncap - tdom.cap) * sizeof(*ns));
+		tdom.slot = ns;
+		i = tdom.cap ? tdom.cap : 1;
+		tdom.cap = ncap;
+	}
+	tdom.gen = (tdom.gen + 1) & 0xfff;
+	if (!tdom.gen)
+		tdom.gen = 1;
+	b->mr = (struct xrc_mr){ .addr = addr, .len = len, .access = access,
+				 .lkey = tdom.gen << KEY_SLOT_BITS | i };
+	b->mr.rkey = b->mr.lkey;
+	b->dom = d;
+	tdom.slot[i] = b;
+	tdom.used++;
+	pthread_mutex_unlock(&tdom.lock);
+	return &b->mr;
+}
+
+static void tcp_dereg(struct xrc_mr *mr)
+{
+	uint32_t i = mr->rkey & (KEY_SLOT_MAX - 1);
+
+	pthread_mutex_lock(&tdom.lock);
+	if (i < tdom.cap && tdom.slot[i] == (struct xrc_mr_base *)mr) {
+		tdom.slot[i] = NULL;
+		tdom.used--;
+	}
+	pthread_mutex_unlock(&tdom.lock);
+	free(mr);
+}
+
+static const struct xrc_dom_ops tcp_dom_ops = { tcp_reg, tcp_dereg };
+
+/* The target-side check of seed 002's RDMA rules: key, access, then bounds
+ * with no overflow, all before a byte is touched.  *p gets the address. */
+static uint32_t dom_check(uint32_t rkey, uint64_t raddr, uint32_t len, unsigned need,
+			  uint8_t **p)
+{
+	uint32_t i = rkey & (KEY_SLOT_MAX - 1), st = XTCP_ST_OK;
+	struct xrc_mr_base *b;
+
+	pthread_mutex_lock(&tdom.lock);
+	b = i < tdom.cap ? tdom.slot[i] : NULL;
+	if (!b || b->mr.rkey != rkey) {
+		st = XTCP_ST_BAD_KEY;
+	} else if (!(b->mr.access & need)) {
+		st = XTCP_ST_ACCESS;
+	} else {
+		uint64_t base = (uintptr_t)b->mr.addr;
+
+		if (raddr < base || len > b->mr.len || raddr - base > b->mr.len - len)
+			st = XTCP_ST_BOUNDS;
+		else
+			*p = (uint8_t *)b->mr.addr + (raddr - base);
+	}
+	pthread_mutex_unlock(&tdom.lock);
+	return st;
+}
+
+/* --- connection state ---------------------------------------------------- */
+
+struct sq_ent {
+	uint64_t wr_id;
+	uint8_t op;		/* XRC_OP_SEND / WRITE / READ */
+	uint8_t flags;
+	bool has_imm;
+	bool written;		/* the whole frame is in the kernel */
+	bool answered;		/* WRITE: ACKed or NAKed; READ: response in */
+	bool done;
+	int status;
+	int nsg;
+	uint32_t imm, seq, rkey, len;
+	uint64_t raddr;
+	struct xrc_sge sg[XRC_MAX_SGE];
+};
+
+struct rq_ent {
+	uint64_t wr_id;
+	void *addr;
+	uint32_t cap, len, imm;
+	uint8_t op;
+	bool has_imm, done;
+	int status;
+};
+
+struct tx_frame {
+	uint32_t sq;		/* SQ slot, or NO_SQ for ACK/NAK/READ_RSP */
+	uint8_t type;
+	int niov;
+	size_t total;
+	struct iovec iov[1 + XRC_MAX_SGE];
+	uint8_t hdr[XTCP_HDR_MAX];
+};
+
+struct tcp_conn {
+	struct xrc base;
+	int fd;
+	/* send queue: slots [sq_head, sq_tail); [sq_txnext, sq_tail) not yet framed */
+	struct sq_ent *sq;
+	uint32_t sq_head, sq_tail, sq_txnext;
+	uint8_t *inl;			/* sq_depth * max_inline bytes */
+	uint32_t seq_next;		/* next WRITE/READ_REQ seq we send */
+	uint32_t *wq, wq_head, wq_tail;	/* WRITEs waiting for ACK/NAK (SQ slots) */
+	uint32_t *rdq, rd_head, rd_tail;	/* READs waiting for a response */
+	/* frames on their way into the socket, in wire order */
+	struct tx_frame *tx;
+	uint32_t tx_cap, tx_head, tx_tail, ctl_n, ctl_cap;
+	size_t tx_off;			/* bytes of the head frame already sent */
+	bool ack_due;
+	uint32_t ack_seq;
+	/* receive queue: [rq_head, rq_fill) filled or filling, [rq_fill, rq_tail) free */
+	struct rq_ent *rq;
+	uint32_t rq_head, rq_fill, rq_tail;
+	/* receive side of the stream */
+	uint8_t *rxbuf;
+	size_t rx_start, rx_end;
+	bool rx_blocked;		/* parser waits for a receive or a ctl slot */
+	bool in_payload, discard;
+	struct xtcp_frame cur;
+	uint64_t remain;
+	struct iovec dst[XRC_MAX_SGE];
+	int ndst, dsti;
+	uint32_t cur_rq, cur_sq;
+	uint32_t rx_seq;		/* last WRITE/READ_REQ seq from the peer */
+};
+
+static const struct xrc_conn_ops tcp_conn_ops;
+
+static struct tcp_conn *TC(struct xrc *c) { return (struct tcp_conn *)c; }
+
+static void sq_check(struct sq_ent *e)
+{
+	if (e->written && (e->op == XRC_OP_SEND || e->answered))
+		e->done = true;
+}
+
+/* Verbs flush: the connection is gone, every outstanding request completes
+ * with -ECONNRESET (a request that already failed keeps its status), and the
+ * peer sees EOF, as a verbs peer would see its QP go to error. */
+static void conn_fail(struct tcp_conn *c)
+{
+	uint32_t sd = c->base.sq_depth, rd = c->base.rq_depth;
+
+	if (c->base.state == XRC_DOWN)
+		return;
+	c->base.state = XRC_DOWN;
+	shutdown(c->fd, SHUT_RDWR);
+	for (uint32_t i = c->sq_head; i != c->sq_tail; i++) {
+		struct sq_ent *e = &c->sq[i % sd];
+		if (!e->done) {
+			e->status = e->status ? e->status : -ECONNRESET;
+			e->done = true;
+		}
+	}
+	for (uint32_t i = c->rq_head; i != c->rq_tail; i++) {
+		struct rq_ent *e = &c->rq[i % rd];
+		if (!e->done) {
+			e->status = e->status ? e->status : -ECONNRESET;
+			e->op = XRC_OP_RECV;
+			e->done = true;
+		}
+	}
+	c->rq_fill = c->rq_tail;
+	c->sq_txnext = c->sq_tail;
+	c->tx_head = c->tx_tail = c->ctl_n = 0;
+	c->tx_off = 0;
+	c->wq_head = c->wq_tail = c->rd_head = c->rd_tail = 0;
+	c->in_payload = c->ack_due = false;
+}
+
+/* --- transmit -------------------------------------------------------------- */
+
+static struct tx_frame *tx_push(struct tcp_conn *c, uint8_t type, uint32_t sq)
+{
+	struct tx_frame *t = &c->tx[c->tx_tail++ % c->tx_cap];
+
+	t->type = type;
+	t->sq = sq;
+	t->niov = 1;
+	t->iov[0].iov_base = t->hdr;
+	return t;
+}
+
+static void tx_seal(struct tx_frame *t, const struct xtcp_frame *f)
+{
+	t->iov[0].iov_len = xtcp_encode(t->hdr, f);
+	t->total = 0;
+	for (int i = 0; i < t->niov; i++)
+		t->total += t->iov[i].iov_len;
+}
+
+static void tx_ctl(struct tcp_conn *c, uint8_t type, uint32_t seq, uint32_t st, void *data,
+		   uint32_t len)
+{
+	struct xtcp_frame f = { .type = type, .seq = seq, .status = st, .len = len };
+	struct tx_frame *t = tx_push(c, type, NO_SQ);
+
+	if (len) {
+		t->iov[1] = (struct iovec){ data, len };
+		t->niov = 2;
+	}
+	tx_seal(t, &f);
+	c->ctl_n++;
+}
+
+/* Frames the posted requests that may go: a FENCEd one waits until every
+ * earlier READ has its response (verbs fence semantics). */
+static void sq_kick(struct tcp_conn *c)
+{
+	while (c->sq_txnext != c->sq_tail) {
+		uint32_t slot = c->sq_txnext % c->base.sq_depth;
+		struct sq_ent *e = &c->sq[slot];
+		struct xtcp_frame f = { .imm = e->imm, .seq = e->seq, .rkey = e->rkey,
+					.raddr = e->raddr };
+		struct tx_frame *t;
+
+		if ((e->flags & XRC_FENCE) && c->rd_head != c->rd_tail &&
+		    c->rdq[c->rd_head % c->base.sq_depth] != slot)
+			return;
+		c->sq_txnext++;
+		f.type = e->op == XRC_OP_SEND ? XTCP_SEND :
+			 e->op == XRC_OP_WRITE ? XTCP_WRITE : XTCP_READ_REQ;
+		f.flags = e->has_imm ? XTCP_F_IMM : 0;
+		t = tx_push(c, f.type, slot);
+		if (e->op == XRC_OP_READ) {
+			f.rlen = e->len;
+		} else if (e->flags & XRC_INLINE) {
+			f.len = e->len;
+			if (e->len)
+				t->iov[t->niov++] = (struct iovec){
+					c->inl + (size_t)slot * c->base.max_inline, e->len };
+		} else {
+			f.len = e->len;
+			for (int i = 0; i < e->nsg; i++)
+				if (e->sg[i].len)
+					t->iov[t->niov++] = (struct iovec){ e->sg[i].addr,
+									    e->sg[i].len };
+		}
+		tx_seal(t, &f);
+	}
+}
+
+static void tx_frame_done(struct tcp_conn *c, struct tx_frame *t)
+{
+	if (t->sq == NO_SQ) {
+		c->ctl_n--;
+		return;
+	}
+	c->sq[t->sq].written = true;
+	sq_check(&c->sq[t->sq]);
+}
+
+/* Writes as much of the queue as the socket takes, many frames per call. */
+static void tx_flush(struct tcp_conn *c)
+{
+	if (c->ack_due && c->ctl_n < c->ctl_cap) {
+		struct tx_frame *last = &c->tx[(c->tx_tail - 1) % c->tx_cap];
+
+		/* One ACK answers every WRITE up to its seq: fold into a
+		 * queued ACK that has not started going out. */
+		if (c->tx_head != c->tx_tail && last->type == XTCP_ACK &&
+		    (c->tx_tail - 1 != c->tx_head || !c->tx_off)) {
+			struct xtcp_frame f = { .type = XTCP_ACK, .seq = c->ack_seq };
+			tx_seal(last, &f);
+		} else {
+			tx_ctl(c, XTCP_ACK, c->ack_seq, 0, NULL, 0);
+		}
+		c->ack_due = false;
+	}
+	while (c->base.state == XRC_UP && c->tx_head != c->tx_tail) {
+		struct iovec iov[TX_IOV_MAX];
+		struct msghdr mh = { .msg_iov = iov };
+		size_t want = 0, skip = c->tx_off;
+		ssize_t n;
+
+		for (uint32_t i = c->tx_head; i != c->tx_tail && mh.msg_iovlen < TX_IOV_MAX; i++) {
+			struct tx_frame *t = &c->tx[i % c->tx_cap];
+
+			for (int k = 0; k < t->niov && mh.msg_iovlen < TX_IOV_MAX; k++) {
+				struct iovec v = t->iov[k];
+
+				if (skip >= v.iov_len) {
+					skip -= v.iov_len;
+					continue;
+				}
+				v.iov_base = (uint8_t *)v.iov_base + skip;
+				v.iov_len -= skip;
+				skip = 0;
+				iov[mh.msg_iovlen++] = v;
+				want += v.iov_len;
+			}
+		}
+		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				conn_fail(c);
+			return;
+		}
+		for (size_t left = (size_t)n; left;) {
+			struct tx_frame *t = &c->tx[c->tx_head % c->tx_cap];
+			size_t rest = t->total - c->tx_off;
+
+			if (left < rest) {
+				c->tx_off += left;
+				break;
+			}
+			left -= rest;
+			c->tx_off = 0;
+			c->tx_head++;
+			tx_frame_done(c, t);
+		}
+		if ((size_t)n < want)	/* socket buffer full */
+			return;
+	}
+}
+
+/* --- receive ---------------------------------------------------------------- */
+
+static int proto_err(struct tcp_conn *c)
+{
+	conn_fail(c);
+	return -1;
+}
+
+static void dst_set1(struct tcp_conn *c, void *p, uint32_t len)
+{
+	c->dst[0] = (struct iovec){ p, len };
+	c->ndst = len ? 1 : 0;
+}
+
+/* Moves m payload bytes into the destination; src NULL: readv put them there. */
+static void dst_advance(struct tcp_conn *c, const uint8_t *src, size_t m)
+{
+	c->remain -= m;
+	if (c->discard)
+		return;
+	while (m) {
+		struct iovec *v = &c->dst[c->dsti];
+		size_t k = m < v->iov_len ? m : v->iov_len;
+
+		if (src) {
+			memcpy(v->iov_base, src, k);
+			src += k;
+		}
+		v->iov_base = (uint8_t *)v->iov_base + k;
+		v->iov_len -= k;
+		m -= k;
+		if (!v->iov_len)
+			c->dsti++;
+	}
+}
+
+static void read_answered(struct tcp_conn *c, struct sq_ent *e)
+{
+	e->answered = true;
+	c->rd_head++;
+	sq_check(e);
+	sq_kick(c);	/* a FENCEd request may be waiting for this read */
+}
+
+/* Pops WRITEs the peer has applied: every seq before `upto` (NAK) or up to
+ * and including it (ACK).  The target works in stream order, so an answer
+ * for seq N says every earlier WRITE went through. */
+static void writes_acked(struct tcp_conn *c, uint32_t upto, bool inclusive)
+{
+	while (c->wq_head != c->wq_tail) {
+		struct sq_ent *e = &c->sq[c->wq[c->wq_head % c->base.sq_depth]];
+		int32_t d = (int32_t)(e->seq - upto);
+
+		if (d > 0 || (d == 0 && !inclusive))
+			return;
+		e->answered = true;
+		sq_check(e);
+		c->wq_head++;
+	}
+}
+
+/* Acts on one decoded header.  0: consumed (payload, if any, follows),
+ * 1: cannot act yet (no posted receive, no control slot): the header stays
+ * in the buffer and reading stops, -1: the connection failed. */
+static int rx_frame(struct tcp_conn *c, const struct xtcp_frame *f)
+{
+	uint32_t sd = c->base.sq_depth, rd = c->base.rq_depth, st;
+	bool imm = f->flags & XTCP_F_IMM;
+	struct sq_ent *e;
+	uint8_t *p = NULL;
+
+	c->cur = *f;
+	c->remain = f->len;
+	c->discard = false;
+	c->ndst = c->dsti = 0;
+	switch (f->type) {
+	case XTCP_SEND: {
+		struct rq_ent *r;
+
+		if (c->rq_fill == c->rq_tail)
+			return 1;
+		r = &c->rq[c->rq_fill % rd];
+		c->cur_rq = c->rq_fill++;
+		if (f->len > r->cap) {
+			/* verbs: the receive completes with a length error
+			 * and the QP goes to error. */
+			r->status = -EMSGSIZE;
+			return proto_err(c);
+		}
+		dst_set1(c, r->addr, f->len);
+		break;
+	}
+	case XTCP_WRITE:
+		if (f->seq != c->rx_seq + 1)
+			return proto_err(c);
+		st = dom_check(f->rkey, f->raddr, f->len, XRC_ACCESS_REMOTE_WRITE, &p);
+		if (st && c->ctl_n >= c->ctl_cap)
+			return 1;
+		if (!st && imm && c->rq_fill == c->rq_tail)
+			return 1;
+		c->rx_seq = f->seq;
+		if (st) {
+			/* Refused: the payload is read and dropped, our memory
+			 * is untouched, the connection stays up. */
+			tx_ctl(c, XTCP_NAK, f->seq, st, NULL, 0);
+			c->base.stats.remote_errors++;
+			c->discard = true;
+		} else {
+			dst_set1(c, p, f->len);
+			if (imm)
+				c->cur_rq = c->rq_fill++;
+		}
+		break;
+	case XTCP_READ_REQ:
+		if (f->seq != c->rx_seq + 1)
+			return proto_err(c);
+		if (c->ctl_n >= c->ctl_cap)
+			return 1;
+		st = dom_check(f->rkey, f->raddr, f->rlen, XRC_ACCESS_REMOTE_READ, &p);
+		c->rx_seq = f->seq;
+		if (st)
+			c->base.stats.remote_errors++;
+		tx_ctl(c, st ? XTCP_NAK : XTCP_READ_RSP, f->seq, st, p, st ? 0 : f->rlen);
+		break;
+	case XTCP_READ_RSP:
+		if (c->rd_head == c->rd_tail)
+			return proto_err(c);
+		c->cur_sq = c->rdq[c->rd_head % sd];
+		e = &c->sq[c->cur_sq];
+		if (e->seq != f->seq || (!f->status && f->len != e->len))
+			return proto_err(c);
+		if (f->status) {
+			e->status = xtcp_status_errno(f->status);
+			c->base.stats.remote_errors++;
+			read_answered(c, e);
+			break;
+		}
+		for (int i = 0; i < e->nsg; i++)
+			if (e->sg[i].len)
+				c->dst[c->ndst++] = (struct iovec){ e->sg[i].addr, e->sg[i].len };
+		break;
+	case XTCP_ACK:
+		if ((int32_t)(f->seq - (c->seq_next - 1)) > 0)
+			return proto_err(c);
+		writes_acked(c, f->seq, true);
+		break;
+	case XTCP_NAK:
+		writes_acked(c, f->seq, false);
+		c->base.stats.remote_errors++;
+		if (c->wq_head != c->wq_tail &&
+		    (e = &c->sq[c->wq[c->wq_head % sd]])->seq == f->seq) {
+			e->status = xtcp_status_errno(f->status);
+			e->answered = true;
+			sq_check(e);
+			c->wq_head++;
+		} else if (c->rd_head != c->rd_tail &&
+			   (e = &c->sq[c->rdq[c->rd_head % sd]])->seq == f->seq) {
+			e->status = xtcp_status_errno(f->status);
+			read_answered(c, e);
+		} else {
+			return proto_err(c);
+		}
+		break;
+	default:	/* CM frames after the handshake */
+		return proto_err(c);
+	}
+	c->in_payload = true;
+	return 0;
+}
+
+static void payload_done(struct tcp_conn *c)
+{
+	const struct xtcp_frame *f = &c->cur;
+	struct rq_ent *r = &c->rq[c->cur_rq % c->base.rq_depth];
+	bool imm = f->flags & XTCP_F_IMM;
+
+	c->in_payload = false;
+	switch (f->type) {
+	case XTCP_SEND:
+		*r = (struct rq_ent){ r->wr_id, r->addr, r->cap, f->len, f->imm, XRC_OP_RECV,
+				      imm, true, 0 };
+		c->base.stats.recvs++;
+		c->base.stats.rx_bytes += f->len;
+		break;
+	case XTCP_WRITE:
+		if (c->discard)
+			break;
+		c->ack_due = true;
+		c->ack_seq = f->seq;
+		c->base.stats.rx_bytes += f->len;
+		if (imm) {
+			*r = (struct rq_ent){ r->wr_id, r->addr, r->cap, f->len, f->imm,
+					      XRC_OP_RECV_IMM, true, true, 0 };
+			c->base.stats.recvs++;
+		}
+		break;
+	case XTCP_READ_RSP:
+		if (f->status)
+			break;
+		c->base.stats.rx_bytes += f->len;
+		read_answered(c, &c->sq[c->cur_sq]);
+		break;
+	}
+}
+
+/* Parses and applies every whole frame in the staging buffer. */
+static void rx_parse(struct tcp_conn *c)
+{
+	c->rx_blocked = false;
+	while (c->base.state == XRC_UP) {
+		size_t avail = c->rx_end - c->rx_start;
+		struct xtcp_frame f;
+		int rc;
+
+		if (c->in_payload) {
+			size_t m = avail < c->remain ? avail : (size_t)c->remain;
+
+			dst_advance(c, c->rxbuf + c->rx_start, m);
+			c->rx_start += m;
+			if (c->remain)
+				return;
+			payload_done(c);
+			continue;
+		}
+		rc = xtcp_decode(c->rxbuf + c->rx_start, avail, c->base.max_send, &f);
+		if (rc == XTCP_EMORE)
+			return;
+		if (rc < 0) {
+			conn_fail(c);
+			return;
+		}
+		switch (rx_frame(c, &f)) {
+		case 1:
+			c->rx_blocked = true;
+			return;
+		case 0:
+			c->rx_start += (size_t)rc;
+			break;
+		default:
+			return;
+		}
+	}
+}
+
+/* One readv: the rest of the current payload straight into its destination
+ * when nothing of it is staged, then the staging buffer for what follows.
+ * 1: the socket may have more, 0: drained, -1: failed. */
+static int rx_read(struct tcp_conn *c)
+{
+	struct iovec iov[XRC_MAX_SGE + 1];
+	size_t direct = 0, want, m;
+	int k = 0;
+	ssize_t n;
+
+	if (c->rx_start == c->rx_end) {
+		c->rx_start = c->rx_end = 0;
+	} else if (c->rx_start) {
+		/* at most a partial header: the parser consumed the rest */
+		memmove(c->rxbuf, c->rxbuf + c->rx_start, c->rx_end - c->rx_start);
+		c->rx_end -= c->rx_start;
+		c->rx_start = 0;
+	}
+	if (c->in_payload && !c->discard && !c->rx_end)
+		for (int i = c->dsti; i < c->ndst; i++) {
+			iov[k++] = c->dst[i];
+			direct += c->dst[i].iov_len;
+		}
+	iov[k++] = (struct iovec){ c->rxbuf + c->rx_end, RXBUF_SIZE - c->rx_end };
+	want = direct + RXBUF_SIZE - c->rx_end;
+	n = readv(c->fd, iov, k);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n < 0 && errno == EINTR)
+		return 1;
+	if (n <= 0) {
+		conn_fail(c);
+		return -1;
+	}
+	m = (size_t)n < direct ? (size_t)n : direct;
+	dst_advance(c, NULL, m);
+	c->rx_end += (size_t)n - m;
+	return (size_t)n == want;
+}
+
+static void progress(struct tcp_conn *c)
+{
+	if (c->base.state != XRC_UP)
+		return;
+	tx_flush(c);
+	rx_parse(c);	/* what waited for a receive or a control slot */
+	for (int r = 0; r < RX_ROUNDS && c->base.state == XRC_UP && !c->rx_blocked; r++) {
+		int more = rx_read(c);
+
+		if (more < 0)
+			return;
+		rx_parse(c);
+		if (!more)
+			break;
+	}
+	tx_flush(c);
+	if (c->rx_blocked && c->ctl_n < c->ctl_cap)
+		rx_parse(c);
+}
+
+/* --- data path ops ------------------------------------------------------------ */
+
+static int post(struct tcp_conn *c, uint8_t op, const struct xrc_sge *sg, int nsg, bool has_imm,
+		uint32_t imm, uint64_t raddr, uint32_t rkey, uint64_t wr_id, unsigned flags)
+{
+	uint32_t sd = c->base.sq_depth, slot = c->sq_tail % sd, len = 0;
+	struct sq_ent *e = &c->sq[slot];
+	bool idle = c->tx_head == c->tx_tail;
+
+	if (c->sq_tail - c->sq_head >= sd)
+		return -ENOBUFS;
+	*e = (struct sq_ent){ .wr_id = wr_id, .op = op, .flags = (uint8_t)flags,
+			      .has_imm = has_imm, .imm = imm, .rkey = rkey, .raddr = raddr,
+			      .nsg = nsg };
+	if (flags & XRC_INLINE) {
+		uint8_t *d = c->inl + (size_t)slot * c->base.max_inline;
+
+		for (int i = 0; i < nsg; i++) {
+			memcpy(d + len, sg[i].addr, sg[i].len);
+			len += sg[i].len;
+		}
+		e->nsg = 0;
+	} else {
+		for (int i = 0; i < nsg; i++) {
+			e->sg[i] = sg[i];
+			len += sg[i].len;
+		}
+	}
+	e->len = len;
+	if (op != XRC_OP_SEND) {
+		e->seq = c->seq_next++;
+		if (op == XRC_OP_WRITE)
+			c->wq[c->wq_tail++ % sd] = slot;
+		else
+			c->rdq[c->rd_tail++ % sd] = slot;
+	}
+	c->sq_tail++;
+	if (op == XRC_OP_SEND)
+		c->base.stats.sends++;
+	else if (op == XRC_OP_WRITE)
+		c->base.stats.writes++;
+	else
+		c->base.stats.reads++;
+	if (op != XRC_OP_READ)
+		c->base.stats.tx_bytes += len;
+	sq_kick(c);
+	if (idle)
+		tx_flush(c);	/* the doorbell */
+	return 0;
+}
+
+static int tcp_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, bool has_imm,
+			 uint32_t imm, uint64_t wr_id, unsigned flags)
+{
+	return post(TC(xc), XRC_OP_SEND, sg, nsg, has_imm, imm, 0, 0, wr_id, flags);
+}
+
+static int tcp_post_write(struct xrc *xc, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+			  uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
+			  unsigned flags)
+{
+	return post(TC(xc), XRC_OP_WRITE, sg, nsg, with_imm, imm, raddr, rkey, wr_id, flags);
+}
+
+static int tcp_post_read(struct xrc *xc, const struct xrc_sge *sg, int nsg, uint64_t raddr,
+			 uint32_t rkey, uint64_t wr_id, unsigned flags)
+{
+	return post(TC(xc), XRC_OP_READ, sg, nsg, false, 0, raddr, rkey, wr_id, flags);
+}
+
+static int tcp_post_recv(struct xrc *xc, const struct xrc_sge *sg, uint64_t wr_id)
+{
+	struct tcp_conn *c = TC(xc);
+
+	if (c->rq_tail - c->rq_head >= c->base.rq_depth)
+		return -ENOBUFS;
+	c->rq[c->rq_tail++ % c->base.rq_depth] = (struct rq_ent){ .wr_id = wr_id,
+		.addr = sg->addr, .cap = sg->len };
+	return 0;
+}
+
+static bool have_wc(const struct tcp_conn *c)
+{
+	return (c->sq_head != c->sq_tail && c->sq[c->sq_head % c->base.sq_depth].done) ||
+	       (c->rq_head != c->rq_tail && c->rq[c->rq_head % c->base.rq_depth].done);
+}
+
+static int tcp_poll(struct xrc *xc, struct xrc_wc *wc, int n)
+{
+	struct tcp_conn *c = TC(xc);
+	int k = 0;
+
+	progress(c);
+	while (k < n && c->sq_head != c->sq_tail) {
+		struct sq_ent *e = &c->sq[c->sq_head % c->base.sq_depth];
+
+		if (!e->done)
+			break;
+		c->sq_head++;
+		if (!(e->flags & XRC_SIGNALED) && !e->status)
+			continue;
+		wc[k++] = (struct xrc_wc){ .wr_id = e->wr_id, .status = e->status,
+					   .op = (enum xrc_op)e->op, .len = e->len };
+	}
+	while (k < n && c->rq_head != c->rq_tail) {
+		struct rq_ent *r = &c->rq[c->rq_head % c->base.rq_depth];
+
+		if (!r->done)
+			break;
+		c->rq_head++;
+		wc[k++] = (struct xrc_wc){ .wr_id = r->wr_id, .status = r->status,
+					   .op = (enum xrc_op)r->op, .len = r->status ? 0 : r->len,
+					   .imm = r->imm, .has_imm = r->has_imm };
+	}
+	return k;
+}
+
+static int tcp_fd(const struct xrc *xc) { return ((const struct tcp_conn *)xc)->fd; }
+
+static int tcp_wait(struct xrc *xc, uint64_t timeout_ns)
+{
+	struct tcp_conn *c = TC(xc);
+	struct pollfd p = { c->fd, 0, 0 };
+	struct timespec ts = { (time_t)(timeout_ns / XTIME_NS_PER_S),
+			       (long)(timeout_ns % XTIME_NS_PER_S) };
+	int rc;
+
+	progress(c);
+	if (have_wc(c))
+		return 1;
+	if (c->base.state == XRC_DOWN)
+		return -ENOTCONN;
+	/* A parser waiting for a receive would only spin on POLLIN. */
+	if (!c->rx_blocked)
+		p.events |= POLLIN;
+	if (c->tx_head != c->tx_tail || c->ack_due)
+		p.events |= POLLOUT;
+	rc = ppoll(&p, 1, &ts, NULL);
+	if (rc < 0)
+		return errno == EINTR ? 0 : -errno;
+	return rc > 0;
+}
+
+static struct xrc_dom *tcp_domain(struct xrc *xc) { return &tdom.dom; }
+
+static void tcp_close(struct xrc *xc)
+{
+	struct tcp_conn *c = TC(xc);
+
+	close(c->fd);
+	free(c->sq);
+	free(c->inl);
+	free(c->wq);
+	free(c->rdq);
+	free(c->tx);
+	free(c->rq);
+	free(c->rxbuf);
+	free(c);
+}
+
+static const struct xrc_conn_ops tcp_conn_ops = {
+	tcp_close, tcp_post_send, tcp_post_write, tcp_post_read, tcp_post_recv,
+	tcp_poll, tcp_fd, tcp_wait, tcp_domain,
+};
+
+/* --- connection setup ---------------------------------------------------------- */
+
+static void sock_setup(int fd, int family, uint8_t tos)
+{
+	int one = 1, t = tos;
+
+	/* Best effort: a socketpair (tests, fuzzer) has neither option. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (tos && family == AF_INET)
+		setsockopt(fd, IPPROTO_IP, IP_TOS, &t, sizeof(t));
+	else if (tos && family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &t, sizeof(t));
+}
+
+static void fmt_sa(const struct sockaddr *sa, socklen_t sl, char *buf, size_t len)
+{
+	char h[NI_MAXHOST], p[NI_MAXSERV];
+
+	if (getnameinfo(sa, sl, h, sizeof(h), p, sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV))
+		snprintf(buf, len, "local");
+	else
+		snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+}
+
+static void fmt_peer(int fd, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl))
+		snprintf(buf, len, "?");
+	else
+		fmt_sa((struct sockaddr *)&ss, sl, buf, len);
+}
+
+static int check_opts(const struct xrc_opts *o, const char *who, char *err, size_t errlen)
+{
+	/* What we announce must pass the peer's decoder (xtcp_decode). */
+	if (o->sq_depth > XTCP_MAX_DEPTH || o->rq_depth > XTCP_MAX_DEPTH ||
+	    o->max_send > XTCP_MAX_SEND || o->max_inline > 65536) {
+		ERR("%s: sq_depth/rq_depth over %u, max_send over %u or max_inline over 65536",
+		    who, XTCP_MAX_DEPTH, XTCP_MAX_SEND);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static struct xrc *conn_new(int fd, const struct xrc_opts *o, uint32_t peer_max_send,
+			    uint32_t peer_sq_depth, const char *peer, char *err, size_t errlen)
+{
+	struct tcp_conn *c = calloc(1, sizeof(*c));
+	uint32_t sd = o->sq_depth, rd = o->rq_depth;
+
+	if (!c)
+		goto out_close_fd;
+	c->fd = fd;
+	c->base = (struct xrc){ &tcp_conn_ops, XURI_TCP, XRC_UP, "", o->max_send, sd, rd,
+				o->max_inline, { 0 } };
+	if (peer_max_send < c->base.max_send)
+		c->base.max_send = peer_max_send;
+	snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
+	c->seq_next = 1;
+	c->ctl_cap = peer_sq_depth + 2;
+	c->tx_cap = sd + c->ctl_cap;
+	c->sq = calloc(sd, sizeof(*c->sq));
+	c->inl = malloc((size_t)sd * o->max_inline);
+	c->wq = calloc(sd, sizeof(*c->wq));
+	c->rdq = calloc(sd, sizeof(*c->rdq));
+	c->tx = calloc(c->tx_cap, sizeof(*c->tx));
+	c->rq = calloc(rd, sizeof(*c->rq));
+	c->rxbuf = malloc(RXBUF_SIZE);
+	if (!c->sq || !c->inl || !c->wq || !c->rdq || !c->tx || !c->rq || !c->rxbuf ||
+	    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
+		goto out_free_conn;
+	return &c->base;
+
+out_free_conn:
+	c->fd = -1;
+	tcp_close(&c->base);
+out_close_fd:
+	close(fd);
+	ERR("%s: out of memory", peer);
+	errno = ENOMEM;
+	return NULL;
+}
+
+struct xrc *xrc_tcp_wrap_fd(int fd, const struct xrc_opts *o, uint32_t peer_max_send,
+			    uint32_t peer_sq_depth, char *err, size_t errlen)
+{
+	struct xrc_opts opts;
+	char peer[64];
+
+	xrc_opts_fill(&opts, o);
+	if (check_opts(&opts, "wrap", err, errlen)) {
+		close(fd);
+		errno = EINVAL;
+		return NULL;
+	}
+	sock_setup(fd, AF_UNSPEC, 0);
+	fmt_peer(fd, peer, sizeof(peer));
+	return conn_new(fd, &opts, peer_max_send, peer_sq_depth, peer, err, errlen);
+}
+
+static int wait_fd(int fd, short ev, uint64_t deadline)
+{
+	for (;;) {
+		uint64_t now = xtime_ns();
+		struct pollfd p = { fd, ev, 0 };
+		struct timespec ts;
+		int rc;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		ts = (struct timespec){ (time_t)((deadline - now) / XTIME_NS_PER_S),
+					(long)((deadline - now) % XTIME_NS_PER_S) };
+		rc = ppoll(&p, 1, &ts, NULL);
+		if (rc > 0)
+			return 0;
+		if (rc < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/* Exactly len bytes, bounded by the deadline: setup frames only. */
+static int io_exact(int fd, void *buf, size_t len, bool wr, uint64_t deadline)
+{
+	for (size_t got = 0; got < len;) {
+		ssize_t n = wr ? send(fd, (uint8_t *)buf + got, len - got, MSG_NOSIGNAL | MSG_DONTWAIT)
+			       : recv(fd, (uint8_t *)buf + got, len - got, MSG_DONTWAIT);
+		int rc;
+
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if ((rc = wait_fd(fd, wr ? POLLOUT : POLLIN, deadline)))
+			return rc;
+	}
+	return 0;
+}
+
+static size_t cm_encode(uint8_t *buf, uint8_t type, const struct xrc_opts *o, const void *priv,
+			size_t privlen)
+{
+	struct xtcp_frame f = { .type = type, .len = (uint32_t)privlen };
+
+	if (type != XTCP_CONN_REJ) {
+		f.max_send = o->max_send;
+		f.rq_depth = o->rq_depth;
+		f.sq_depth = o->sq_depth;
+	}
+	xtcp_encode(buf, &f);
+	if (privlen)
+		memcpy(buf + XTCP_HDR_MAX, priv, privlen);
+	return XTCP_HDR_MAX + privlen;
+}
+
+static const char *conn_errstr(int e)
+{
+	return e == ECONNREFUSED ? "connection refused" :
+	       e == ETIMEDOUT ? "timed out" :
+	       e == ECONNRESET ? "connection closed by peer" : strerror(e);
+}
+
+static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, const void *priv,
+			       size_t privlen, void *rep, size_t *replen, char *err, size_t errlen)
+{
+	uint64_t deadline = xtime_ns() + o->timeout_ns;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai, *a;
+	uint8_t buf[XTCP_HDR_MAX + XRC_PRIV_MAX];
+	char name[300], port[8], peer[64];
+	struct xtcp_frame f;
+	int fd = -1, e = 0, rc;
+
+	xuri_format(u, name, sizeof(name));
+	if (check_opts(o, name, err, errlen)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	snprintf(port, sizeof(port), "%u", u->port);
+	rc = getaddrinfo(u->host, port, &hints, &ai);
+	if (rc) {
+		ERR("%s: cannot resolve '%s': %s", name, u->host,
+		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		errno = rc == EAI_SYSTEM ? errno : EHOSTUNREACH;
+		return NULL;
+	}
+	for (a = ai; a && e != ETIMEDOUT; a = a->ai_next) {
+		socklen_t sl = sizeof(e);
+
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		sock_setup(fd, a->ai_family, o->tos);
+		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+			break;
+		e = errno;
+		if (e == EINPROGRESS) {
+			rc = wait_fd(fd, POLLOUT, deadline);
+			e = rc ? -rc : getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &sl) ? errno : e;
+			if (!e)
+				break;
+		}
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0) {
+		ERR("%s: %s", name, conn_errstr(e));
+		errno = e;
+		return NULL;
+	}
+
+	rc = io_exact(fd, buf, cm_encode(buf, XTCP_CONN_REQ, o, priv, privlen), true, deadline);
+	if (!rc)
+		rc = io_exact(fd, buf, XTCP_HDR_MAX, false, deadline);
+	if (!rc) {
+		rc = xtcp_decode(buf, XTCP_HDR_MAX, 0, &f);
+		if (rc < 0 || (f.type != XTCP_CONN_ACC && f.type != XTCP_CONN_REJ)) {
+			ERR("%s: not an xrc tcp peer (%s)", name,
+			    rc < 0 ? xtcp_strerror(rc) : "unexpected frame");
+			errno = EPROTO;
+			goto out_close;
+		}
+		rc = io_exact(fd, buf + XTCP_HDR_MAX, f.len, false, deadline);
+	}
+	if (rc) {
+		ERR("%s: %s", name, conn_errstr(-rc));
+		errno = -rc;
+		goto out_close;
+	}
+	if (rep)
+		memcpy(rep, buf + XTCP_HDR_MAX, f.len);
+	if (replen)
+		*replen = f.len;
+	if (f.type == XTCP_CONN_REJ) {
+		ERR("%s: rejected by peer", name);
+		errno = ECONNREFUSED;
+		goto out_close;
+	}
+	fmt_peer(fd, peer, sizeof(peer));
+	return conn_new(fd, o, f.max_send, f.sq_depth, peer, err, errlen);
+
+out_close:
+	close(fd);
+	return NULL;
+}
+
+/* --- listener ---------------------------------------------------------------------
+ * The listener's fd is an epoll set of the listening socket and of every
+ * accepted socket whose CONN_REQ is not complete yet, so a caller waiting on
+ * it wakes for either, and a slow client never blocks anyone. */
+
+struct pending {
+	int fd;			/* -1: free slot */
+	uint32_t got;
+	uint64_t deadline;
+	char peer[64];
+	uint8_t buf[XTCP_HDR_MAX + XRC_PRIV_MAX];
+};
+
+struct tcp_listener {
+	struct xrc_listener base;
+	int lfd, efd;
+	uint16_t port;
+	uint64_t timeout_ns;
+	uint64_t dropped;	/* garbage, timed out, gone, or no room */
+	struct pending pend[PENDING_MAX];
+};
+
+struct tcp_req {
+	struct xrc_req base;
+	int fd;
+	uint32_t max_send, sq_depth;
+};
+
+static const struct xrc_listener_ops tcp_listener_ops;
+
+static void pend_drop(struct tcp_listener *l, struct pending *p)
+{
+	epoll_ctl(l->efd, EPOLL_CTL_DEL, p->fd, NULL);
+	close(p->fd);
+	p->fd = -1;
+	l->dropped++;
+}
+
+static void accept_all(struct tcp_listener *l, uint64_t now)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct pending *p = NULL, *oldest = NULL;
+		struct epoll_event ev = { .events = EPOLLIN };
+		int fd = accept4(l->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return;	/* EAGAIN, or out of fds: the next call retries */
+		}
+		for (int i = 0; i < PENDING_MAX && !p; i++) {
+			struct pending *q = &l->pend[i];
+			if (q->fd < 0)
+				p = q;
+			else if (!oldest || q->deadline < oldest->deadline)
+				oldest = q;
+		}
+		if (!p) {	/* full: the oldest half-open client goes */
+			pend_drop(l, oldest);
+			p = oldest;
+		}
+		*p = (struct pending){ .fd = fd, .deadline = now + l->timeout_ns };
+		fmt_sa((struct sockaddr *)&ss, sl, p->peer, sizeof(p->peer));
+		ev.data.u32 = (uint32_t)(p - l->pend) + 1;
+		if (epoll_ctl(l->efd, EPOLL_CTL_ADD, fd, &ev) < 0)
+			pend_drop(l, p);
+	}
+}
+
+/* Reads what is there of a CONN_REQ, never more than the request itself. */
+static struct xrc_req *pend_read(struct tcp_listener *l, struct pending *p)
+{
+	struct xtcp_frame f;
+	struct tcp_req *r;
+	uint32_t need = XTCP_HDR_MAX;
+	ssize_t n;
+	int rc;
+
+	rc = xtcp_decode(p->buf, p->got, 0, &f);
+	if (rc > 0)
+		need = XTCP_HDR_MAX + f.len;
+	n = recv(p->fd, p->buf + p->got, need - p->got, MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return NULL;
+	if (n <= 0) {
+		pend_drop(l, p);
+		return NULL;
+	}
+	p->got += (uint32_t)n;
+	rc = xtcp_decode(p->buf, p->got, 0, &f);
+	if (rc < 0 || (p->got >= XTCP_PREFIX_LEN && f.type != XTCP_CONN_REQ)) {
+		pend_drop(l, p);
+		return NULL;
+	}
+	if (rc == XTCP_EMORE || p->got < XTCP_HDR_MAX + f.len)
+		return NULL;
+	if (!(r = calloc(1, sizeof(*r)))) {
+		pend_drop(l, p);
+		return NULL;
+	}
+	r->base.ops = &tcp_listener_ops;
+	memcpy(r->base.priv, p->buf + XTCP_HDR_MAX, f.len);
+	r->base.privlen = f.len;
+	memcpy(r->base.peer, p->peer, sizeof(r->base.peer));
+	r->fd = p->fd;
+	r->max_send = f.max_send;
+	r->sq_depth = f.sq_depth;
+	epoll_ctl(l->efd, EPOLL_CTL_DEL, p->fd, NULL);
+	p->fd = -1;
+	return &r->base;
+}
+
+static struct xrc_req *tcp_get_request(struct xrc_listener *xl, char *err, size_t errlen)
+{
+	struct tcp_listener *l = (struct tcp_listener *)xl;
+	struct epoll_event ev[16];
+	uint64_t now = xtime_ns();
+	int n;
+
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (l->pend[i].fd >= 0 && l->pend[i].deadline <= now)
+			pend_drop(l, &l->pend[i]);
+	n = epoll_wait(l->efd, ev, 16, 0);
+	if (n < 0 && errno != EINTR) {
+		ERR("listener: epoll_wait: %s", strerror(errno));
+		return NULL;
+	}
+	for (int i = 0; i < n; i++) {
+		struct xrc_req *r;
+
+		if (!ev[i].data.u32) {
+			accept_all(l, now);
+		} else if (l->pend[ev[i].data.u32 - 1].fd >= 0 &&
+			   (r = pend_read(l, &l->pend[ev[i].data.u32 - 1]))) {
+			return r;	/* the others stay ready: level-triggered */
+		}
+	}
+	errno = EAGAIN;
+	return NULL;
+}
+
+static struct xrc *tcp_accept(struct xrc_req *xr, const void *priv, size_t privlen,
+			      const struct xrc_opts *o, char *err, size_t errlen)
+{
+	struct tcp_req *r = (struct tcp_req *)xr;
+	uint8_t buf[XTCP_HDR_MAX + XRC_PRIV_MAX];
+	struct xrc *c = NULL;
+	int rc = check_opts(o, r->base.peer, err, errlen);
+
+	if (!rc)
+		rc = io_exact(r->fd, buf, cm_encode(buf, XTCP_CONN_ACC, o, priv, privlen), true,
+			      xtime_ns() + o->timeout_ns);
+	if (rc) {
+		if (rc != -EINVAL)
+			ERR("accept %s: %s", r->base.peer, conn_errstr(-rc));
+		close(r->fd);
+		errno = -rc;
+	} else {
+		sock_setup(r->fd, AF_UNSPEC, o->tos);
+		c = conn_new(r->fd, o, r->max_send, r->sq_depth, r->base.peer, err, errlen);
+	}
+	free(r);
+	return c;
+}
+
+static void tcp_reject(struct xrc_req *xr, const void *priv, size_t privlen)
+{
+	struct tcp_req *r = (struct tcp_req *)xr;
+	uint8_t buf[XTCP_HDR_MAX + XRC_PRIV_MAX];
+
+	/* Best effort into an empty socket buffer; a client that is gone
+	 * needs no answer. */
+	if (send(r->fd, buf, cm_encode(buf, XTCP_CONN_REJ, NULL, priv, privlen),
+		 MSG_NOSIGNAL | MSG_DONTWAIT) > 0)
+		shutdown(r->fd, SHUT_WR);
+	close(r->fd);
+	free(r);
+}
+
+static int tcp_listener_fd(const struct xrc_listener *xl)
+{
+	return ((const struct tcp_listener *)xl)->efd;
+}
+
+static uint16_t tcp_listener_port(const struct xrc_listener *xl)
+{
+	return ((const struct tcp_listener *)xl)->port;
+}
+
+static void tcp_listener_close(struct xrc_listener *xl)
+{
+	struct tcp_listener *l = (struct tcp_listener *)xl;
+
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (l->pend[i].fd >= 0)
+			close(l->pend[i].fd);
+	close(l->lfd);
+	close(l->efd);
+	free(l);
+}
+
+static const struct xrc_listener_ops tcp_listener_ops = {
+	tcp_listener_close, tcp_listener_fd, tcp_listener_port, tcp_get_request,
+	tcp_accept, tcp_reject,
+};
+
+static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_opts *o,
+				       char *err, size_t errlen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai;
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	struct tcp_listener *l;
+	char name[300], port[8];
+	int one = 1, rc;
+
+	xuri_format(u, name, sizeof(name));
+	snprintf(port, sizeof(port), "%u", u->port);
+	rc = getaddrinfo(u->host, port, &hints, &ai);
+	if (rc) {
+		ERR("%s: cannot resolve '%s': %s", name, u->host,
+		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		errno = rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
+		return NULL;
+	}
+	if (!(l = calloc(1, sizeof(*l)))) {
+		ERR("%s: out of memory", name);
+		errno = ENOMEM;
+		goto out_free_ai;
+	}
+	l->base = (struct xrc_listener){ &tcp_listener_ops, XURI_TCP };
+	l->timeout_ns = o->timeout_ns;
+	l->efd = -1;
+	for (int i = 0; i < PENDING_MAX; i++)
+		l->pend[i].fd = -1;
+	l->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->lfd < 0) {
+		ERR("%s: socket: %s", name, strerror(errno));
+		goto out_free_listener;
+	}
+	setsockopt(l->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(l->lfd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->lfd, 128) < 0 ||
+	    getsockname(l->lfd, (struct sockaddr *)&ss, &sl) < 0) {
+		ERR("%s: %s", name, strerror(errno));
+		goto out_close_socket;
+	}
+	l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+						 : ((struct sockaddr_in *)&ss)->sin_port);
+	l->efd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->efd < 0 || epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) < 0) {
+		ERR("%s: epoll: %s", name, strerror(errno));
+		goto out_close_socket;
+	}
+	freeaddrinfo(ai);
+	return &l->base;
+
+out_close_socket:
+	rc = errno;
+	close(l->lfd);
+	if (l->efd >= 0)
+		close(l->efd);
+	errno = rc;
+out_free_listener:
+	free(l);
+out_free_ai:
+	freeaddrinfo(ai);
+	return NULL;
+}
+
+const struct xrc_ops xrc_tcp_ops = { "tcp", tcp_listen, tcp_connect };
