@@ -110,9 +110,13 @@ struct load {
 
 static void load_sent(struct xp_port *p, void *ctx, enum xp_status st);
 
+#define LOAD_WINDOW 16
+
+/* Keeps LOAD_WINDOW messages in flight, leaving the other send tokens to
+ * the probe. */
 static void load_push(struct load *l)
 {
-	while (!l->stop && xp_send(l->c->p, l->c->node, PROBE_PORT_SINK, XP_LOW, l->buf, l->size,
+	while (!l->stop && l->inflight < LOAD_WINDOW && xp_send(l->c->p, l->c->node, PROBE_PORT_SINK, XP_LOW, l->buf, l->size,
 				   load_sent, l) == 0)
 		l->inflight++;
 }
@@ -128,8 +132,6 @@ static void load_sent(struct xp_port *p, void *ctx, enum xp_status st)
 	}
 	load_push(l);
 }
-
-#define LOAD_WINDOW 16
 
 static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct ping_result *r)
 {
@@ -233,6 +235,14 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		}
 	}
 	r->end_ns = xtime_ns();
+	if (getenv("XPROBE_DEBUG")) {
+		struct xp_port_stats ps;
+
+		xp_port_stats(c.p, &ps);
+		fprintf(stderr, "sent %llu recv %llu nacks %llu fail %llu\n",
+			(unsigned long long)ps.sent_msgs, (unsigned long long)ps.recv_msgs,
+			(unsigned long long)ps.nacks_nobuf, (unsigned long long)ps.send_failures);
+	}
 	ret = EXIT_OK;
 out_free:
 	load.stop = true;

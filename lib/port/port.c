@@ -5,6 +5,7 @@
 #include "core/xtime.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,14 +187,16 @@ int xp_host_progress(struct xp_host *h)
 	for (unsigned i = 0; i < h->nls; i++)
 		done += xpl_accept(h, h->ls[i], now);
 	done += xpl_shm_listeners(h);
-	/* everything in first, so ACKs of one round go out together */
+	/* Out first, then in: the ACKs for what comes in now go out with the
+	 * next call's frames -- typically together with the reply the
+	 * application sends in between -- in one sendmsg per lane. */
+	for (uint32_t i = 0; i < h->nlinks; i++)
+		if (h->links[i])
+			done += xpl_tx(h->links[i]);
 	for (uint32_t i = 0; i < h->nlinks; i++)
 		if (h->links[i])
 			done += xpl_rx(h->links[i], now);
 	done += pe_timers(h->e, now);
-	for (uint32_t i = 0; i < h->nlinks; i++)
-		if (h->links[i])
-			done += xpl_tx(h->links[i]);
 	return done;
 }
 
@@ -310,12 +313,23 @@ static void run_callbacks(struct xp_port *p)
 			cb(p, ctx, st);
 }
 
+/* How long a spinning receive polls before it starts yielding the CPU. */
+#define XP_SPIN_HARD_NS (2 * XTIME_NS_PER_US)
+
+bool xp_port_pending(const struct xp_port *p)
+{
+	return p->open && pe_port_pending(p->h->e, p->id);
+}
+
 int xp_receive(struct xp_port *p, struct xp_event *ev)
 {
 	memset(ev, 0, sizeof(*ev));
 	if (!p->open)
 		return 0;
-	xp_host_progress(p->h);
+	/* What is already queued comes first: a caller draining a busy port
+	 * must not pull more traffic in with every event it takes. */
+	if (!pe_port_pending(p->h->e, p->id))
+		xp_host_progress(p->h);
 	run_callbacks(p);
 	return pe_next_event(p->h->e, p->id, ev);
 }
@@ -371,8 +385,14 @@ int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout
 
 		if (now >= until)
 			return 0;
-		if (now - start < spin_ns)
+		if (now - start < spin_ns) {
+			/* Spin, then spin politely: when the peer shares our
+			 * CPU, yielding lets it run instead of burning the
+			 * slice; the first microseconds stay syscall-free. */
+			if (now - start > XP_SPIN_HARD_NS)
+				sched_yield();
 			continue;
+		}
 		/* Progress may have queued completions of other ports, or
 		 * frames still to go: sleep only when idle. */
 		if (xp_host_progress(p->h) > 0 || pe_port_pending(p->h->e, p->id))

@@ -128,9 +128,13 @@ void *xp_port_user(const struct xp_port *p);
 unsigned xp_num_send_tokens(const struct xp_port *p);
 unsigned xp_num_receive_tokens(const struct xp_port *p);
 
+/* GM's size class, ceil(log2(len + 8)), but never below 4: GM's smallest
+ * buffer holds 8 bytes, so a message of 0..8 bytes is class 4. */
+#define XP_MIN_SIZE	4
+
 static inline unsigned xp_min_size_for_length(uint64_t len)
 {
-	unsigned s = 0;
+	unsigned s = XP_MIN_SIZE;
 
 	while ((1ull << s) < len + 8)
 		s++;
@@ -138,7 +142,7 @@ static inline unsigned xp_min_size_for_length(uint64_t len)
 }
 static inline uint64_t xp_max_length_for_size(unsigned size)
 {
-	return size >= 4 ? (1ull << size) - 8 : 0;
+	return size >= XP_MIN_SIZE ? (1ull << size) - 8 : 0;
 }
 
 typedef void (*xp_send_cb)(struct xp_port *p, void *ctx, enum xp_status status);
@@ -169,9 +173,15 @@ struct xp_event {
 	uint32_t sender_node;	/* unforgeable: the connection it came on */
 	unsigned sender_port;
 };
-/* Progress, then due send callbacks of this port, then one event.  Returns
+/* Progress (unless this port already has something queued), then due
+ * send callbacks of this port, then one event.  Returns
  * 1 with *ev filled, 0 when there is none (ev->type XP_NO_EVENT). */
 int xp_receive(struct xp_port *p, struct xp_event *ev);
+/* Whether xp_receive() on this port has an event or a callback to give.
+ * An application that sleeps on xp_host_fd() itself must look at this
+ * (after a last xp_host_progress() that did nothing) before it sleeps:
+ * progress run from one port's xp_receive() may queue events for another. */
+bool xp_port_pending(const struct xp_port *p);
 /* The same, waiting up to timeout_ns (0 = forever) for an event; spins for
  * spin_ns first (0: don't spin).  1, 0 on timeout, -EINTR when a signal
  * interrupted the wait. */

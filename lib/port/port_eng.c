@@ -767,6 +767,12 @@ static int pull_ctl(struct pe_lane *l, struct pe_frame *f)
 
 int pe_pull(struct pe_eng *e, uint32_t node, unsigned lane, struct pe_frame *f)
 {
+	return pe_pull_prio(e, node, lane, 0, f);
+}
+
+int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_prio,
+		 struct pe_frame *f)
+{
 	struct pe_node *n = node_get(e, node);
 	struct pe_lane *l;
 
@@ -777,7 +783,7 @@ int pe_pull(struct pe_eng *e, uint32_t node, unsigned lane, struct pe_frame *f)
 		return pull_ctl(l, f);
 	/* seed 001: high priority never waits behind low; on a shared lane
 	 * the next frame is a high one whenever there is one. */
-	for (int prio = 1; prio >= 0; prio--) {
+	for (int prio = 1; prio >= (int)min_prio; prio--) {
 		struct link *al = &l->active[prio];
 		struct pe_txs *s;
 		struct pe_send *d;

@@ -196,6 +196,13 @@ static void lane_opts(const struct xp_host *h, struct xrc_opts *o)
 	o->rq_depth = XP_RQ_DEPTH;
 	o->max_send = h->o.frag + PW_HDR_LEN;
 	o->timeout_ns = h->o.connect_timeout_ns;
+	/* A poll moves at most two fragments each way per lane, so a lane
+	 * full of low-priority bytes never holds the host away from the
+	 * other lane for long (the receiving half of the priority rule). */
+	/* A poll moves at most two fragments each way per lane, so a lane
+	 * full of low-priority bytes never holds the host away from the
+	 * other lane for long (the receiving half of the priority rule). */
+	o->burst = 2 * (h->o.frag + PW_HDR_LEN);
 }
 
 static int lane_init(struct xp_lane *ln, struct xrc *c, char *err, size_t errlen)
@@ -457,7 +464,8 @@ static int rx_xrc(struct xp_link *k, uint64_t now)
 	struct xrc_wc wc[32];
 	int done = 0;
 
-	for (unsigned i = 0; i < k->nlanes && !k->dead; i++) {
+	/* the high-priority lane first */
+	for (unsigned i = k->nlanes; i-- > 0 && !k->dead;) {
 		struct xp_lane *ln = &k->lane[i];
 		int n = xrc_poll(ln->c, wc, 32);
 		char why[200];
@@ -505,7 +513,8 @@ static int tx_xrc(struct xp_link *k)
 {
 	int done = 0;
 
-	for (unsigned i = 0; i < k->nlanes && !k->dead; i++) {
+	/* the high-priority lane first */
+	for (unsigned i = k->nlanes; i-- > 0 && !k->dead;) {
 		struct xp_lane *ln = &k->lane[i];
 		struct pe_frame f;
 
@@ -533,7 +542,8 @@ static int tx_xrc(struct xp_link *k)
 			}
 			ln->head++;
 			ln->posted++;
-			if ((rc = xrc_post_send(ln->c, sg, nsg, slot, XRC_SIGNALED)) < 0) {
+			if ((rc = xrc_post_send(ln->c, sg, nsg, slot,
+						XRC_SIGNALED | XRC_MORE)) < 0) {
 				char why[80];
 
 				snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));
@@ -542,6 +552,10 @@ static int tx_xrc(struct xp_link *k)
 			}
 			done++;
 		}
+		/* one sendmsg for everything this round put on the lane;
+		 * what the burst limit leaves over is work for the next round */
+		if (ln->c && !k->dead && xrc_flush(ln->c) > 0)
+			done++;
 	}
 	return done;
 }
@@ -553,11 +567,12 @@ static int tx_xrc(struct xp_link *k)
  * both send a lot keep draining their rx ring instead of blocking in
  * transmit (no deadlock).  shmcm has no call for this: it reads the
  * mailbox under shmcm's own tx lock. */
-static uint32_t shm_room(struct shmcm_conn *c)
+static uint32_t shm_room(struct shmcm_conn *c, uint32_t *cap_out)
 {
 	struct mbox *m = c->mb;
 	uint32_t used, cap = m->mask + 1, room;
 
+	*cap_out = cap > XP_SHM_MARGIN ? cap - XP_SHM_MARGIN : 0;
 	pthread_spin_lock(&c->tx_mutex);
 	if (c->pq_head) {
 		room = 0;
@@ -862,11 +877,16 @@ static int rx_shm(struct xp_link *k)
 
 static int tx_shm(struct xp_link *k)
 {
-	uint32_t room = shm_room(k->sc);
+	uint32_t cap, room = shm_room(k->sc, &cap);
 	struct pe_frame f;
 	int done = 0;
 
-	while (room && !k->dead && pe_pull(k->h->e, k->node, 0, &f)) {
+	/* The mailbox is one FIFO for both priorities: low-priority frames may
+	 * fill only XP_SHM_LOW_SLOTS of it, so a high-priority frame never
+	 * queues behind more than that (seed 001: priorities never block
+	 * each other). */
+	while (room && !k->dead &&
+	       pe_pull_prio(k->h->e, k->node, 0, cap - room < XP_SHM_LOW_SLOTS ? 0 : 1, &f)) {
 		int rc;
 
 		memcpy(k->stage, f.hdr, PW_HDR_LEN);

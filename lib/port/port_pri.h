@@ -16,6 +16,7 @@
 #define XP_RQ_DEPTH	64
 #define XP_SQ_DEPTH	128
 #define XP_SHM_MARGIN	4	/* slots left for the CM thread's CON packets */
+#define XP_SHM_LOW_SLOTS 4	/* mailbox slots low priority may hold */
 
 /* CM private data of a lane's connect request and of its accept (network
  * order), so a peer of another protocol or version fails with a clear

@@ -20,6 +20,8 @@ void xrc_opts_fill(struct xrc_opts *dst, const struct xrc_opts *src)
 		dst->max_inline = 64;
 	if (!dst->timeout_ns)
 		dst->timeout_ns = 5000000000ull;
+	if (!dst->burst)
+		dst->burst = 4u << 20;
 }
 
 static const struct xrc_ops *backend(const struct xuri *u, char *err, size_t errlen)
@@ -240,6 +242,13 @@ int xrc_poll(struct xrc *c, struct xrc_wc *wc, int n)
 	if (n < 0 || (n && !wc))
 		return -EINVAL;
 	return c->ops->poll(c, wc, n);
+}
+
+int xrc_flush(struct xrc *c)
+{
+	if (c->state != XRC_UP)
+		return -ENOTCONN;
+	return c->ops->flush ? c->ops->flush(c) : 0;
 }
 
 int xrc_fd(const struct xrc *c) { return c->ops->fd(c); }

@@ -51,6 +51,10 @@ struct xrc_opts {
 	uint32_t max_inline;	/* sends up to this size may use XRC_INLINE (0: 64) */
 	uint64_t timeout_ns;	/* connect/accept/address resolution (0: 5 s) */
 	uint8_t tos;		/* IP TOS / traffic class, 0 = default */
+	uint32_t burst;		/* tcp: bytes read per xrc_poll() and written per
+				 * xrc_poll()/xrc_flush() at most (0: 4 MiB); smaller
+				 * keeps the caller responsive to its other
+				 * connections (see xrc_flush) */
 };
 
 /* Access rights of a registered region, as in verbs. */
@@ -95,6 +99,9 @@ enum {
 				 * request on the same queue completes) */
 	XRC_INLINE	= 2,	/* the payload is copied at post time */
 	XRC_FENCE	= 4,	/* wait for earlier reads to finish first */
+	XRC_MORE	= 8,	/* more posts follow: the backend may hold this one
+				 * back until a post without the flag, xrc_flush()
+				 * or xrc_poll() (tcp: one sendmsg for a batch) */
 };
 
 struct xrc_wc {
@@ -187,6 +194,12 @@ int xrc_post_read(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t rad
 		  uint32_t rkey, uint64_t wr_id, unsigned flags);
 /* One buffer per receive. */
 int xrc_post_recv(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id);
+
+/* Rings the doorbell for posts made with XRC_MORE.  0, 1 when part of
+ * what is queued is left for a later xrc_flush()/xrc_poll() (tcp: the
+ * opts.burst limit; the fd does not announce it, so do not sleep), or
+ * -errno. */
+int xrc_flush(struct xrc *c);
 
 /* Makes progress (socket I/O for tcp, CQ polling for rdma) and returns up
  * to n completions, 0 if none, or -errno only for misuse.  Never blocks. */

@@ -20,6 +20,7 @@ struct xrc_conn_ops {
 	int (*fd)(const struct xrc *c);
 	int (*wait)(struct xrc *c, uint64_t timeout_ns);
 	struct xrc_dom *(*domain)(struct xrc *c);
+	int (*flush)(struct xrc *c);	/* NULL: posts are never held back */
 };
 
 struct xrc_listener_ops {

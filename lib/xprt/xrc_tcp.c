@@ -212,6 +212,8 @@ struct tcp_conn {
 	int ndst, dsti;
 	uint32_t cur_rq, cur_sq;
 	uint32_t rx_seq;		/* last WRITE/READ_REQ seq from the peer */
+	uint32_t burst;			/* bytes per direction per poll (xrc_opts) */
+	size_t rx_budget;		/* what this poll may still read */
 };
 
 static const struct xrc_conn_ops tcp_conn_ops;
@@ -341,7 +343,10 @@ static void tx_frame_done(struct tcp_conn *c, struct tx_frame *t)
 }
 
 /* Writes as much of the queue as the socket takes, many frames per call. */
-static void tx_flush(struct tcp_conn *c)
+/* Writes queued frames until the socket is full or `burst` bytes went out;
+ * true when frames are left for a later call although the socket would
+ * take more (the caller must not sleep on the fd for them). */
+static bool tx_flush(struct tcp_conn *c)
 {
 	if (c->ack_due && c->ctl_n < c->ctl_cap) {
 		struct tx_frame *last = &c->tx[(c->tx_tail - 1) % c->tx_cap];
@@ -357,13 +362,16 @@ static void tx_flush(struct tcp_conn *c)
 		}
 		c->ack_due = false;
 	}
-	while (c->base.state == XRC_UP && c->tx_head != c->tx_tail) {
+	size_t budget = c->burst;
+
+	while (c->base.state == XRC_UP && c->tx_head != c->tx_tail && budget) {
 		struct iovec iov[TX_IOV_MAX];
 		struct msghdr mh = { .msg_iov = iov };
 		size_t want = 0, skip = c->tx_off;
 		ssize_t n;
 
-		for (uint32_t i = c->tx_head; i != c->tx_tail && mh.msg_iovlen < TX_IOV_MAX; i++) {
+		for (uint32_t i = c->tx_head; i != c->tx_tail && mh.msg_iovlen < TX_IOV_MAX &&
+		     want < budget; i++) {
 			struct tx_frame *t = &c->tx[i % c->tx_cap];
 
 			for (int k = 0; k < t->niov && mh.msg_iovlen < TX_IOV_MAX; k++) {
@@ -381,12 +389,14 @@ static void tx_flush(struct tcp_conn *c)
 			}
 		}
 		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0)
+			budget = (size_t)n < budget ? budget - (size_t)n : 0;
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
 				conn_fail(c);
-			return;
+			return false;
 		}
 		for (size_t left = (size_t)n; left;) {
 			struct tx_frame *t = &c->tx[c->tx_head % c->tx_cap];
@@ -402,8 +412,9 @@ static void tx_flush(struct tcp_conn *c)
 			tx_frame_done(c, t);
 		}
 		if ((size_t)n < want)	/* socket buffer full */
-			return;
+			return false;
 	}
+	return c->base.state == XRC_UP && c->tx_head != c->tx_tail;
 }
 
 /* --- receive ---------------------------------------------------------------- */
@@ -673,8 +684,11 @@ static int rx_read(struct tcp_conn *c)
 			iov[k++] = c->dst[i];
 			direct += c->dst[i].iov_len;
 		}
-	iov[k++] = (struct iovec){ c->rxbuf + c->rx_end, RXBUF_SIZE - c->rx_end };
-	want = direct + RXBUF_SIZE - c->rx_end;
+	m = RXBUF_SIZE - c->rx_end;
+	if (m > c->rx_budget)
+		m = c->rx_budget > 64 ? c->rx_budget : 64;	/* room for headers */
+	iov[k++] = (struct iovec){ c->rxbuf + c->rx_end, m };
+	want = direct + m;
 	n = readv(c->fd, iov, k);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return 0;
@@ -684,6 +698,7 @@ static int rx_read(struct tcp_conn *c)
 		conn_fail(c);
 		return -1;
 	}
+	c->rx_budget = (size_t)n < c->rx_budget ? c->rx_budget - (size_t)n : 0;
 	m = (size_t)n < direct ? (size_t)n : direct;
 	dst_advance(c, NULL, m);
 	c->rx_end += (size_t)n - m;
@@ -696,7 +711,9 @@ static void progress(struct tcp_conn *c)
 		return;
 	tx_flush(c);
 	rx_parse(c);	/* what waited for a receive or a control slot */
-	for (int r = 0; r < RX_ROUNDS && c->base.state == XRC_UP && !c->rx_blocked; r++) {
+	c->rx_budget = c->burst;
+	for (int r = 0; r < RX_ROUNDS && c->base.state == XRC_UP && !c->rx_blocked &&
+	     c->rx_budget; r++) {
 		int more = rx_read(c);
 
 		if (more < 0)
@@ -756,7 +773,7 @@ static int post(struct tcp_conn *c, uint8_t op, const struct xrc_sge *sg, int ns
 	if (op != XRC_OP_READ)
 		c->base.stats.tx_bytes += len;
 	sq_kick(c);
-	if (idle)
+	if (idle && !(flags & XRC_MORE))
 		tx_flush(c);	/* the doorbell */
 	return 0;
 }
@@ -870,9 +887,16 @@ static void tcp_close(struct xrc *xc)
 	free(c);
 }
 
+static int tcp_flush(struct xrc *xc)
+{
+	bool more = tx_flush(TC(xc));
+
+	return TC(xc)->base.state != XRC_UP ? -ENOTCONN : more;
+}
+
 static const struct xrc_conn_ops tcp_conn_ops = {
 	tcp_close, tcp_post_send, tcp_post_write, tcp_post_read, tcp_post_recv,
-	tcp_poll, tcp_fd, tcp_wait, tcp_domain,
+	tcp_poll, tcp_fd, tcp_wait, tcp_domain, tcp_flush,
 };
 
 /* --- connection setup ---------------------------------------------------------- */
@@ -940,6 +964,7 @@ static struct xrc *conn_new(int fd, const struct xrc_opts *o, uint32_t peer_max_
 	c->ctl_cap = peer_sq_depth + 2;
 	c->tx_cap = sd + c->ctl_cap;
 	c->sq = calloc(sd, sizeof(*c->sq));
+	c->burst = o->burst ? o->burst : 4u << 20;
 	c->inl = malloc((size_t)sd * o->max_inline);
 	c->wq = calloc(sd, sizeof(*c->wq));
 	c->rdq = calloc(sd, sizeof(*c->rdq));

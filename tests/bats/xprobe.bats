@@ -43,7 +43,7 @@ load xprobe_helpers
 		[[ ${lines[0]} == "No RDMA device found"* ]] || die "first line: ${lines[0]}"
 		[[ $output == *"Usable instead: shm:// tcp:// udp://"* ]]
 		run_xprobe 0 devices -o yaml
-		[[ $output == *"rdma: no RDMA device found"* ]]
+		[[ $output == *"rdma: 'no RDMA device found"* ]]
 	else
 		run_xprobe 0 devices
 		[[ $output == *ACTIVE* ]] || die "devices listed, none ACTIVE"

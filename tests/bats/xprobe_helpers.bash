@@ -72,11 +72,12 @@ expect_stderr_match() {
 	[[ $stderr =~ $1 ]] || die "stderr '$stderr' does not match '$1'"
 }
 
-# start_server URI...: starts xprobe serve in the background and waits for
+# start_server [OPTION...] URI...: starts xprobe serve in the background and waits for
 # one "listening" line per URI.  Sets SRV_PID and URIS (the bound URIs, in
 # order: port 0 replaced by the real port).
 start_server() {
-	local n=$# i
+	local n=0 i a
+	for a in "$@"; do [[ $a == *://* ]] && n=$((n + 1)); done
 	"$XPROBE" serve "$@" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
 	SRV_PID=$!
 	BG_PIDS+=($SRV_PID)
