@@ -15,7 +15,7 @@ static const struct cmd cmds[] = {
 	{ "serve",   cmd_serve,   "URI... [-v] [--spin DURATION] [--max-mem SIZE]",
 	  "answer pings and bandwidth tests on every URI" },
 	{ "ping",    cmd_ping,    "URI [-c COUNT] [-i INTERVAL] [-s SIZE] [--prio low|high]\n"
-	  "                    [-W TIMEOUT] [--load SIZE] [-q] [-v] [-o text|yaml|json]",
+	  "                    [-W TIMEOUT] [--load SIZE] [--warmup N] [-q] [-v] [-o text|yaml|json]",
 	  "measure round trips" },
 	{ "bw",      cmd_bw,      "URI [-s SIZE] [-T SECONDS] [--window TOKENS] [--prio low|high]\n"
 	  "                    [-v] [-o text|yaml|json]",

@@ -30,6 +30,7 @@ struct ping_opts {
 	uint64_t timeout_ns;
 	uint64_t load_size;	/* 0 = no background flow */
 	uint64_t spin_ns;
+	uint64_t warmup;	/* round trips not counted (ports) */
 	enum xp_prio prio;
 	bool quiet, verbose, size_set, timeout_set;
 	enum xfmt fmt;
@@ -177,7 +178,8 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		       o->load_size ? ", with a low-priority load" : "");
 
 	r->start_ns = xtime_ns();
-	for (uint64_t seq = 1; !o->count || seq <= o->count; seq++) {
+	for (uint64_t seq = 1 - o->warmup; !o->count || (int64_t)seq <= (int64_t)o->count; seq++) {
+		bool counted = (int64_t)seq > 0;
 		uint64_t t0 = xtime_ns(), t1;
 		struct xp_event ev;
 
@@ -188,7 +190,7 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 			fail("ping", "%s: send: %s", c.target, strerror(-rc));
 			goto out_free;
 		}
-		r->sent++;
+		r->sent += counted;
 		rc = pclient_wait(&c, &ev, o->timeout_ns);
 		t1 = xtime_ns();
 		if (rc == -EINTR || stop_requested)
@@ -216,6 +218,11 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 			goto out_free;
 		}
 		xp_provide_receive_buffer(c.p, ev.buffer, ev.size, ev.prio);
+		if (!counted) {
+			if (seq == 0)
+				r->start_ns = xtime_ns();
+			continue;
+		}
 		r->received++;
 		xhist_add(&r->rtt, t1 - t0);
 		print_line(o, c.target, seq, t1 - t0);
@@ -378,6 +385,7 @@ int cmd_ping(int argc, char **argv)
 		{ "timeout", required_argument, NULL, 'W' },
 		{ "load", required_argument, NULL, 'L' },
 		{ "spin", required_argument, NULL, 'S' },
+		{ "warmup", required_argument, NULL, 'U' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "output", required_argument, NULL, 'o' },
@@ -423,6 +431,10 @@ int cmd_ping(int argc, char **argv)
 			if (xparse_duration(optarg, 1000, 0, 1000000000ull, &o.spin_ns, &es) < 0)
 				return usage_error("ping", "--spin: '%s' %s", optarg, es);
 			break;
+		case 'U':
+			if (xparse_u64(optarg, 0, 1000000, &o.warmup, &es) < 0)
+				return usage_error("ping", "--warmup: '%s' %s", optarg, es);
+			break;
 		case 'P':
 			if ((rc = parse_prio("ping", optarg, &o.prio)))
 				return rc;
@@ -462,6 +474,9 @@ int cmd_ping(int argc, char **argv)
 					   PROBE_DG_HDR);
 		if (!o.timeout_set)
 			o.timeout_ns = 1000000000ull;
+		if (o.warmup)
+			return usage_error("ping", "--warmup needs a port transport (shm, tcp, rdma), "
+					   "not %s://", xuri_scheme_name(u.scheme));
 	} else if (!o.timeout_set) {
 		o.timeout_ns = 5000000000ull;
 	}

@@ -15,7 +15,6 @@
 #include "xprt/xdg.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -537,20 +536,26 @@ int cmd_serve(int argc, char **argv)
 	}
 	fflush(stdout);
 
-	epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (epfd < 0) {
-		fail("serve", "epoll: %s", strerror(errno));
-		goto out_free;
-	}
+	/* One place to sleep: the host's wait (it knows how to wait for shm
+	 * links, which have no fd) with the datagram fds added, or plain
+	 * epoll when there are only datagrams. */
 	if (s->h) {
-		struct epoll_event e = { .events = EPOLLIN };
+		for (int i = 0; i < s->ndg; i++)
+			if ((rc = xp_host_add_fd(s->h, xdg_fd(s->dg[i].d))) < 0) {
+				fail("serve", "epoll: %s", strerror(-rc));
+				goto out_free;
+			}
+	} else {
+		epfd = epoll_create1(EPOLL_CLOEXEC);
+		if (epfd < 0) {
+			fail("serve", "epoll: %s", strerror(errno));
+			goto out_free;
+		}
+		for (int i = 0; i < s->ndg; i++) {
+			struct epoll_event e = { .events = EPOLLIN };
 
-		epoll_ctl(epfd, EPOLL_CTL_ADD, xp_host_fd(s->h), &e);
-	}
-	for (int i = 0; i < s->ndg; i++) {
-		struct epoll_event e = { .events = EPOLLIN };
-
-		epoll_ctl(epfd, EPOLL_CTL_ADD, xdg_fd(s->dg[i].d), &e);
+			epoll_ctl(epfd, EPOLL_CTL_ADD, xdg_fd(s->dg[i].d), &e);
+		}
 	}
 
 	idle_since = xtime_ns();
@@ -571,12 +576,8 @@ int cmd_serve(int argc, char **argv)
 			idle_since = xtime_ns();
 			continue;
 		}
-		if (xtime_ns() - idle_since < spin_ns) {
-			/* after 2 us, let a client on our CPU run */
-			if (xtime_ns() - idle_since > 2000)
-				sched_yield();
+		if (xtime_ns() - idle_since < spin_ns)
 			continue;
-		}
 		/* Progress inside one port's xp_receive() may have queued
 		 * events for a port drained before it, or frames to send. */
 		if (s->h && xp_host_progress(s->h) > 0)
@@ -584,11 +585,12 @@ int cmd_serve(int argc, char **argv)
 		if (s->h && (xp_port_pending(s->port[0]) || xp_port_pending(s->port[1]) ||
 			     xp_port_pending(s->port[2])))
 			continue;
-		{
+		if (s->h) {
+			xp_host_wait(s->h, 1000000000ull);
+		} else {
 			struct epoll_event e[8];
-			int ms = s->h ? xp_host_timeout_ms(s->h, 1000) : 1000;
 
-			if (epoll_wait(epfd, e, 8, ms) < 0 && errno != EINTR) {
+			if (epoll_wait(epfd, e, 8, 1000) < 0 && errno != EINTR) {
 				fail("serve", "epoll: %s", strerror(errno));
 				goto out_free;
 			}

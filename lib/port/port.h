@@ -118,6 +118,15 @@ int xp_host_progress(struct xp_host *h);
  * next timer (a retry, a timeout) is due: 0..max_ms. */
 int xp_host_timeout_ms(const struct xp_host *h, int max_ms);
 
+/* For an application that serves other fds too: xp_host_add_fd() puts fd
+ * (EPOLLIN) into the host's wait set, and xp_host_wait() sleeps until any
+ * of them or a link has something, a host timer is due, or timeout_ns
+ * passes.  Unlike epoll on xp_host_fd(), it also wakes for shm:// links
+ * (which have no fd: it sleeps on the mailbox, and looks at the fds every
+ * millisecond meanwhile).  0, or -EINTR on a signal. */
+int xp_host_add_fd(struct xp_host *h, int fd);
+int xp_host_wait(struct xp_host *h, uint64_t timeout_ns);
+
 /* Ports. */
 struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t errlen);
 void xp_close(struct xp_port *p);	/* NULL ok; pending sends complete DROPPED */

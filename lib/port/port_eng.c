@@ -137,6 +137,7 @@ struct pe_node {
 	bool up;
 	unsigned nlanes;
 	uint32_t frag;
+	uint32_t low_frag;		/* fragment size of low priority */
 	uint64_t refs;
 	struct pe_lane lane[2];
 	/* [src port] -> [dst port * 2 + prio], allocated on first use */
@@ -263,6 +264,7 @@ int pe_node_add(struct pe_eng *e, unsigned nlanes, uint32_t frag)
 	n->up = true;
 	n->nlanes = nlanes;
 	n->frag = frag;
+	n->low_frag = frag;
 	for (unsigned l = 0; l < 2; l++) {
 		list_init(&n->lane[l].active[0]);
 		list_init(&n->lane[l].active[1]);
@@ -765,6 +767,14 @@ static int pull_ctl(struct pe_lane *l, struct pe_frame *f)
 	return 1;
 }
 
+void pe_node_set_low_frag(struct pe_eng *e, uint32_t node, uint32_t frag)
+{
+	struct pe_node *n = node_get(e, node);
+
+	if (n)
+		n->low_frag = frag && frag < n->frag ? frag : n->frag;
+}
+
 int pe_pull(struct pe_eng *e, uint32_t node, unsigned lane, struct pe_frame *f)
 {
 	return pe_pull_prio(e, node, lane, 0, f);
@@ -794,7 +804,9 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 			continue;
 		s = container_of(al->next, struct pe_txs, active);
 		d = s->cur;
-		chunk = d->len - s->cur_off < n->frag ? d->len - s->cur_off : n->frag;
+		uint32_t fr = prio ? n->frag : n->low_frag;
+
+		chunk = d->len - s->cur_off < fr ? d->len - s->cur_off : fr;
 		h.prio = (uint8_t)prio;
 		h.arg = (uint8_t)pw_size_for_len(d->len);
 		h.src_port = s->src;

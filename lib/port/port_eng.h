@@ -113,6 +113,8 @@ void pe_port_stats(const struct pe_eng *e, unsigned port, struct xp_port_stats *
 /* The next frame for (node, lane): control (ACK/NACK) first, then a DATA
  * fragment of the high priority, then of the low.  1 with *f, or 0. */
 int pe_pull(struct pe_eng *e, uint32_t node, unsigned lane, struct pe_frame *f);
+/* Fragment size for low priority from now on (0: the node's frag). */
+void pe_node_set_low_frag(struct pe_eng *e, uint32_t node, uint32_t frag);
 /* The same, but data only of priority >= min_prio (control frames always):
  * for a transport that must keep room for high priority itself. */
 int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_prio,

@@ -519,8 +519,13 @@ static int tx_xrc(struct xp_link *k)
 		struct pe_frame f;
 
 		/* a bounded number of frames in flight per lane: memory stays
-		 * bounded and the engine keeps choosing what goes next */
-		while (ln->posted < ln->sq && pe_pull(k->h->e, k->node, i, &f)) {
+		 * bounded and the engine keeps choosing what goes next.  The
+		 * low lane gets only a few, so one round of progress never
+		 * writes much low-priority data (the high lane waits for it). */
+		uint32_t lim = i == 0 && k->nlanes == 2 && ln->sq > XP_LOW_INFLIGHT ?
+			       XP_LOW_INFLIGHT : ln->sq;
+
+		while (ln->posted < lim && pe_pull(k->h->e, k->node, i, &f)) {
 			uint32_t slot = ln->head % ln->sq;
 			struct xp_tx *t = &ln->ring[slot];
 			struct xrc_sge sg[2];
@@ -881,15 +886,24 @@ static int tx_shm(struct xp_link *k)
 	struct pe_frame f;
 	int done = 0;
 
-	/* The mailbox is one FIFO for both priorities: low-priority frames may
-	 * fill only XP_SHM_LOW_SLOTS of it, so a high-priority frame never
-	 * queues behind more than that (seed 001: priorities never block
-	 * each other). */
+	/* The mailbox is one FIFO for both priorities: while high priority is
+	 * in use, low-priority frames may fill only XP_SHM_LOW_SLOTS of it,
+	 * so a high-priority frame never queues behind more than that (seed
+	 * 001: priorities never block each other).  A bulk flow alone gets
+	 * the whole ring. */
+	bool high = xtime_ns() - k->high_ns < XP_HIGH_RECENT_NS;
+
+	/* ...and in small pieces, so the one ahead is quick to copy. */
+	pe_node_set_low_frag(k->h->e, k->node, high ? XP_SHM_LOW_FRAG : 0);
 	while (room && !k->dead &&
-	       pe_pull_prio(k->h->e, k->node, 0, cap - room < XP_SHM_LOW_SLOTS ? 0 : 1, &f)) {
+	       pe_pull_prio(k->h->e, k->node, 0, high && cap - room >= XP_SHM_LOW_SLOTS, &f)) {
 		int rc;
 
 		memcpy(k->stage, f.hdr, PW_HDR_LEN);
+		if (f.hdr[2] == XP_HIGH) {	/* pw_hdr: prio is byte 2 */
+			high = true;
+			k->high_ns = xtime_ns();
+		}
 		if (f.dlen)
 			memcpy(k->stage + PW_HDR_LEN, f.data, f.dlen);
 		/* copied: the user's buffer is free of this frame */
@@ -965,6 +979,26 @@ struct shmcm_conn *xpl_shm_only(struct xp_host *h, int *nshm)
 		}
 	}
 	return *nshm == 1 ? one : NULL;
+}
+
+unsigned xpl_shm_links(const struct xp_host *h)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < h->nlinks; i++)
+		if (h->links[i] && !h->links[i]->dead && h->links[i]->shm)
+			n++;
+	return n;
+}
+
+unsigned xpl_fd_links(const struct xp_host *h)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < h->nlinks; i++)
+		if (h->links[i] && !h->links[i]->dead && !h->links[i]->shm)
+			n++;
+	return n;
 }
 
 /* Sleeps on the mailbox's rx ring (futex) until a packet comes or timeout. */

@@ -15,8 +15,11 @@
 #define XP_HALF_MAX	16	/* lane-0/1 pairs being put together */
 #define XP_RQ_DEPTH	64
 #define XP_SQ_DEPTH	128
+#define XP_LOW_INFLIGHT	4	/* frames posted on the low lane at once */
 #define XP_SHM_MARGIN	4	/* slots left for the CM thread's CON packets */
-#define XP_SHM_LOW_SLOTS 4	/* mailbox slots low priority may hold */
+#define XP_SHM_LOW_SLOTS 1	/* mailbox slots low priority may hold... */
+#define XP_HIGH_RECENT_NS 10000000ull	/* ...within 10 ms of a high one, */
+#define XP_SHM_LOW_FRAG	4096		/* ...in fragments this big */
 
 /* CM private data of a lane's connect request and of its accept (network
  * order), so a peer of another protocol or version fails with a clear
@@ -54,6 +57,7 @@ struct xp_link {
 	struct shmcm_conn *sc;
 	struct xp_listener *srv;	/* the mailbox we serve, or NULL (client) */
 	uint8_t *stage;			/* header + fragment, for shmcm_transmit */
+	uint64_t high_ns;		/* last high-priority frame seen (shm) */
 	uint32_t frag;
 };
 
@@ -85,8 +89,12 @@ struct xp_port {
 	void *user;
 };
 
+#define XP_ACCEPT_EVERY_NS 1000000ull	/* listeners are looked at every 1 ms */
+
 struct xp_host {
 	struct xp_host_opts o;
+	uint64_t accept_ns;		/* last look at the listeners */
+	unsigned nextra;		/* fds added with xp_host_add_fd() */
 	struct pe_eng *e;
 	int epfd;
 	uint64_t nonce;
@@ -117,5 +125,8 @@ void xpl_free(struct xp_link *k);
 int xpl_add(struct xp_host *h, struct xp_link *k, unsigned nlanes, uint32_t frag);
 /* The shm connection the host could sleep on, if it is the only one. */
 struct shmcm_conn *xpl_shm_only(struct xp_host *h, int *nshm);
+/* Live links over shm (with a peer), and over fds (tcp, rdma). */
+unsigned xpl_shm_links(const struct xp_host *h);
+unsigned xpl_fd_links(const struct xp_host *h);
 
 #endif
