@@ -153,7 +153,7 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		goto out_close;
 	tx = aligned_alloc(64, (o->size + 63) / 64 * 64 + 64);
 	for (int i = 0; i < 2; i++)
-		rx[i] = aligned_alloc(64, xp_max_length_for_size(size_class) + 64);
+		rx[i] = aligned_alloc(64, (xp_max_length_for_size(size_class) + 127) / 64 * 64);
 	if (!tx || !rx[0] || !rx[1]) {
 		fail("ping", "out of memory for %llu-byte messages", (unsigned long long)o->size);
 		goto out_free;
