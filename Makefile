@@ -117,6 +117,7 @@ check-tsan:
 
 bench: tools benches
 	$(Q)bench/run
+	$(Q)bench/xprobe-run
 
 install: tools
 	install -d $(DESTDIR)$(PREFIX)/bin

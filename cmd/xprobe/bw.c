@@ -158,7 +158,7 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	uint64_t start, last_progress;
 	int rc, ret = EXIT_FAIL;
 
-	if ((rc = pclient_open(&c, "bw", u, o->spin_ns)))
+	if ((rc = pclient_open(&c, "bw", u, o->spin_ns, (uint32_t)o->window)))
 		return rc;
 	snprintf(r->target, sizeof(r->target), "%s", c.target);
 	r->transport = xuri_scheme_name(u->scheme);
@@ -216,7 +216,10 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	}
 	ret = EXIT_OK;
 out_free:
+	/* the transport may still be sending from the buffer: close first */
+	pclient_close(&c);
 	free(f.buf);
+	return ret;
 out_close:
 	pclient_close(&c);
 	return ret;

@@ -6,9 +6,11 @@
 
 #define CTL_TIMEOUT_NS 5000000000ull
 
-int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns)
+int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns,
+		 uint32_t window)
 {
-	struct xp_host_opts ho = { 0 };
+	/* tokens for the window and the control messages */
+	struct xp_host_opts ho = { .send_tokens = window + 8 };
 	char err[512];
 	int rc;
 

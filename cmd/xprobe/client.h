@@ -21,7 +21,9 @@ struct pclient {
 };
 
 /* Connects and opens the client port.  EXIT_OK or EXIT_FAIL (printed). */
-int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns);
+/* `window`: data messages the caller will keep in flight. */
+int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns,
+		 uint32_t window);
 /* SETUP service (ECHO or SINK) for `window` messages of `size` bytes at
  * prio.  EXIT_OK, or EXIT_FAIL with the server's reason printed. */
 int pclient_setup(struct pclient *c, unsigned service, uint32_t size, enum xp_prio prio,

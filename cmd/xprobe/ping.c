@@ -142,7 +142,7 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 	void *tx = NULL, *rx[2] = { NULL, NULL };
 	int rc, ret = EXIT_FAIL;
 
-	if ((rc = pclient_open(&c, "ping", u, o->spin_ns)))
+	if ((rc = pclient_open(&c, "ping", u, o->spin_ns, 1 + LOAD_WINDOW)))
 		return rc;
 	r->target = c.target;
 	r->transport = xuri_scheme_name(u->scheme);
@@ -242,21 +242,9 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		}
 	}
 	r->end_ns = xtime_ns();
-	if (getenv("XPROBE_DEBUG")) {
-		struct xp_port_stats ps;
-
-		xp_port_stats(c.p, &ps);
-		fprintf(stderr, "sent %llu recv %llu nacks %llu fail %llu\n",
-			(unsigned long long)ps.sent_msgs, (unsigned long long)ps.recv_msgs,
-			(unsigned long long)ps.nacks_nobuf, (unsigned long long)ps.send_failures);
-	}
 	ret = EXIT_OK;
 out_free:
 	load.stop = true;
-	free(load.buf);
-	free(tx);
-	free(rx[0]);
-	free(rx[1]);
 out_close:
 	/* The results are printed after the connection is gone, so pointers
 	 * into the client must not outlive it: copy the target. */
@@ -266,7 +254,13 @@ out_close:
 		snprintf(target, sizeof(target), "%s", c.target);
 		r->target = target;
 	}
+	/* the transport may still be sending from (or writing into) the
+	 * buffers until the port is closed */
 	pclient_close(&c);
+	free(load.buf);
+	free(tx);
+	free(rx[0]);
+	free(rx[1]);
 	return ret == EXIT_OK ? EXIT_OK : (rc == EXIT_USAGE ? rc : EXIT_FAIL);
 }
 

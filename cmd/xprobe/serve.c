@@ -22,12 +22,20 @@
 #include <unistd.h>
 
 #define MAX_URIS	16
+/* Buffers on top of what one client's window needs, so a few clients with
+ * the same size class can run at once. */
+#define SHARE_SLACK	8
+/* Control replies one node may have waiting; more requests are ignored
+ * (a client that never takes its replies must not tie up the port). */
+#define CTL_PER_NODE	8
+#define CTL_NODES	256
 #define SBUF_ALIGN	64
 
 /* A server-owned receive buffer; the header sits just before the memory
  * given to the port, so an event's buffer pointer leads back to it. */
 struct sbuf {
 	struct sbuf *next;	/* echo backlog */
+	struct sbuf *all;	/* every buffer, to free them at the end */
 	unsigned port;
 	unsigned size;
 	enum xp_prio prio;
@@ -66,9 +74,15 @@ struct server {
 	/* buffers owned per (service port, prio, size class) */
 	unsigned owned[3][2][XP_MAX_SIZE + 1];
 	uint64_t mem_used, mem_max;
+	struct sbuf *all;
+	bool closing;		/* ports closing: callbacks must not re-provide */
 	uint32_t max_size;
 	struct sbuf *backlog, **backlog_tail;
 	struct sink_ent sink[SINK_TABLE];
+	struct ctl_slot {
+		uint32_t node;
+		unsigned n;
+	} ctl[CTL_NODES];
 	struct dgsrv dg[MAX_URIS];
 	int ndg;
 	bool verbose;
@@ -87,6 +101,8 @@ static struct sbuf *sbuf_new(struct server *s, unsigned port, unsigned size, enu
 	b->port = port;
 	b->size = size;
 	b->prio = prio;
+	b->all = s->all;
+	s->all = b;
 	s->mem_used += len;
 	return b;
 }
@@ -98,6 +114,8 @@ static struct sbuf *sbuf_of(void *mem)
 
 static void provide(struct server *s, struct sbuf *b)
 {
+	if (s->closing)
+		return;
 	int rc = xp_provide_receive_buffer(s->port[b->port], b->mem, b->size, b->prio);
 
 	/* Tokens come back with every event, so this only fails if our own
@@ -107,12 +125,18 @@ static void provide(struct server *s, struct sbuf *b)
 				 strerror(-rc));
 }
 
-/* Makes sure `want` buffers of (port, prio, size) exist.  0 or ENOMEM. */
+/* Makes sure `want` buffers of (port, prio, size) exist.  0, or ENOMEM
+ * (nothing allocated) when they would not fit in --max-mem.  Buffers given
+ * to a port stay there (GM has no call to take one back), so the budget
+ * only grows to the largest window asked for per size class. */
 static int ensure_buffers(struct server *s, unsigned port, enum xp_prio prio, unsigned size,
 			  unsigned want)
 {
 	unsigned *have = &s->owned[port][prio][size];
 
+	if (*have < want &&
+	    s->mem_used + (uint64_t)(want - *have) * xp_max_length_for_size(size) > s->mem_max)
+		return ENOMEM;
 	while (*have < want) {
 		struct sbuf *b = sbuf_new(s, port, size, prio);
 
@@ -209,20 +233,51 @@ static void on_echo(struct server *s, const struct xp_event *ev)
 
 struct reply {
 	uint8_t msg[PROBE_CTL_LEN];
+	struct server *s;
+	uint32_t node;
+	unsigned port;
 };
+
+static unsigned *ctl_pending(struct server *s, uint32_t node)
+{
+	struct ctl_slot *c = &s->ctl[node % CTL_NODES];
+
+	if (c->node != node)
+		*c = (struct ctl_slot){ node, 0 };
+	return &c->n;
+}
 
 static void reply_sent(struct xp_port *p, void *ctx, enum xp_status st)
 {
-	free(ctx);
+	struct reply *r = ctx;
+	unsigned *n = ctl_pending(r->s, r->node);
+
+	if (*n)
+		(*n)--;
+	/* A client that takes no replies stops its stream: let the rest of
+	 * what waits for it go, so the port's tokens come back. */
+	if (st != XP_SUCCESS && st != XP_SEND_DROPPED)
+		xp_drop_sends(p, XP_HIGH, r->node, r->port);
+	free(r);
 }
 
 static void ctl_reply(struct server *s, const struct xp_event *ev, const struct probe_ctl *c)
 {
-	struct reply *r = malloc(sizeof(*r));
+	unsigned *n = ctl_pending(s, ev->sender_node);
+	struct reply *r;
 	int rc;
 
+	if (*n >= CTL_PER_NODE) {
+		xlog_ratelimited(XLOG_INFO, "node %u: %u control replies waiting; request ignored",
+				 ev->sender_node, *n);
+		return;
+	}
+	r = malloc(sizeof(*r));
 	if (!r)
 		return;
+	r->s = s;
+	r->node = ev->sender_node;
+	r->port = ev->sender_port;
 	probe_ctl_encode(c, r->msg);
 	rc = xp_send(s->port[PROBE_PORT_CTL], ev->sender_node, ev->sender_port, XP_HIGH, r->msg,
 		     sizeof(r->msg), reply_sent, r);
@@ -230,7 +285,9 @@ static void ctl_reply(struct server *s, const struct xp_event *ev, const struct 
 		xlog_ratelimited(XLOG_INFO, "control reply to node %u: %s", ev->sender_node,
 				 strerror(-rc));
 		free(r);
+		return;
 	}
+	(*n)++;
 }
 
 static void on_ctl(struct server *s, const struct xp_event *ev)
@@ -263,7 +320,7 @@ static void on_ctl(struct server *s, const struct xp_event *ev)
 			 * has the next window in flight: provide for both. */
 			rep.status = ensure_buffers(s, c.service, c.prio,
 						    xp_min_size_for_length(c.size),
-						    2 * c.window + 2);
+						    2 * c.window + 2 + SHARE_SLACK);
 		if (c.service == PROBE_PORT_SINK) {
 			struct sink_ent *e = sink_find(s, ev->sender_node, ev->sender_port, true);
 
@@ -457,15 +514,21 @@ static int add_uri(struct server *s, const struct xuri *u, const char *arg,
 
 static void server_free(struct server *s)
 {
-	/* Buffers given to ports are the ports' until they close; the process
-	 * is about to exit, so they are left to it. */
 	for (int i = 0; i < s->ndg; i++) {
 		xdg_close(s->dg[i].d);
 		free(s->dg[i].tx);
 	}
+	s->closing = true;
 	for (unsigned i = 0; i < 3; i++)
 		xp_close(s->port[i]);
 	xp_host_free(s->h);
+	/* the ports are gone: their buffers are ours again */
+	while (s->all) {
+		struct sbuf *b = s->all;
+
+		s->all = b->all;
+		free(b);
+	}
 }
 
 int cmd_serve(int argc, char **argv)
@@ -481,7 +544,10 @@ int cmd_serve(int argc, char **argv)
 	static const char *const os = "vh";
 	static struct server srv;	/* big: sink and session tables */
 	struct server *s = &srv;
-	struct xp_host_opts ho = { .recv_tokens = 16384, .send_tokens = 4096 };
+	/* A reply that finds no buffer at its client fails after a second
+	 * (not GM's default 10 s): the echo buffer it holds is shared. */
+	struct xp_host_opts ho = { .recv_tokens = 16384, .send_tokens = 4096,
+				   .send_timeout_ns = 1000000000ull };
 	uint64_t spin_ns = 50000, v, idle_since;
 	char err[512];
 	const char *es;
@@ -597,16 +663,6 @@ int cmd_serve(int argc, char **argv)
 		}
 	}
 	ret = EXIT_OK;
-	if (getenv("XPROBE_DEBUG") && s->h)
-		for (unsigned i = 0; i < 3; i++) {
-			struct xp_port_stats ps;
-
-			xp_port_stats(s->port[i], &ps);
-			fprintf(stderr, "port %u: sent %llu recv %llu nacks %llu fail %llu\n", i,
-				(unsigned long long)ps.sent_msgs, (unsigned long long)ps.recv_msgs,
-				(unsigned long long)ps.nacks_nobuf,
-				(unsigned long long)ps.send_failures);
-		}
 out_free:
 	if (epfd >= 0)
 		close(epfd);

@@ -127,11 +127,17 @@ void xpl_free(struct xp_link *k)
 {
 	if (!k)
 		return;
-	if (!k->dead) {
-		k->srv = NULL;	/* the listener closes its own connection */
-		if (!k->sc)
+	if (k->srv) {
+		/* a served mailbox's link: the connection is the listener's,
+		 * which closes it itself */
+		k->srv->cur = NULL;
+		k->srv = NULL;
+		k->sc = NULL;
+		k->dead = true;
+	} else if (!k->dead) {
+		if (!k->sc) {
 			xpl_fail(k, "host closed");
-		else {
+		} else {
 			shmcm_close(k->sc);
 			k->sc = NULL;
 			k->dead = true;
@@ -561,6 +567,19 @@ static int tx_xrc(struct xp_link *k)
 		 * what the burst limit leaves over is work for the next round */
 		if (ln->c && !k->dead && xrc_flush(ln->c) > 0)
 			done++;
+		/* A full socket: only its becoming writable can wake a host
+		 * that sleeps meanwhile (the peer acknowledges whole messages,
+		 * so it may well have nothing to say until we send more). */
+		if (ln->c && !k->dead) {
+			bool out = xrc_tx_pending(ln->c);
+
+			if (out != ln->want_out) {
+				struct epoll_event ev = { .events = EPOLLIN | (out ? EPOLLOUT : 0) };
+
+				if (epoll_ctl(k->h->epfd, EPOLL_CTL_MOD, xrc_fd(ln->c), &ev) == 0)
+					ln->want_out = out;
+			}
+		}
 	}
 	return done;
 }

@@ -41,6 +41,7 @@ struct xp_lane {
 	uint8_t *rxpool;		/* XP_RQ_DEPTH receive buffers */
 	struct xrc_mr *rxmr;
 	uint32_t bufsz;			/* bytes per receive/copy buffer */
+	bool want_out;			/* its fd is in the host's epoll with EPOLLOUT */
 };
 
 struct xp_listener;

@@ -14,6 +14,12 @@ void xrc_opts_fill(struct xrc_opts *dst, const struct xrc_opts *src)
 		dst->sq_depth = 128;
 	if (!dst->rq_depth)
 		dst->rq_depth = 128;
+	/* ring indices are free-running counters modulo the depth: keep the
+	 * depths powers of two so they stay consistent across wrap-around */
+	while (dst->sq_depth <= (1u << 30) && (dst->sq_depth & (dst->sq_depth - 1)))
+		dst->sq_depth += dst->sq_depth & -dst->sq_depth;
+	while (dst->rq_depth <= (1u << 30) && (dst->rq_depth & (dst->rq_depth - 1)))
+		dst->rq_depth += dst->rq_depth & -dst->rq_depth;
 	if (!dst->max_send)
 		dst->max_send = 64 * 1024;
 	if (!dst->max_inline)
@@ -249,6 +255,11 @@ int xrc_flush(struct xrc *c)
 	if (c->state != XRC_UP)
 		return -ENOTCONN;
 	return c->ops->flush ? c->ops->flush(c) : 0;
+}
+
+bool xrc_tx_pending(const struct xrc *c)
+{
+	return c->state == XRC_UP && c->ops->tx_pending && c->ops->tx_pending(c);
 }
 
 int xrc_fd(const struct xrc *c) { return c->ops->fd(c); }

@@ -43,7 +43,8 @@ struct xrc_mr;
 #define XRC_PRIV_MAX 56
 
 struct xrc_opts {
-	uint32_t sq_depth;	/* send queue: posted sends/writes/reads in flight (0: 128) */
+	uint32_t sq_depth;	/* send queue: posted sends/writes/reads in flight (0: 128;
+				 * rounded up to a power of two, as are rq_depth) */
 	uint32_t rq_depth;	/* receive queue: posted receives (0: 128) */
 	uint32_t max_send;	/* largest SEND payload, bytes (0: 64 KiB); a bigger
 				 * incoming SEND is a protocol error that fails
@@ -200,6 +201,11 @@ int xrc_post_recv(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id);
  * opts.burst limit; the fd does not announce it, so do not sleep), or
  * -errno. */
 int xrc_flush(struct xrc *c);
+
+/* Whether posted bytes wait for room in the transport (tcp: the socket
+ * buffer is full).  A caller sleeping on xrc_fd() must then also wait for
+ * it to become writable (EPOLLOUT), or nothing wakes it to send them. */
+bool xrc_tx_pending(const struct xrc *c);
 
 /* Makes progress (socket I/O for tcp, CQ polling for rdma) and returns up
  * to n completions, 0 if none, or -errno only for misuse.  Never blocks. */

@@ -21,6 +21,7 @@ struct xrc_conn_ops {
 	int (*wait)(struct xrc *c, uint64_t timeout_ns);
 	struct xrc_dom *(*domain)(struct xrc *c);
 	int (*flush)(struct xrc *c);	/* NULL: posts are never held back */
+	bool (*tx_pending)(const struct xrc *c);	/* NULL: never */
 };
 
 struct xrc_listener_ops {

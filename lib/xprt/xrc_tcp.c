@@ -220,6 +220,15 @@ static const struct xrc_conn_ops tcp_conn_ops;
 
 static struct tcp_conn *TC(struct xrc *c) { return (struct tcp_conn *)c; }
 
+static uint32_t pow2_up(uint32_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
 static void sq_check(struct sq_ent *e)
 {
 	if (e->written && (e->op == XRC_OP_SEND || e->answered))
@@ -894,9 +903,16 @@ static int tcp_flush(struct xrc *xc)
 	return TC(xc)->base.state != XRC_UP ? -ENOTCONN : more;
 }
 
+static bool tcp_tx_pending(const struct xrc *xc)
+{
+	const struct tcp_conn *c = (const struct tcp_conn *)xc;
+
+	return c->tx_head != c->tx_tail;
+}
+
 static const struct xrc_conn_ops tcp_conn_ops = {
 	tcp_close, tcp_post_send, tcp_post_write, tcp_post_read, tcp_post_recv,
-	tcp_poll, tcp_fd, tcp_wait, tcp_domain, tcp_flush,
+	tcp_poll, tcp_fd, tcp_wait, tcp_domain, tcp_flush, tcp_tx_pending,
 };
 
 /* --- connection setup ---------------------------------------------------------- */
@@ -962,7 +978,9 @@ static struct xrc *conn_new(int fd, const struct xrc_opts *o, uint32_t peer_max_
 	snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
 	c->seq_next = 1;
 	c->ctl_cap = peer_sq_depth + 2;
-	c->tx_cap = sd + c->ctl_cap;
+	/* Rings are indexed by free-running u32 counters modulo their size:
+	 * only a power of two keeps that consistent when the counters wrap. */
+	c->tx_cap = pow2_up(sd + c->ctl_cap);
 	c->sq = calloc(sd, sizeof(*c->sq));
 	c->burst = o->burst ? o->burst : 4u << 20;
 	c->inl = malloc((size_t)sd * o->max_inline);

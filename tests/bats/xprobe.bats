@@ -156,6 +156,31 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	[[ $output == *"3 sent, 3 received"* ]]
 }
 
+# Regression: 8 MiB messages outgrow the socket buffers; the sender must be
+# woken when its socket drains (it once slept until the 1 s timer, and a
+# ping gave up after 5 s).
+@test "messages bigger than the socket buffers" {
+	start_server tcp://127.0.0.1:0
+	run_xprobe 0 ping "${URIS[0]}" -c 2 -i 0 -s 8M -W 3 -q
+	[[ $output == *"2 sent, 2 received"* ]]
+}
+
+# Regression: freeing the host with a client on the served mailbox closed
+# the mailbox's connection twice (use after free).
+@test "serve exits cleanly on SIGTERM with a shm client attached" {
+	start_server "shm://$SHM"
+	"$XPROBE" ping "shm://$SHM" -i 0.02 >/dev/null 2>&1 3>&- &
+	BG_PIDS+=($!)
+	sleep 0.5
+	kill -TERM "$SRV_PID"
+	local rc=0
+	timeout 10 tail --pid="$SRV_PID" -f /dev/null || true
+	wait "$SRV_PID" || rc=$?
+	[ "$rc" -eq 0 ] || die "serve exited $rc: $(cat "$SRV_ERR")"
+	[ ! -s "$SRV_ERR" ] || die "serve said: $(cat "$SRV_ERR")"
+	[ ! -e "/dev/shm/xprt-shmcm-$SHM" ] || die "the mailbox it created is still there"
+}
+
 @test "ping at high priority, and size 0" {
 	start_server tcp://127.0.0.1:0
 	run_xprobe 0 ping "${URIS[0]}" -c 2 -i 0 --prio high

@@ -90,11 +90,12 @@ start_server() {
 	mapfile -t URIS < <(sed -n 's/^listening //p' "$SRV_OUT")
 }
 
-# json_get JSON KEY: a top-level value, or a.b for nested ones.
+# json_get JSON KEY: a top-level value, or a.b.0.c for nested ones (numbers
+# index lists).  Booleans print as true/false; a missing key fails.
 json_get() {
 	python3 -c 'import json,sys
 v=json.loads(sys.argv[1])
-for k in sys.argv[2].split("."): v=v[k]
+for k in sys.argv[2].split("."): v=v[int(k)] if isinstance(v,list) else v[k]
 print(v if not isinstance(v,bool) else str(v).lower())' "$1" "$2"
 }
 
