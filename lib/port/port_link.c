@@ -524,6 +524,9 @@ static int tx_xrc(struct xp_link *k)
 		struct xp_lane *ln = &k->lane[i];
 		struct pe_frame f;
 
+		if (xrc_state(ln->c) != XRC_UP)	/* an accepted rdma lane finishing */
+			continue;
+
 		/* a bounded number of frames in flight per lane: memory stays
 		 * bounded and the engine keeps choosing what goes next.  The
 		 * low lane gets only a few, so one round of progress never

@@ -138,7 +138,11 @@ const void *xrc_req_data(const struct xrc_req *r, size_t *len);
 /* "ADDR:PORT" of the client. */
 const char *xrc_req_peer(const struct xrc_req *r);
 /* Accepts with `priv` (<= XRC_PRIV_MAX bytes, may be NULL) as the reply's
- * private data; frees r.  Returns an XRC_UP connection, or NULL + err. */
+ * private data; frees r.  Never waits for the peer: returns a connection
+ * that is XRC_UP (tcp) or still XRC_CONNECTING (rdma: xrc_poll() turns it
+ * XRC_UP when the handshake completes, XRC_DOWN when it does not within
+ * o->timeout_ns; receives may be posted meanwhile, sends may not), or NULL
+ * + err. */
 struct xrc *xrc_accept(struct xrc_req *r, const void *priv, size_t privlen,
 		       const struct xrc_opts *o, char *err, size_t errlen);
 /* Rejects with private data; frees r. */

@@ -67,6 +67,7 @@ struct rconn {
 	uint32_t unsig, sig_every;
 	uint64_t *rq;
 	uint64_t rq_head, rq_tail;
+	uint64_t up_deadline;	/* accepted, XRC_CONNECTING: ESTABLISHED due by then */
 };
 
 struct rlistener {
@@ -609,20 +610,12 @@ static struct xrc *req_accept(struct xrc_req *xr, const void *priv, size_t privl
 		snprintf(err, errlen, "%s: rdma_accept: %s", what, strerror(-rc));
 		goto free_conn;
 	}
-	rc = xrdma_next_event(c->ech, deadline, &ev);
-	if (rc) {
-		snprintf(err, errlen, "%s: %s", what,
-			 rc == -ETIMEDOUT ? "timed out waiting for the peer" : strerror(-rc));
-		goto free_conn;
-	}
-	if (ev->event != RDMA_CM_EVENT_ESTABLISHED) {
-		snprintf(err, errlen, "%s: %s", what, rdma_event_str(ev->event));
-		rdma_ack_cm_event(ev);
-		rc = -ECONNABORTED;
-		goto free_conn;
-	}
-	rdma_ack_cm_event(ev);
-	c->base.state = XRC_UP;
+	/* Not waiting for ESTABLISHED here: a client that sends a request and
+	 * never completes the handshake must not hold up a server serving
+	 * others.  xrc_poll() turns the connection XRC_UP on the event, or
+	 * XRC_DOWN when the peer gives up or the deadline passes. */
+	c->base.state = XRC_CONNECTING;
+	c->up_deadline = deadline;
 	set_peer(c);
 	return &c->base;
 
@@ -824,6 +817,13 @@ static void conn_cm_events(struct rconn *c)
 
 	while (!rdma_get_cm_event(c->ech, &ev)) {
 		switch (ev->event) {
+		case RDMA_CM_EVENT_ESTABLISHED:
+			rdma_ack_cm_event(ev);
+			if (c->base.state == XRC_CONNECTING)
+				c->base.state = XRC_UP;
+			break;
+		case RDMA_CM_EVENT_REJECTED:
+		case RDMA_CM_EVENT_UNREACHABLE:
 		case RDMA_CM_EVENT_DISCONNECTED:
 		case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		case RDMA_CM_EVENT_TIMEWAIT_EXIT:
@@ -894,6 +894,8 @@ static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 	int got = 0;
 
 	conn_cm_events(c);
+	if (c->base.state == XRC_CONNECTING && xrdma_now_ns() > c->up_deadline)
+		go_down(c);
 	if (!n)
 		return 0;
 	xrdma_cq_drain_events(c->cch);

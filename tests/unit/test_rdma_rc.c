@@ -92,6 +92,18 @@ static void start_connect(struct side *s, pthread_t *t, struct xrc_listener *l,
 }
 
 /* A connected pair with the same options on both ends (SYMMETRIC). */
+/* An accepted rdma connection comes back XRC_CONNECTING: poll it up. */
+static void wait_up(struct xrc *c)
+{
+	for (int i = 0; i < 1000 && c && xrc_state(c) == XRC_CONNECTING; i++) {
+		xrc_poll(c, NULL, 0);
+		if (xrc_state(c) == XRC_CONNECTING)
+			xrc_wait(c, 10000000ull);
+	}
+	if (c)
+		assert_int_equal(xrc_state(c), XRC_UP);
+}
+
 static void make_pair(const struct xrc_opts *o, struct xrc **srv, struct xrc **cli)
 {
 	struct xrc_opts so = o ? *o : (struct xrc_opts){ 0 };
@@ -108,6 +120,7 @@ static void make_pair(const struct xrc_opts *o, struct xrc **srv, struct xrc **c
 		fail_msg("accept: %s", err);
 	if (!s.c)
 		fail_msg("connect: %s", s.err);
+	wait_up(*srv);
 	*cli = s.c;
 	xrc_listener_close(l);
 }
@@ -171,6 +184,7 @@ static void test_connect_accept_priv(void **state)
 		fail_msg("connect: %s", s.err);
 	assert_true(s.replen >= sizeof(acc));
 	assert_memory_equal(s.rep, acc, sizeof(acc));
+	wait_up(srv);
 	assert_int_equal(xrc_state(srv), XRC_UP);
 	assert_int_equal(xrc_state(s.c), XRC_UP);
 	assert_int_equal(xrc_scheme(s.c), XURI_RDMA);
