@@ -741,9 +741,8 @@ bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane)
 	return !list_empty(&l->ctl) || !list_empty(&l->active[1]) || !list_empty(&l->active[0]);
 }
 
-static int pull_ctl(struct pe_lane *l, struct pe_frame *f)
+static int pull_ctl(struct pe_lane *l, struct pe_rxs *r, struct pe_frame *f)
 {
-	struct pe_rxs *r = container_of(l->ctl.next, struct pe_rxs, ctl);
 	struct pw_hdr h = { .prio = r->prio, .src_port = r->dst, .dst_port = r->src };
 
 	/* The ACK before the NACK: it covers the messages before the
@@ -789,8 +788,16 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 	if (!n || !n->up || lane >= n->nlanes)
 		return 0;
 	l = &n->lane[lane];
-	if (!list_empty(&l->ctl))
-		return pull_ctl(l, f);
+	/* A bare ACK waits if DATA of the reverse stream is about to go: it
+	 * rides on that (PW_ACKS).  NACKs never wait. */
+	for (struct link *c = l->ctl.next; c != &l->ctl; c = c->next) {
+		struct pe_rxs *r = container_of(c, struct pe_rxs, ctl);
+		struct pe_txs *rev = r->nack_pending ? NULL :
+				     txs_get(n, r->dst, r->src, r->prio, false);
+
+		if (!rev || !linked(&rev->active) || rev->prio < min_prio)
+			return pull_ctl(l, r, f);
+	}
 	/* seed 001: high priority never waits behind low; on a shared lane
 	 * the next frame is a high one whenever there is one. */
 	for (int prio = 1; prio >= (int)min_prio; prio--) {
@@ -809,6 +816,16 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 		chunk = d->len - s->cur_off < fr ? d->len - s->cur_off : fr;
 		h.prio = (uint8_t)prio;
 		h.arg = (uint8_t)pw_size_for_len(d->len);
+		{
+			struct pe_rxs *r = rxs_get(n, s->dst, s->src, (unsigned)prio, false);
+
+			if (r && r->ack_pending && !r->nack_pending) {
+				h.flags |= PW_ACKS;
+				h.aux = r->ack_seq;
+				r->ack_pending = false;
+				list_del(&r->ctl);
+			}
+		}
 		h.src_port = s->src;
 		h.dst_port = s->dst;
 		h.seq = d->seq;
@@ -1047,6 +1064,14 @@ int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uin
 	}
 	switch (h.type) {
 	case PW_DATA:
+		if (h.flags & PW_ACKS) {
+			struct pw_hdr a = { .type = PW_ACK, .prio = h.prio, .src_port = h.src_port,
+					    .dst_port = h.dst_port, .seq = h.aux };
+			int arc = rx_ack(e, n, &a, why, whylen);
+
+			if (arc)
+				return arc;
+		}
 		return rx_data(e, n, &h, (const uint8_t *)frame + PW_HDR_LEN,
 			       (uint32_t)(len - PW_HDR_LEN), why, whylen);
 	case PW_ACK:

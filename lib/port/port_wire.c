@@ -54,7 +54,7 @@ static int check_data(const struct pw_hdr *h, uint64_t plen)
 		return PW_E_BOUNDS;
 	if ((h->flags & PW_SYNC) && !(h->flags & PW_FIRST))
 		return PW_E_FLAGS;
-	if (h->aux)
+	if (h->aux && !(h->flags & PW_ACKS))
 		return PW_E_RSVD;
 	return 0;
 }

@@ -6,7 +6,7 @@
  * shm -- is a 24-byte header in network byte order, then the payload:
  *
  *   0  type      PW_DATA, PW_ACK, PW_NACK, PW_HELLO
- *   1  flags     DATA: PW_FIRST, PW_LAST, PW_SYNC
+ *   1  flags     DATA: PW_FIRST, PW_LAST, PW_SYNC, PW_ACKS
  *   2  prio      0 low, 1 high
  *   3  arg       DATA: size class (4..31); NACK: reason; else 0
  *   4  src_port  u16, < XP_MAX_PORTS: the port the frame is from
@@ -17,7 +17,9 @@
  *                     HELLO: protocol version
  *  12  len       u32  DATA: message length; HELLO: largest message taken
  *  16  off       u32  DATA: offset of this fragment; HELLO: lane
- *  20  aux       u32  HELLO: PW_MAGIC; else 0
+ *  20  aux       u32  HELLO: PW_MAGIC; DATA with PW_ACKS: an ACK (its
+ *                     seq) for the reverse stream (dst_port, src_port,
+ *                     prio), riding along; else 0
  *
  * ACK/NACK travel from the receiving port back to the sender, so their
  * src_port is the receiver's port and dst_port the sender's.  PW_SYNC on a
@@ -25,6 +27,10 @@
  * one whatever it expected: the sender sets it on the first message of a
  * stream and on the first one after it gave messages up (a failure, a drop),
  * so the two ends never disagree on where the stream stands.
+ *
+ * PW_ACKS saves a frame per request/reply exchange: the acknowledgement of
+ * a request rides on the reply's DATA (the reverse stream), as TCP
+ * piggybacks its ACKs; a bare ACK goes only when no DATA is going back.
  */
 #ifndef XPRT_PORT_WIRE_H
 #define XPRT_PORT_WIRE_H
@@ -41,8 +47,8 @@
 
 enum pw_type { PW_DATA = 1, PW_ACK = 2, PW_NACK = 3, PW_HELLO = 4 };
 
-enum pw_flag { PW_FIRST = 1, PW_LAST = 2, PW_SYNC = 4 };
-#define PW_FLAGS_ALL (PW_FIRST | PW_LAST | PW_SYNC)
+enum pw_flag { PW_FIRST = 1, PW_LAST = 2, PW_SYNC = 4, PW_ACKS = 8 };
+#define PW_FLAGS_ALL	(PW_FIRST | PW_LAST | PW_SYNC | PW_ACKS)
 
 enum pw_nack { PW_NACK_NOBUF = 1, PW_NACK_CLOSED = 2, PW_NACK_REJECTED = 3 };
 

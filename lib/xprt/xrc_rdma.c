@@ -68,7 +68,16 @@ struct rconn {
 	uint64_t *rq;
 	uint64_t rq_head, rq_tail;
 	uint64_t up_deadline;	/* accepted, XRC_CONNECTING: ESTABLISHED due by then */
+	/* Busy polling must not cost system calls (under emulation each one
+	 * is tens of microseconds): the CQ is armed only when found empty and
+	 * not armed yet, its events drained only before re-arming, the CM
+	 * channel looked at every CM_EVERY_NS, the "more" eventfd touched only
+	 * when its state changes. */
+	bool armed, events_maybe, more_raised;
+	uint64_t cm_ns;
 };
+
+#define CM_EVERY_NS 1000000ull
 
 struct rlistener {
 	struct xrc_listener base;
@@ -571,7 +580,7 @@ static struct xrc *req_accept(struct xrc_req *xr, const void *priv, size_t privl
 	struct rreq *r = (struct rreq *)xr;
 	uint64_t deadline = xrdma_now_ns() + o->timeout_ns;
 	struct rdma_conn_param cp;
-	struct rdma_cm_event *ev;
+
 	struct rconn *c = conn_new();
 	char what[96];
 	uint8_t cap, peer_init, peer_resp;
@@ -890,37 +899,49 @@ static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 {
 	struct rconn *c = (struct rconn *)xc;
 	struct ibv_wc wc[32];
-	bool armed = false;
+	uint64_t now = xrdma_now_ns();
+	bool more;
 	int got = 0;
 
-	conn_cm_events(c);
-	if (c->base.state == XRC_CONNECTING && xrdma_now_ns() > c->up_deadline)
-		go_down(c);
+	if (c->base.state == XRC_CONNECTING || now - c->cm_ns >= CM_EVERY_NS) {
+		c->cm_ns = now;
+		conn_cm_events(c);
+		if (c->base.state == XRC_CONNECTING && now > c->up_deadline)
+			go_down(c);
+	}
 	if (!n)
 		return 0;
-	xrdma_cq_drain_events(c->cch);
 	while (got < n) {
 		int k = ibv_poll_cq(c->cq, n - got < 32 ? n - got : 32, wc);
 
 		if (k < 0)
 			return -EIO;
 		if (!k) {
-			if (armed)
+			if (c->armed)
 				break;
-			/* re-arm, then look once more: a completion that
-			 * arrived between the empty poll and the arming would
+			/* Events of an earlier arming must be read (and acked)
+			 * before arming again, or the fd stays readable. */
+			if (c->events_maybe)
+				xrdma_cq_drain_events(c->cch);
+			/* arm, then look once more: a completion that arrived
+			 * between the empty poll and the arming would
 			 * otherwise raise no event */
 			if (ibv_req_notify_cq(c->cq, 0))
 				return -EIO;
-			armed = true;
+			c->armed = c->events_maybe = true;
 			continue;
 		}
+		c->armed = false;
 		for (int i = 0; i < k; i++)
 			got += map_wc(c, &wc[i], &out[got]);
 	}
 	/* Stopped on a full array: the CQ may hold more, and it is not armed,
 	 * so keep the fd readable until a poll finds it empty. */
-	xrdma_waker_more(&c->wk, !armed);
+	more = !c->armed;
+	if (more != c->more_raised) {
+		xrdma_waker_more(&c->wk, more);
+		c->more_raised = more;
+	}
 	return got;
 }
 
