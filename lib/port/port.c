@@ -348,6 +348,8 @@ static int host_wait(struct xp_host *h, uint64_t until)
 	if (t <= now)
 		return 0;
 	t -= now;
+	if (xpl_arm(h))
+		return 0;	/* completions came in meanwhile */
 	one = xpl_shm_only(h, &nshm);
 	if (nshm && !xpl_shm_links(h)) {
 		/* Only served mailboxes waiting for a peer: a new peer host

@@ -1013,6 +1013,20 @@ unsigned xpl_shm_links(const struct xp_host *h)
 	return n;
 }
 
+bool xpl_arm(struct xp_host *h)
+{
+	for (uint32_t i = 0; i < h->nlinks; i++) {
+		struct xp_link *k = h->links[i];
+
+		if (!k || k->dead || k->shm)
+			continue;
+		for (unsigned j = 0; j < k->nlanes; j++)
+			if (k->lane[j].c && xrc_arm(k->lane[j].c) > 0)
+				return true;
+	}
+	return false;
+}
+
 unsigned xpl_fd_links(const struct xp_host *h)
 {
 	unsigned n = 0;

@@ -129,5 +129,8 @@ struct shmcm_conn *xpl_shm_only(struct xp_host *h, int *nshm);
 /* Live links over shm (with a peer), and over fds (tcp, rdma). */
 unsigned xpl_shm_links(const struct xp_host *h);
 unsigned xpl_fd_links(const struct xp_host *h);
+/* Arms every lane's fd before the host sleeps; true when one already has
+ * completions waiting (then do not sleep). */
+bool xpl_arm(struct xp_host *h);
 
 #endif

@@ -257,6 +257,13 @@ int xrc_flush(struct xrc *c)
 	return c->ops->flush ? c->ops->flush(c) : 0;
 }
 
+int xrc_arm(struct xrc *c)
+{
+	if (c->state == XRC_DOWN || !c->ops->arm)
+		return 0;
+	return c->ops->arm(c);
+}
+
 bool xrc_tx_pending(const struct xrc *c)
 {
 	return c->state == XRC_UP && c->ops->tx_pending && c->ops->tx_pending(c);

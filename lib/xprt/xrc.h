@@ -215,10 +215,15 @@ bool xrc_tx_pending(const struct xrc *c);
  * to n completions, 0 if none, or -errno only for misuse.  Never blocks. */
 int xrc_poll(struct xrc *c, struct xrc_wc *wc, int n);
 /* A file descriptor that becomes readable when xrc_poll() may have work
- * (register it with epoll, level-triggered).  xrc_poll() re-arms it. */
+ * (register it with epoll, level-triggered) -- once armed: call xrc_arm()
+ * before each sleep on it.  (Polling does not arm it, so a busy-polling
+ * caller pays no system call per poll for notifications it never uses.) */
 int xrc_fd(const struct xrc *c);
-/* Blocks until xrc_poll() may have work or timeout_ns passes (0 = don't
- * block).  1 ready, 0 timeout, -errno. */
+/* Makes xrc_fd() signal the next completion.  Returns 1 when completions
+ * are already waiting (poll, do not sleep), 0 when armed, or -errno. */
+int xrc_arm(struct xrc *c);
+/* Arms, then blocks until xrc_poll() may have work or timeout_ns passes
+ * (0 = don't block).  1 ready, 0 timeout, -errno. */
 int xrc_wait(struct xrc *c, uint64_t timeout_ns);
 
 /* Counters (for stats output). */

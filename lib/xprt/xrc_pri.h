@@ -22,6 +22,7 @@ struct xrc_conn_ops {
 	struct xrc_dom *(*domain)(struct xrc *c);
 	int (*flush)(struct xrc *c);	/* NULL: posts are never held back */
 	bool (*tx_pending)(const struct xrc *c);	/* NULL: never */
+	int (*arm)(struct xrc *c);	/* NULL: the fd needs no arming */
 };
 
 struct xrc_listener_ops {

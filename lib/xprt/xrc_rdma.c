@@ -75,6 +75,8 @@ struct rconn {
 	 * when its state changes. */
 	bool armed, events_maybe, more_raised;
 	uint64_t cm_ns;
+	struct ibv_wc stash;	/* taken by conn_arm's look at the CQ */
+	bool stashed;
 };
 
 #define CM_EVERY_NS 1000000ull
@@ -911,33 +913,25 @@ static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 	}
 	if (!n)
 		return 0;
+	if (c->stashed) {
+		c->stashed = false;
+		got += map_wc(c, &c->stash, &out[got]);
+	}
+	more = false;
 	while (got < n) {
 		int k = ibv_poll_cq(c->cq, n - got < 32 ? n - got : 32, wc);
 
 		if (k < 0)
 			return -EIO;
-		if (!k) {
-			if (c->armed)
-				break;
-			/* Events of an earlier arming must be read (and acked)
-			 * before arming again, or the fd stays readable. */
-			if (c->events_maybe)
-				xrdma_cq_drain_events(c->cch);
-			/* arm, then look once more: a completion that arrived
-			 * between the empty poll and the arming would
-			 * otherwise raise no event */
-			if (ibv_req_notify_cq(c->cq, 0))
-				return -EIO;
-			c->armed = c->events_maybe = true;
-			continue;
-		}
-		c->armed = false;
+		if (!k)
+			break;
+		c->armed = false;	/* what it was armed for has come */
 		for (int i = 0; i < k; i++)
 			got += map_wc(c, &wc[i], &out[got]);
+		more = got >= n;
 	}
-	/* Stopped on a full array: the CQ may hold more, and it is not armed,
-	 * so keep the fd readable until a poll finds it empty. */
-	more = !c->armed;
+	/* Stopped on a full array: the CQ may hold more, so keep the fd
+	 * readable until a poll finds it empty. */
 	if (more != c->more_raised) {
 		xrdma_waker_more(&c->wk, more);
 		c->more_raised = more;
@@ -950,8 +944,41 @@ static int conn_fd(const struct xrc *xc)
 	return ((const struct rconn *)xc)->wk.ep;
 }
 
+static int conn_arm(struct xrc *xc)
+{
+	struct rconn *c = (struct rconn *)xc;
+	int k;
+
+	if (c->stashed || c->more_raised)
+		return 1;
+	if (c->armed)
+		return 0;
+	/* Events of an earlier arming must be read (and acked) before arming
+	 * again, or the fd stays readable. */
+	if (c->events_maybe)
+		xrdma_cq_drain_events(c->cch);
+	if (ibv_req_notify_cq(c->cq, 0))
+		return -EIO;
+	c->armed = c->events_maybe = true;
+	/* Look once more: a completion that came between the caller's last
+	 * poll and the arming raised no event.  Kept for the next poll. */
+	k = ibv_poll_cq(c->cq, 1, &c->stash);
+	if (k < 0)
+		return -EIO;
+	if (k) {
+		c->stashed = true;
+		c->armed = false;
+		return 1;
+	}
+	return 0;
+}
+
 static int conn_wait(struct xrc *xc, uint64_t timeout_ns)
 {
+	int rc = conn_arm(xc);
+
+	if (rc)
+		return rc < 0 ? rc : 1;
 	return xrdma_waker_wait(&((struct rconn *)xc)->wk, timeout_ns);
 }
 
@@ -974,6 +1001,7 @@ static const struct xrc_conn_ops conn_ops = {
 	.poll = conn_poll,
 	.fd = conn_fd,
 	.wait = conn_wait,
+	.arm = conn_arm,
 	.domain = conn_domain,
 };
 

@@ -910,9 +910,16 @@ static bool tcp_tx_pending(const struct xrc *xc)
 	return c->tx_head != c->tx_tail;
 }
 
+/* The socket needs no arming; completions parsed but not returned yet
+ * would not make it readable, though. */
+static int tcp_arm(struct xrc *xc)
+{
+	return have_wc(TC(xc)) ? 1 : 0;
+}
+
 static const struct xrc_conn_ops tcp_conn_ops = {
 	tcp_close, tcp_post_send, tcp_post_write, tcp_post_read, tcp_post_recv,
-	tcp_poll, tcp_fd, tcp_wait, tcp_domain, tcp_flush, tcp_tx_pending,
+	tcp_poll, tcp_fd, tcp_wait, tcp_domain, tcp_flush, tcp_tx_pending, tcp_arm,
 };
 
 /* --- connection setup ---------------------------------------------------------- */
