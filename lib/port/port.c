@@ -243,7 +243,7 @@ void xp_close(struct xp_port *p)
 	while (pe_port_refs(h->e, p->id) && xtime_ns() < deadline)
 		xp_host_progress(h);
 	for (uint32_t i = 0; pe_port_refs(h->e, p->id) && i < h->nlinks; i++)
-		if (h->links[i] && pe_node_refs(h->e, h->links[i]->node))
+		if (h->links[i] && pe_node_port_refs(h->e, h->links[i]->node, p->id))
 			xpl_fail(h->links[i], "closing a port whose frames it would not release");
 	/* port.h: pending sends complete DROPPED */
 	while (pe_next_completion(h->e, p->id, &cb, &ctx, &st))

@@ -495,6 +495,22 @@ bool pe_port_is_open(const struct pe_eng *e, unsigned port)
 	return port < PW_MAX_PORTS && e->ports[port].open;
 }
 
+uint64_t pe_node_port_refs(const struct pe_eng *e, uint32_t node, unsigned port)
+{
+	const struct pe_node *n = node_get(e, node);
+	uint64_t refs = 0;
+
+	for (unsigned k = 0; n && port < PW_MAX_PORTS && n->tx[port] && k < 2 * PW_MAX_PORTS; k++) {
+		const struct pe_txs *s = n->tx[port][k];
+
+		for (const struct pe_send *d = s ? s->done.head : NULL; d; d = d->next)
+			refs += d->refs;
+		for (const struct pe_send *d = s ? s->q.head : NULL; d; d = d->next)
+			refs += d->refs;
+	}
+	return refs;
+}
+
 uint64_t pe_port_refs(const struct pe_eng *e, unsigned port)
 {
 	return port < PW_MAX_PORTS ? e->ports[port].refs : 0;

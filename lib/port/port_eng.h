@@ -89,6 +89,8 @@ void pe_port_close(struct pe_eng *e, unsigned port);
 bool pe_port_is_open(const struct pe_eng *e, unsigned port);
 /* Frames of this port's sends still held by the transport. */
 uint64_t pe_port_refs(const struct pe_eng *e, unsigned port);
+/* Frames of `port`'s sends to `node` the transport still holds. */
+uint64_t pe_node_port_refs(const struct pe_eng *e, uint32_t node, unsigned port);
 unsigned pe_send_tokens(const struct pe_eng *e, unsigned port);
 unsigned pe_recv_tokens(const struct pe_eng *e, unsigned port);
 

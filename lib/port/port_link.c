@@ -921,16 +921,21 @@ static int tx_shm(struct xp_link *k)
 	       pe_pull_prio(k->h->e, k->node, 0, high && cap - room >= XP_SHM_LOW_SLOTS, &f)) {
 		int rc;
 
-		memcpy(k->stage, f.hdr, PW_HDR_LEN);
 		if (f.hdr[2] == XP_HIGH) {	/* pw_hdr: prio is byte 2 */
 			high = true;
 			k->high_ns = xtime_ns();
 		}
-		if (f.dlen)
-			memcpy(k->stage + PW_HDR_LEN, f.data, f.dlen);
+		/* header and payload straight into the slot; room was counted,
+		 * so -EAGAIN only if the CM thread took a slot meanwhile */
+		rc = shmcm_transmit2(k->sc, 0, 0, f.hdr, PW_HDR_LEN, f.data, f.dlen);
+		if (rc == -EAGAIN) {
+			memcpy(k->stage, f.hdr, PW_HDR_LEN);
+			if (f.dlen)
+				memcpy(k->stage + PW_HDR_LEN, f.data, f.dlen);
+			rc = shmcm_transmit(k->sc, 0, 0, k->stage, PW_HDR_LEN + f.dlen);
+		}
 		/* copied: the user's buffer is free of this frame */
 		pe_frame_done(k->h->e, f.ref);
-		rc = shmcm_transmit(k->sc, 0, 0, k->stage, PW_HDR_LEN + f.dlen);
 		if (rc < 0) {
 			xpl_fail(k, "connection lost");
 			break;

@@ -77,6 +77,11 @@ int shmcm_disconnect(struct shmcm_conn *c);
  * connection is being reset). */
 int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 		   const void *buf, size_t len);
+/* One message of two pieces, a then b, that fits one packet (else
+ * -EMSGSIZE), written straight into a free mailbox slot: no staging copy.
+ * -EAGAIN when no slot is free right now (nothing sent), -ENOTCONN. */
+int shmcm_transmit2(struct shmcm_conn *c, uint32_t src, uint32_t dst, const void *a,
+		    size_t alen, const void *b, size_t blen);
 /* Completion of a message sent with shmcm_send_ref(): 0 when the peer has
  * pulled it, -EREMOTEIO when its pull failed (send it inline; later
  * messages go inline by themselves), -ENOTCONN when the connection went

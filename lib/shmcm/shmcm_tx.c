@@ -387,3 +387,40 @@ out_unlock:
 	shmcm_unlock(&c->tx_lock);
 	return rc;
 }
+
+int shmcm_transmit2(struct shmcm_conn *c, uint32_t src, uint32_t dst, const void *a,
+		    size_t alen, const void *b, size_t blen)
+{
+	uint32_t fsz = c->mtu - SHMCM_UDATA_HLEN, psize;
+	uint16_t cno, msgid;
+	uint8_t *slot;
+	int rc = 0;
+
+	if (alen + blen > fsz)
+		return -EMSGSIZE;
+	if (!shmcm_trylock(&c->tx_lock))
+		return -ENOTCONN;
+	cno = atomic_load_explicit(&c->tx_cno, memory_order_relaxed);
+	pthread_spin_lock(&c->tx_mutex);
+	/* Only straight into a free slot: anything queued goes first, and a
+	 * full ring is the caller's to wait for (it sends whole packets). */
+	slot = c->pq_head ? NULL : mbox_tx_reserve(c->mb);
+	if (!slot) {
+		rc = -EAGAIN;
+		goto out_unlock_mutex;
+	}
+	msgid = c->msgid++;
+	psize = SHMCM_UDATA_HLEN + (uint32_t)(alen + blen);
+	shmcm_encode_udata_hdr(slot, psize, cno, msgid, src, dst, (uint32_t)(alen + blen));
+	memcpy(slot + SHMCM_UDATA_HLEN, a, alen);
+	if (blen)
+		memcpy(slot + SHMCM_UDATA_HLEN + alen, b, blen);
+	mbox_tx_publish(c->mb);
+	c->sent_pkts++;
+	c->sent_bytes += psize;
+	shmcm_publish_tx_stats(c);
+out_unlock_mutex:
+	pthread_spin_unlock(&c->tx_mutex);
+	shmcm_unlock(&c->tx_lock);
+	return rc;
+}
