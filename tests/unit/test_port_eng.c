@@ -626,6 +626,52 @@ static void test_stress_order(void **s)
 	rm(&p);
 }
 
+/* Request/reply: the ACK of the request rides on the reply (PW_ACKS), no
+ * bare ACK frame goes; a one-way stream still gets bare ACKs. */
+static void test_ack_rides_on_reply(void **s)
+{
+	struct pe_opts o = { .send_tokens = 4, .recv_tokens = 4 };
+	struct pair p = mk(2, 64, &o);
+	char req[] = "ping", rep[] = "pong", ba[2][64], bb[2][64];
+	struct pe_frame f;
+	struct pw_hdr h;
+	struct xp_event ev;
+	uint8_t buf[PW_HDR_LEN + 64];
+	char why[200];
+
+	assert_int_equal(pe_port_open(p.a, 8), 0);
+	assert_int_equal(pe_port_open(p.b, 0), 0);
+	assert_int_equal(pe_provide(p.b, 0, bb[0], 4, XP_HIGH), 0);
+	assert_int_equal(pe_provide(p.b, 0, bb[1], 4, XP_HIGH), 0);
+	assert_int_equal(pe_provide(p.a, 8, ba[0], 4, XP_HIGH), 0);
+	assert_int_equal(pe_send(p.a, 8, 1, 0, XP_HIGH, req, 4, cb, (void *)1), 0);
+	assert_int_equal(move(p.a, p.b, 2, 0), 1);
+	assert_int_equal(pe_next_event(p.b, 0, &ev), 1);
+	/* b replies before anything is pulled: one DATA frame carries it all */
+	assert_int_equal(pe_send(p.b, 0, 1, 8, XP_HIGH, rep, 4, cb, (void *)2), 0);
+	assert_int_equal(pe_pull(p.b, 1, 1, &f), 1);
+	assert_int_equal(pw_decode(f.hdr, PW_HDR_LEN + f.dlen, &h), 0);
+	assert_int_equal(h.type, PW_DATA);
+	assert_true(h.flags & PW_ACKS);
+	assert_int_equal(h.aux, 0);	/* the request's seq */
+	memcpy(buf, f.hdr, PW_HDR_LEN);
+	memcpy(buf + PW_HDR_LEN, f.data, f.dlen);
+	pe_frame_done(p.b, f.ref);
+	assert_int_equal(pe_pull(p.b, 1, 1, &f), 0);	/* no bare ACK after it */
+	assert_int_equal(pe_input(p.a, 1, buf, PW_HDR_LEN + 4, 0, why, sizeof(why)), 0);
+	/* the request completed from the ride-along ACK, the reply arrived */
+	assert_int_equal(reap(p.a, 8), 1);
+	assert_ptr_equal(dn[0].ctx, (void *)1);
+	assert_int_equal(dn[0].st, XP_SUCCESS);
+	assert_int_equal(pe_next_event(p.a, 8, &ev), 1);
+	assert_memory_equal(ev.buffer, "pong", 4);
+	/* nothing goes back to b: a has nothing to say, so a bare ACK */
+	assert_int_equal(pe_pull(p.a, 1, 1, &f), 1);
+	assert_int_equal(pw_decode(f.hdr, PW_HDR_LEN, &h), 0);
+	assert_int_equal(h.type, PW_ACK);
+	rm(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -642,6 +688,7 @@ int main(void)
 		cmocka_unit_test(test_protocol_errors),
 		cmocka_unit_test(test_empty_message),
 		cmocka_unit_test(test_stress_order),
+		cmocka_unit_test(test_ack_rides_on_reply),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

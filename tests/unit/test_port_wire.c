@@ -78,6 +78,7 @@ static void test_rejects(void **s)
 	h = ok; h.flags = PW_LAST | PW_SYNC; h.off = 5; assert_int_equal(dec(&h, 5), PW_E_FLAGS);
 	h = ok; h.flags = 0; h.off = 2;	assert_int_equal(dec(&h, 0), PW_E_BOUNDS);	/* empty middle */
 	h = ok; h.aux = 1;		assert_int_equal(dec(&h, 10), PW_E_RSVD);
+	h.flags |= PW_ACKS;		assert_int_equal(dec(&h, 10), 0);	/* a ride-along ACK */
 	h = ok; h.len = 0; h.arg = 4;	assert_int_equal(dec(&h, 0), 0);		/* empty message */
 	h = ok; h.len = 0xffffffffu; h.arg = 31; assert_int_equal(dec(&h, 10), PW_E_SIZE);
 
