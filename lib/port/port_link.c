@@ -540,9 +540,18 @@ static int tx_xrc(struct xp_link *k)
 			struct xrc_sge sg[2];
 			int nsg = 1, rc;
 
+			unsigned fl = XRC_SIGNALED | XRC_MORE;
+
 			memcpy(t->hdr, f.hdr, PW_HDR_LEN);
 			t->ref = f.ref;
-			if (ln->txpool) {
+			if (PW_HDR_LEN + f.dlen <= xrc_max_inline(ln->c)) {
+				/* small (an ACK, a ping): copied into the work
+				 * request itself, no registered copy needed */
+				sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
+				if (f.dlen)
+					sg[nsg++] = (struct xrc_sge){ (void *)f.data, f.dlen, NULL };
+				fl |= XRC_INLINE;
+			} else if (ln->txpool) {
 				uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
 
 				memcpy(b, f.hdr, PW_HDR_LEN);
@@ -556,8 +565,7 @@ static int tx_xrc(struct xp_link *k)
 			}
 			ln->head++;
 			ln->posted++;
-			if ((rc = xrc_post_send(ln->c, sg, nsg, slot,
-						XRC_SIGNALED | XRC_MORE)) < 0) {
+			if ((rc = xrc_post_send(ln->c, sg, nsg, slot, fl)) < 0) {
 				char why[80];
 
 				snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));

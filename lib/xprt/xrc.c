@@ -132,6 +132,7 @@ enum xuri_scheme xrc_scheme(const struct xrc *c) { return c->scheme; }
 const char *xrc_peer(const struct xrc *c) { return c->peer; }
 uint32_t xrc_max_send(const struct xrc *c) { return c->max_send; }
 uint32_t xrc_sq_depth(const struct xrc *c) { return c->sq_depth; }
+uint32_t xrc_max_inline(const struct xrc *c) { return c->max_inline; }
 struct xrc_dom *xrc_domain(struct xrc *c) { return c->ops->domain(c); }
 
 struct xrc_mr *xrc_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,

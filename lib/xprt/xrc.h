@@ -166,6 +166,8 @@ const char *xrc_peer(const struct xrc *c);
 /* Effective limits after negotiation with the peer. */
 uint32_t xrc_max_send(const struct xrc *c);
 uint32_t xrc_sq_depth(const struct xrc *c);
+/* Sends up to this many bytes may be posted with XRC_INLINE. */
+uint32_t xrc_max_inline(const struct xrc *c);
 
 /* --- memory ------------------------------------------------------------ */
 
