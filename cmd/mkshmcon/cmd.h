@@ -3,8 +3,7 @@
 
 #include <stdio.h>
 
-/* Exit status of every xprt tool. */
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+#include "core/cli.h"	/* EXIT_OK, EXIT_FAIL, EXIT_USAGE */
 
 struct cmd {
 	const char *name;
@@ -20,12 +19,12 @@ int cmd_list(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 
 /* Prints "mkshmcon CMD: msg" to stderr and returns EXIT_USAGE. */
-int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define usage_error(cmd, ...) cli_usage_error("mkshmcon", (cmd), __VA_ARGS__)
 void cmd_usage(FILE *f, const char *name);
 /* "shmcm/NAME" (LINX's DB key form) is accepted wherever NAME is. */
 const char *strip_db_prefix(const char *name);
 /* getopt's '?': one line naming the option, EXIT_USAGE. */
-int bad_option(const char *cmd, const char *optstring, char **argv);
+#define bad_option(cmd, optstring, argv) cli_bad_option("mkshmcon", (cmd), (optstring), (argv))
 /* An invalid connection name is a usage error. */
 int check_name(const char *name);
 

@@ -6,7 +6,6 @@
 #include <getopt.h>
 
 #include <libgen.h>
-#include <stdarg.h>
 #include <string.h>
 
 static const struct cmd cmds[] = {
@@ -33,34 +32,6 @@ void cmd_usage(FILE *f, const char *name)
 	}
 	if (!name)
 		fprintf(f, "\nSee mkshmcon(8).\n");
-}
-
-int usage_error(const char *cmd, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "mkshmcon%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
-	if (cmd)
-		fprintf(stderr, "Try 'mkshmcon %s --help'.\n", cmd);
-	return EXIT_USAGE;
-}
-
-int bad_option(const char *cmd, const char *optstring, char **argv)
-{
-	const char *arg = argv[optind - 1];
-
-	if (optopt) {
-		const char *p = strchr(optstring, optopt);
-
-		if (p && p[1] == ':')
-			return usage_error(cmd, "option '%s' needs a value", arg);
-		return usage_error(cmd, "invalid option '-%c'", optopt);
-	}
-	return usage_error(cmd, "invalid option '%s'", arg);
 }
 
 int check_name(const char *name)

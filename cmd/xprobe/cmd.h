@@ -10,8 +10,7 @@
 #include "core/uri.h"
 #include "port/port.h"
 
-/* Exit status of every xprt tool. */
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+#include "core/cli.h"	/* EXIT_OK, EXIT_FAIL, EXIT_USAGE */
 
 /* The default port of xprobe serve when a URI names none. */
 #define XPROBE_DEFAULT_PORT 7471
@@ -28,9 +27,11 @@ int cmd_serve(int argc, char **argv);
 int cmd_ping(int argc, char **argv);
 int cmd_bw(int argc, char **argv);
 
-int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "xprobe CMD: msg" to stderr and returns EXIT_USAGE. */
+#define usage_error(cmd, ...) cli_usage_error("xprobe", (cmd), __VA_ARGS__)
 void cmd_usage(FILE *f, const char *name);
-int bad_option(const char *cmd, const char *optstring, char **argv);
+/* getopt's '?': one line naming the option, EXIT_USAGE. */
+#define bad_option(cmd, optstring, argv) cli_bad_option("xprobe", (cmd), (optstring), (argv))
 /* Prints "xprobe CMD: msg" to stderr; returns EXIT_FAIL. */
 int fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

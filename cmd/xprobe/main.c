@@ -36,20 +36,6 @@ void cmd_usage(FILE *f, const char *name)
 			"ud://HOST:PORT or HOST:PORT (auto)\nSee xprobe(1).\n");
 }
 
-int usage_error(const char *cmd, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "xprobe%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", msg);
-	if (cmd)
-		fprintf(stderr, "Try 'xprobe %s --help'.\n", cmd);
-	return EXIT_USAGE;
-}
-
 int fail(const char *cmd, const char *fmt, ...)
 {
 	char msg[1024];
@@ -60,20 +46,6 @@ int fail(const char *cmd, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "xprobe %s: %s\n", cmd, msg);
 	return EXIT_FAIL;
-}
-
-int bad_option(const char *cmd, const char *optstring, char **argv)
-{
-	const char *arg = argv[optind - 1];
-
-	if (optopt) {
-		const char *p = strchr(optstring, optopt);
-
-		if (p && p[1] == ':')
-			return usage_error(cmd, "option '%s' needs a value", arg);
-		return usage_error(cmd, "invalid option '-%c'", optopt);
-	}
-	return usage_error(cmd, "invalid option '%s'", arg);
 }
 
 int parse_target(const char *cmd, const char *arg, bool verbose, struct xuri *u)

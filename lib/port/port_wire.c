@@ -1,19 +1,6 @@
 /* Frame header codec (port_wire.h): explicit big-endian, every field checked. */
 #include "port/port_wire.h"
-
-static void put16(uint8_t *b, uint16_t v) { b[0] = (uint8_t)(v >> 8); b[1] = (uint8_t)v; }
-static void put32(uint8_t *b, uint32_t v)
-{
-	b[0] = (uint8_t)(v >> 24);
-	b[1] = (uint8_t)(v >> 16);
-	b[2] = (uint8_t)(v >> 8);
-	b[3] = (uint8_t)v;
-}
-static uint16_t get16(const uint8_t *b) { return (uint16_t)(b[0] << 8 | b[1]); }
-static uint32_t get32(const uint8_t *b)
-{
-	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-}
+#include "core/bytes.h"
 
 unsigned pw_size_for_len(uint64_t len)
 {
@@ -30,12 +17,12 @@ void pw_encode(uint8_t *b, const struct pw_hdr *h)
 	b[1] = h->flags;
 	b[2] = h->prio;
 	b[3] = h->arg;
-	put16(b + 4, h->src_port);
-	put16(b + 6, h->dst_port);
-	put32(b + 8, h->seq);
-	put32(b + 12, h->len);
-	put32(b + 16, h->off);
-	put32(b + 20, h->aux);
+	put_be16(b + 4, h->src_port);
+	put_be16(b + 6, h->dst_port);
+	put_be32(b + 8, h->seq);
+	put_be32(b + 12, h->len);
+	put_be32(b + 16, h->off);
+	put_be32(b + 20, h->aux);
 }
 
 static int check_data(const struct pw_hdr *h, uint64_t plen)
@@ -70,12 +57,12 @@ int pw_decode(const uint8_t *b, size_t flen, struct pw_hdr *h)
 	h->flags = b[1];
 	h->prio = b[2];
 	h->arg = b[3];
-	h->src_port = get16(b + 4);
-	h->dst_port = get16(b + 6);
-	h->seq = get32(b + 8);
-	h->len = get32(b + 12);
-	h->off = get32(b + 16);
-	h->aux = get32(b + 20);
+	h->src_port = get_be16(b + 4);
+	h->dst_port = get_be16(b + 6);
+	h->seq = get_be32(b + 8);
+	h->len = get_be32(b + 12);
+	h->off = get_be32(b + 16);
+	h->aux = get_be32(b + 20);
 
 	if (h->type < PW_DATA || h->type > PW_HELLO)
 		return PW_E_TYPE;

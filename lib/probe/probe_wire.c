@@ -1,44 +1,24 @@
 #include <errno.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "probe/probe_wire.h"
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, v >> 32);
-	put32(p + 4, (uint32_t)v);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
 
 /* magic(4) version(1) type(1) service(1) prio(1) size(4) window(4) status(4)
  * max_size(4) msgs(8) bytes(8) = 40 */
 void probe_ctl_encode(const struct probe_ctl *c, uint8_t out[PROBE_CTL_LEN])
 {
-	put32(out, PROBE_CTL_MAGIC);
+	put_be32(out, PROBE_CTL_MAGIC);
 	out[4] = PROBE_VERSION;
 	out[5] = c->type;
 	out[6] = c->service;
 	out[7] = c->prio;
-	put32(out + 8, c->size);
-	put32(out + 12, c->window);
-	put32(out + 16, c->status);
-	put32(out + 20, c->max_size);
-	put64(out + 24, c->msgs);
-	put64(out + 32, c->bytes);
+	put_be32(out + 8, c->size);
+	put_be32(out + 12, c->window);
+	put_be32(out + 16, c->status);
+	put_be32(out + 20, c->max_size);
+	put_be64(out + 24, c->msgs);
+	put_be64(out + 32, c->bytes);
 }
 
 int probe_ctl_decode(const void *buf, size_t len, struct probe_ctl *c)
@@ -47,7 +27,7 @@ int probe_ctl_decode(const void *buf, size_t len, struct probe_ctl *c)
 
 	if (len != PROBE_CTL_LEN)
 		return -EMSGSIZE;
-	if (get32(p) != PROBE_CTL_MAGIC || p[4] != PROBE_VERSION)
+	if (get_be32(p) != PROBE_CTL_MAGIC || p[4] != PROBE_VERSION)
 		return -EPROTO;
 	if (p[5] < PROBE_SETUP_REQ || p[5] > PROBE_STATS_REP)
 		return -EPROTO;
@@ -58,12 +38,12 @@ int probe_ctl_decode(const void *buf, size_t len, struct probe_ctl *c)
 	c->type = p[5];
 	c->service = p[6];
 	c->prio = p[7];
-	c->size = get32(p + 8);
-	c->window = get32(p + 12);
-	c->status = get32(p + 16);
-	c->max_size = get32(p + 20);
-	c->msgs = get64(p + 24);
-	c->bytes = get64(p + 32);
+	c->size = get_be32(p + 8);
+	c->window = get_be32(p + 12);
+	c->status = get_be32(p + 16);
+	c->max_size = get_be32(p + 20);
+	c->msgs = get_be64(p + 24);
+	c->bytes = get_be64(p + 32);
 	return 0;
 }
 
@@ -71,16 +51,16 @@ int probe_ctl_decode(const void *buf, size_t len, struct probe_ctl *c)
  * [STATS_REP: pkts(8) bytes(8) span_ns(8)] */
 void probe_dg_encode(const struct probe_dg *d, uint8_t *out)
 {
-	put32(out, PROBE_DG_MAGIC);
+	put_be32(out, PROBE_DG_MAGIC);
 	out[4] = PROBE_VERSION;
 	out[5] = d->type;
 	out[6] = out[7] = 0;
-	put32(out + 8, d->session);
-	put32(out + 12, d->seq);
+	put_be32(out + 8, d->session);
+	put_be32(out + 12, d->seq);
 	if (d->type == PROBE_DG_STATS_REP) {
-		put64(out + 16, d->pkts);
-		put64(out + 24, d->bytes);
-		put64(out + 32, d->span_ns);
+		put_be64(out + 16, d->pkts);
+		put_be64(out + 24, d->bytes);
+		put_be64(out + 32, d->span_ns);
 	}
 }
 
@@ -90,20 +70,20 @@ int probe_dg_decode(const void *buf, size_t len, struct probe_dg *d)
 
 	if (len < PROBE_DG_HDR)
 		return -EMSGSIZE;
-	if (get32(p) != PROBE_DG_MAGIC || p[4] != PROBE_VERSION)
+	if (get_be32(p) != PROBE_DG_MAGIC || p[4] != PROBE_VERSION)
 		return -EPROTO;
 	if (p[5] < PROBE_DG_PING || p[5] > PROBE_DG_STATS_REP)
 		return -EPROTO;
 	memset(d, 0, sizeof(*d));
 	d->type = p[5];
-	d->session = get32(p + 8);
-	d->seq = get32(p + 12);
+	d->session = get_be32(p + 8);
+	d->seq = get_be32(p + 12);
 	if (d->type == PROBE_DG_STATS_REP) {
 		if (len < PROBE_DG_STATS_LEN)
 			return -EMSGSIZE;
-		d->pkts = get64(p + 16);
-		d->bytes = get64(p + 24);
-		d->span_ns = get64(p + 32);
+		d->pkts = get_be64(p + 16);
+		d->bytes = get_be64(p + 24);
+		d->span_ns = get_be64(p + 32);
 	}
 	return 0;
 }

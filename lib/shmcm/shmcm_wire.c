@@ -1,40 +1,8 @@
 #include "shmcm/shmcm_wire.h"
 
-#include <endian.h>
 #include <string.h>
 
-static inline uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return be32toh(v);
-}
-
-static inline uint16_t get16(const uint8_t *p)
-{
-	uint16_t v;
-	memcpy(&v, p, 2);
-	return be16toh(v);
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return be64toh(v);
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-	v = htobe32(v);
-	memcpy(p, &v, 4);
-}
-
-static inline void put16(uint8_t *p, uint16_t v)
-{
-	v = htobe16(v);
-	memcpy(p, &v, 2);
-}
+#include "core/bytes.h"
 
 int shmcm_decode(const void *buf, size_t len, uint32_t mru, struct shmcm_pkt *p)
 {
@@ -42,8 +10,8 @@ int shmcm_decode(const void *buf, size_t len, uint32_t mru, struct shmcm_pkt *p)
 
 	if (len < SHMCM_MHDR_LEN)
 		return SHMCM_ETRUNC;
-	p->type = get32(b);
-	p->size = get32(b + 4);
+	p->type = get_be32(b);
+	p->size = get_be32(b + 4);
 	/* LINX allocates mhdr.size bytes straight from shared memory; we
 	 * bound it by what is readable and by what we agreed to receive. */
 	if (p->size > mru)
@@ -55,9 +23,9 @@ int shmcm_decode(const void *buf, size_t len, uint32_t mru, struct shmcm_pkt *p)
 	case SHMCM_CON_PKT:
 		if (p->size != SHMCM_CON_LEN)
 			return SHMCM_ESIZE;
-		p->con.type = get32(b + 8);
-		p->con.cno = get16(b + 12);
-		p->con.spare = get16(b + 14);
+		p->con.type = get_be32(b + 8);
+		p->con.cno = get_be16(b + 12);
+		p->con.spare = get_be16(b + 14);
 		if (p->con.type < SHMCM_CON_REQ || p->con.type > SHMCM_CON_ALV)
 			return SHMCM_ETYPE;
 		p->data = NULL;
@@ -66,12 +34,12 @@ int shmcm_decode(const void *buf, size_t len, uint32_t mru, struct shmcm_pkt *p)
 	case SHMCM_UDATA_1_PKT:
 		if (p->size < SHMCM_UDATA_HLEN)
 			return SHMCM_ESIZE;
-		p->u.cno = get16(b + 8);
-		p->u.msgid = get16(b + 10);
-		p->u.src = get32(b + 12);
-		p->u.dst = get32(b + 16);
-		p->u.size = get32(b + 20);
-		p->u.addr = get64(b + 24);
+		p->u.cno = get_be16(b + 8);
+		p->u.msgid = get_be16(b + 10);
+		p->u.src = get_be32(b + 12);
+		p->u.dst = get_be32(b + 16);
+		p->u.size = get_be32(b + 20);
+		p->u.addr = get_be64(b + 24);
 		p->data = b + SHMCM_UDATA_HLEN;
 		p->data_len = p->size - SHMCM_UDATA_HLEN;
 		if (p->data_len > p->u.size)
@@ -99,11 +67,11 @@ size_t shmcm_encode_con(void *buf, uint32_t con_type, uint16_t cno)
 {
 	uint8_t *b = buf;
 
-	put32(b, SHMCM_CON_PKT);
-	put32(b + 4, SHMCM_CON_LEN);
-	put32(b + 8, con_type);
-	put16(b + 12, cno);
-	put16(b + 14, 0);
+	put_be32(b, SHMCM_CON_PKT);
+	put_be32(b + 4, SHMCM_CON_LEN);
+	put_be32(b + 8, con_type);
+	put_be16(b + 12, cno);
+	put_be16(b + 14, 0);
 	return SHMCM_CON_LEN;
 }
 
@@ -113,13 +81,13 @@ size_t shmcm_encode_udata_hdr(void *buf, uint32_t pkt_size, uint16_t cno,
 {
 	uint8_t *b = buf;
 
-	put32(b, SHMCM_UDATA_1_PKT);
-	put32(b + 4, pkt_size);
-	put16(b + 8, cno);
-	put16(b + 10, msgid);
-	put32(b + 12, src);
-	put32(b + 16, dst);
-	put32(b + 20, msg_size);
+	put_be32(b, SHMCM_UDATA_1_PKT);
+	put_be32(b + 4, pkt_size);
+	put_be16(b + 8, cno);
+	put_be16(b + 10, msgid);
+	put_be32(b + 12, src);
+	put_be32(b + 16, dst);
+	put_be32(b + 20, msg_size);
 	memset(b + 24, 0, 8);
 	return SHMCM_UDATA_HLEN;
 }
@@ -130,8 +98,7 @@ size_t shmcm_encode_udata_ref(void *buf, uint16_t cno, uint16_t msgid, uint32_t 
 	uint8_t *b = buf;
 
 	shmcm_encode_udata_hdr(buf, SHMCM_UDATA_HLEN, cno, msgid, src, dst, msg_size);
-	addr = htobe64(addr);
-	memcpy(b + 24, &addr, 8);
+	put_be64(b + 24, addr);
 	return SHMCM_UDATA_HLEN;
 }
 

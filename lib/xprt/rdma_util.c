@@ -172,6 +172,111 @@ int xrdma_set_nonblock(int fd)
 	return 0;
 }
 
+int xrdma_prepare(const struct xuri *u, bool passive, struct sockaddr_storage *ss,
+		  char *us, size_t uslen, char *err, size_t errlen)
+{
+	int rc = xrdma_check(u, err, errlen);
+
+	if (rc)
+		return rc;
+	xrdma_uri_str(u, us, uslen);
+	rc = xrdma_sockaddr(u, passive, ss, err, errlen);
+	if (rc)
+		errno = -rc;
+	return rc;
+}
+
+struct rdma_event_channel *xrdma_channel_create(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	int rc;
+
+	if (!ch)
+		return NULL;
+	rc = xrdma_set_nonblock(ch->fd);
+	if (rc) {
+		rdma_destroy_event_channel(ch);
+		errno = -rc;
+		return NULL;
+	}
+	return ch;
+}
+
+int xrdma_cm_create(struct rdma_event_channel **ech, struct rdma_cm_id **id, void *context,
+		    enum rdma_port_space ps, const char **failed)
+{
+	int rc;
+
+	*id = NULL;
+	*ech = rdma_create_event_channel();
+	if (!*ech) {
+		*failed = "rdma_create_event_channel";
+		return -(errno ? errno : ENOMEM);
+	}
+	*failed = "rdma_create_id";
+	rc = xrdma_set_nonblock((*ech)->fd);
+	if (!rc && rdma_create_id(*ech, id, context, ps))
+		rc = -(errno ? errno : ENOMEM);
+	if (rc) {
+		rdma_destroy_event_channel(*ech);
+		*ech = NULL;
+		*id = NULL;
+	}
+	return rc;
+}
+
+void xrdma_cm_destroy(struct rdma_cm_id *id, struct rdma_event_channel *ech)
+{
+	if (id)
+		rdma_destroy_id(id);
+	if (ech)
+		rdma_destroy_event_channel(ech);
+}
+
+int xrdma_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
+		    struct ibv_comp_channel **cch, struct ibv_cq **cq, const char **failed)
+{
+	int rc;
+
+	*cq = NULL;
+	*failed = "ibv_create_comp_channel";
+	*cch = ibv_create_comp_channel(ctx);
+	if (!*cch)
+		return -(errno ? errno : ENOMEM);
+	rc = xrdma_set_nonblock((*cch)->fd);
+	if (rc)
+		goto destroy_channel;
+	*failed = "ibv_create_cq";
+	*cq = ibv_create_cq(ctx, cqe, cq_context, *cch, 0);
+	if (!*cq) {
+		rc = -(errno ? errno : ENOMEM);
+		goto destroy_channel;
+	}
+	if (ibv_req_notify_cq(*cq, 0)) {
+		rc = -(errno ? errno : EIO);
+		goto destroy_cq;
+	}
+	return 0;
+
+destroy_cq:
+	ibv_destroy_cq(*cq);
+	*cq = NULL;
+destroy_channel:
+	ibv_destroy_comp_channel(*cch);
+	*cch = NULL;
+	return rc;
+}
+
+void xrdma_cq_destroy(struct ibv_cq *cq, struct ibv_comp_channel *cch)
+{
+	if (cq) {
+		xrdma_cq_drain_events(cch);
+		ibv_destroy_cq(cq);
+	}
+	if (cch)
+		ibv_destroy_comp_channel(cch);
+}
+
 int xrdma_next_event(struct rdma_event_channel *ch, uint64_t deadline_ns,
 		     struct rdma_cm_event **ev)
 {

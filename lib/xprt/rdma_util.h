@@ -49,6 +49,31 @@ int xrdma_ms_left(uint64_t deadline_ns);	/* >= 0 */
 
 int xrdma_set_nonblock(int fd);
 
+/* xrdma_check(), then "scheme://host:port" of u into us (for messages) and
+ * its address into ss.  0, or -errno with errno set and err filled. */
+int xrdma_prepare(const struct xuri *u, bool passive, struct sockaddr_storage *ss,
+		  char *us, size_t uslen, char *err, size_t errlen);
+
+/* A CM event channel, non-blocking: NULL with errno set on failure. */
+struct rdma_event_channel *xrdma_channel_create(void);
+/* A non-blocking CM event channel and an id on it.  0, or -errno with
+ * *failed naming what failed ("rdma_create_event_channel", or
+ * "rdma_create_id" for the rest), nothing left behind and both NULL. */
+int xrdma_cm_create(struct rdma_event_channel **ech, struct rdma_cm_id **id, void *context,
+		    enum rdma_port_space ps, const char **failed);
+/* Destroys the id, then its channel; NULLs ok.  Every event read must have
+ * been acknowledged, or this blocks. */
+void xrdma_cm_destroy(struct rdma_cm_id *id, struct rdma_event_channel *ech);
+
+/* A non-blocking completion channel and one CQ of cqe entries on it, armed.
+ * 0, or -errno with *failed naming what failed ("ibv_create_comp_channel",
+ * or "ibv_create_cq" for the CQ and its arming), nothing left behind and
+ * both NULL. */
+int xrdma_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
+		    struct ibv_comp_channel **cch, struct ibv_cq **cq, const char **failed);
+/* Acknowledges pending events, destroys the CQ, then the channel; NULLs ok. */
+void xrdma_cq_destroy(struct ibv_cq *cq, struct ibv_comp_channel *cch);
+
 /* Waits for the next event on a non-blocking channel until the deadline.
  * 0 and *ev, or -ETIMEDOUT / -errno. */
 int xrdma_next_event(struct rdma_event_channel *ch, uint64_t deadline_ns,

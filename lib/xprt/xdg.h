@@ -81,12 +81,13 @@ struct xdg_wc {
 	struct xdg_addr *src;	/* RECV: the sender, usable with xdg_send() */
 };
 /* Lifetime of wc.src: owned by the endpoint, never freed before
- * xdg_close().  udp: senders live in a cache bounded to 4096 entries; when a
- * new sender arrives at a full cache, the entry of the least recently seen
- * sender is reused for it, so a wc.src names the same sender until 4096
- * other senders have been heard from since it was last seen.  To keep a
- * peer for longer, xdg_resolve() it: resolved addresses are never reused
- * (and a sender that was resolved comes back as that same pointer). */
+ * xdg_close().  udp and ud: senders live in a cache bounded to 4096 entries;
+ * when a new sender arrives at a full cache, the entry of the least recently
+ * seen sender is reused for it, so a wc.src names the same sender until 4096
+ * other senders have been heard from since it was last seen (ud: or longer,
+ * while a send to it is in flight).  To keep a peer for longer,
+ * xdg_resolve() it: resolved addresses are never reused (and a sender that
+ * was resolved comes back as that same pointer). */
 /* Progress and completions; never blocks.  n or fewer, 0 if none. */
 int xdg_poll(struct xdg *d, struct xdg_wc *wc, int n);
 int xdg_fd(const struct xdg *d);

@@ -3,6 +3,8 @@
 #ifndef XPRT_XDG_PRI_H
 #define XPRT_XDG_PRI_H
 
+#include <stddef.h>
+
 #include "xprt/xdg.h"
 
 struct xdg_ops {
@@ -28,6 +30,51 @@ struct xdg {
 struct xdg_addr {
 	char str[80];
 };
+
+/* The LRU list of both backends' sender caches (xdg.h, lifetime of
+ * wc.src): intrusive, most recently seen first; an entry embeds a node and
+ * is found from it with XDG_LRU_ENTRY. */
+struct xdg_lru_node {
+	struct xdg_lru_node *prev, *next;
+};
+struct xdg_lru {
+	struct xdg_lru_node *head, *tail;
+};
+#define XDG_LRU_ENTRY(node, type, member) \
+	((type *)(void *)((char *)(node) - offsetof(type, member)))
+
+static inline void xdg_lru_unlink(struct xdg_lru *l, struct xdg_lru_node *n)
+{
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		l->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		l->tail = n->prev;
+	n->prev = n->next = NULL;
+}
+
+static inline void xdg_lru_front(struct xdg_lru *l, struct xdg_lru_node *n)
+{
+	n->prev = NULL;
+	n->next = l->head;
+	if (l->head)
+		l->head->prev = n;
+	l->head = n;
+	if (!l->tail)
+		l->tail = n;
+}
+
+/* n was just seen: to the front. */
+static inline void xdg_lru_touch(struct xdg_lru *l, struct xdg_lru_node *n)
+{
+	if (l->head != n) {
+		xdg_lru_unlink(l, n);
+		xdg_lru_front(l, n);
+	}
+}
 
 /* Defaults for zero fields of xdg_opts (xdg.c). */
 void xdg_opts_fill(struct xdg_opts *dst, const struct xdg_opts *src);

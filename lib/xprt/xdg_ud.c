@@ -22,7 +22,13 @@
  * Sources of received datagrams become address handles made from the work
  * completion (ibv_init_ah_from_wc), cached by (GID, QPN) together with the
  * resolved peers: a reply to wc.src and a send to the resolved address are
- * the same object.
+ * the same object.  As on udp:// (xdg.h), senders are kept on an LRU list
+ * bounded at SRC_MAX entries: a new sender at a full cache takes over the
+ * entry of the least recently seen one, whose address handle is destroyed
+ * (a long-running server would otherwise keep one per client QP it ever
+ * heard from).  An entry that a send still in flight uses is passed over,
+ * since the send queue may look its address handle up after posting (rxe
+ * does).  Resolved peers are pinned: never reused.
  *
  * Send queue: payloads up to the inline limit go inline; bigger ones are
  * copied into a registered tx ring slot (XDG_ZCOPY is accepted and treated
@@ -40,14 +46,18 @@
 
 #define GRH_LEN 40
 #define RX_BIT (1ull << 63)
-#define NBUCKET 256
+#define SRC_MAX 4096u	/* unpinned sender entries kept (xdg.h) */
+#define NBUCKET 4096
 
 struct udaddr {
 	struct xdg_addr base;
 	struct ibv_ah *ah;
 	uint32_t qpn, qkey;
 	union ibv_gid gid;
-	struct udaddr *next;
+	bool pinned;		/* from xdg_resolve(): never reused */
+	uint64_t tx_last;	/* send sequence + 1 of the last send to it */
+	struct udaddr *next;	/* hash chain */
+	struct xdg_lru_node lru;	/* on the endpoint's list while unpinned */
 };
 
 struct udname {
@@ -85,6 +95,8 @@ struct udep {
 	uint64_t tx_head, tx_tail;
 	uint32_t unsig, sig_every;
 	struct udaddr *bucket[NBUCKET];
+	struct xdg_lru lru;	/* unpinned senders, most recent first */
+	uint32_t nsrc;		/* entries on it */
 	struct udname *names;
 };
 
@@ -98,33 +110,75 @@ static unsigned addr_hash(const union ibv_gid *g, uint32_t qpn)
 	return h % NBUCKET;
 }
 
-/* The cached address for (gid, qpn), made from ah_attr when new. */
+static void hash_unlink(struct udep *d, struct udaddr *a)
+{
+	struct udaddr **pp = &d->bucket[addr_hash(&a->gid, a->qpn)];
+
+	while (*pp && *pp != a)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = a->next;
+}
+
+/* The least recently seen sender that no send in flight uses, or NULL;
+ * at most tx_depth entries are passed over. */
+static struct udaddr *lru_victim(const struct udep *d)
+{
+	for (struct xdg_lru_node *n = d->lru.tail; n; n = n->prev) {
+		struct udaddr *a = XDG_LRU_ENTRY(n, struct udaddr, lru);
+
+		if (a->tx_last <= d->tx_tail)
+			return a;
+	}
+	return NULL;
+}
+
+/* The cached address for (gid, qpn), made from ah_attr when new (taking
+ * over the least recently seen sender's entry when the cache is full);
+ * NULL with errno set when the address handle or memory fails. */
 static struct udaddr *addr_get(struct udep *d, struct ibv_ah_attr *attr, uint32_t qpn,
 			       uint32_t qkey)
 {
 	const union ibv_gid *g = &attr->grh.dgid;
 	unsigned h = addr_hash(g, qpn);
 	struct udaddr *a;
+	struct ibv_ah *ah;
 	char gs[INET6_ADDRSTRLEN];
 
 	for (a = d->bucket[h]; a; a = a->next)
-		if (a->qpn == qpn && !memcmp(&a->gid, g, sizeof(*g)))
+		if (a->qpn == qpn && !memcmp(&a->gid, g, sizeof(*g))) {
+			if (!a->pinned)
+				xdg_lru_touch(&d->lru, &a->lru);
 			return a;
-	a = calloc(1, sizeof(*a));
-	if (!a)
+		}
+	/* made first, so that a failure leaves the cache as it was */
+	ah = ibv_create_ah(d->pd->pd, attr);
+	if (!ah)
 		return NULL;
-	a->ah = ibv_create_ah(d->pd->pd, attr);
-	if (!a->ah) {
-		free(a);
-		return NULL;
+	if (d->nsrc >= SRC_MAX && (a = lru_victim(d))) {
+		xdg_lru_unlink(&d->lru, &a->lru);
+		hash_unlink(d, a);
+		ibv_destroy_ah(a->ah);
+	} else {
+		a = calloc(1, sizeof(*a));
+		if (!a) {
+			ibv_destroy_ah(ah);
+			errno = ENOMEM;
+			return NULL;
+		}
+		d->nsrc++;
 	}
+	a->ah = ah;
 	a->qpn = qpn;
 	a->qkey = qkey;
 	a->gid = *g;
+	a->pinned = false;
+	a->tx_last = 0;
 	inet_ntop(AF_INET6, g->raw, gs, sizeof(gs));
 	snprintf(a->base.str, sizeof(a->base.str), "%s/%u", gs, qpn);
 	a->next = d->bucket[h];
 	d->bucket[h] = a;
+	xdg_lru_front(&d->lru, &a->lru);
 	return a;
 }
 
@@ -180,17 +234,9 @@ static void ud_close(struct xdg *xd)
 		ibv_dereg_mr(d->rxmr);
 	if (d->txmr)
 		ibv_dereg_mr(d->txmr);
-	if (d->cq) {
-		xrdma_cq_drain_events(d->cch);
-		ibv_destroy_cq(d->cq);
-	}
-	if (d->cch)
-		ibv_destroy_comp_channel(d->cch);
+	xrdma_cq_destroy(d->cq, d->cch);
 	xrdma_waker_fini(&d->wk);
-	if (d->id)
-		rdma_destroy_id(d->id);
-	if (d->ech)
-		rdma_destroy_event_channel(d->ech);
+	xrdma_cm_destroy(d->id, d->ech);
 	xrdma_pd_put(d->pd);
 	free(d->rxbuf);
 	free(d->txbuf);
@@ -258,14 +304,8 @@ static struct xdg *ud_open(const struct xuri *u, const struct xdg_opts *o, char 
 	uint32_t active;
 	int rc;
 
-	if (xrdma_check(u, err, errlen))
+	if (xrdma_prepare(u, true, &ss, us, sizeof(us), err, errlen))
 		return NULL;
-	xrdma_uri_str(u, us, sizeof(us));
-	rc = xrdma_sockaddr(u, true, &ss, err, errlen);
-	if (rc) {
-		errno = -rc;
-		return NULL;
-	}
 	d = calloc(1, sizeof(*d));
 	if (!d) {
 		snprintf(err, errlen, "%s: out of memory", us);
@@ -278,15 +318,8 @@ static struct xdg *ud_open(const struct xuri *u, const struct xdg_opts *o, char 
 	d->qkey = o->qkey ? o->qkey : RDMA_UDP_QKEY;
 	d->wk.ep = d->wk.more = -1;
 
-	step = "rdma_create_event_channel";
-	d->ech = rdma_create_event_channel();
-	if (!d->ech)
-		goto fail_errno;
-	if ((rc = xrdma_set_nonblock(d->ech->fd)))
+	if ((rc = xrdma_cm_create(&d->ech, &d->id, d, RDMA_PS_UDP, &step)))
 		goto fail;
-	step = "rdma_create_id";
-	if (rdma_create_id(d->ech, &d->id, d, RDMA_PS_UDP))
-		goto fail_errno;
 	step = "bind";
 	if (rdma_bind_addr(d->id, (struct sockaddr *)&ss))
 		goto fail_errno;
@@ -311,16 +344,9 @@ static struct xdg *ud_open(const struct xuri *u, const struct xdg_opts *o, char 
 		rc = -errno;
 		goto fail_msg;
 	}
-	step = "ibv_create_comp_channel";
-	d->cch = ibv_create_comp_channel(d->ctx);
-	if (!d->cch)
-		goto fail_errno;
-	if ((rc = xrdma_set_nonblock(d->cch->fd)))
+	if ((rc = xrdma_cq_create(d->ctx, (int)(o->rx_depth + o->tx_depth + 1), d, &d->cch, &d->cq,
+				  &step)))
 		goto fail;
-	step = "ibv_create_cq";
-	d->cq = ibv_create_cq(d->ctx, (int)(o->rx_depth + o->tx_depth + 1), d, d->cch, 0);
-	if (!d->cq || ibv_req_notify_cq(d->cq, 0))
-		goto fail_errno;
 	memset(&qa, 0, sizeof(qa));
 	qa.send_cq = qa.recv_cq = d->cq;
 	qa.qp_type = IBV_QPT_UD;
@@ -388,12 +414,13 @@ static struct xdg_addr *ud_resolve(struct xdg *xd, const struct xuri *peer, char
 	struct udep *d = (struct udep *)xd;
 	uint64_t deadline = xrdma_now_ns() + d->o.timeout_ns;
 	struct rdma_event_channel *ch;
-	struct rdma_cm_id *id = NULL;
+	struct rdma_cm_id *id;
 	struct rdma_conn_param cp;
 	struct rdma_cm_event *ev = NULL;
 	struct sockaddr_storage dst;
 	struct udname *n;
 	struct udaddr *a = NULL;
+	const char *failed;
 	char us[300];
 	int rc;
 
@@ -406,11 +433,11 @@ static struct xdg_addr *ud_resolve(struct xdg *xd, const struct xuri *peer, char
 		errno = -rc;
 		return NULL;
 	}
-	ch = rdma_create_event_channel();
-	if (!ch || xrdma_set_nonblock(ch->fd) || rdma_create_id(ch, &id, NULL, RDMA_PS_UDP)) {
-		rc = -(errno ? errno : ENOMEM);
+	rc = xrdma_cm_create(&ch, &id, NULL, RDMA_PS_UDP, &failed);
+	if (rc) {
 		snprintf(err, errlen, "%s: rdma_create_id: %s", us, strerror(-rc));
-		goto destroy_channel;
+		errno = -rc;
+		return NULL;
 	}
 	rc = xrdma_resolve(id, NULL, (struct sockaddr *)&dst, deadline, us, err, errlen);
 	if (rc)
@@ -475,6 +502,11 @@ static struct xdg_addr *ud_resolve(struct xdg *xd, const struct xuri *peer, char
 		a = NULL;
 		goto ack_event;
 	}
+	if (!a->pinned) {	/* resolved addresses are never reused (xdg.h) */
+		xdg_lru_unlink(&d->lru, &a->lru);
+		d->nsrc--;
+		a->pinned = true;
+	}
 	n->u = *peer;
 	n->a = a;
 	n->next = d->names;
@@ -482,10 +514,7 @@ static struct xdg_addr *ud_resolve(struct xdg *xd, const struct xuri *peer, char
 ack_event:
 	rdma_ack_cm_event(ev);
 destroy_id:
-	rdma_destroy_id(id);
-destroy_channel:
-	if (ch)
-		rdma_destroy_event_channel(ch);
+	xrdma_cm_destroy(id, ch);
 	if (!a)
 		errno = -rc;
 	return a ? &a->base : NULL;
@@ -554,6 +583,8 @@ static int ud_send_batch(struct xdg *xd, const struct xdg_msg *m, int n, unsigne
 		d->unsig = unsig;	/* requests since the last signaled one */
 		d->tx_head = first + (uint64_t)k;
 		for (int i = 0; i < k; i++) {
+			/* in use until this send completes (lru_victim) */
+			((struct udaddr *)m[done + i].to)->tx_last = first + (uint64_t)i + 1;
 			d->base.stats.tx_pkts++;
 			d->base.stats.tx_bytes += m[done + i].len;
 		}

@@ -50,7 +50,7 @@ struct udp_addr {
 	socklen_t sl;
 	bool pinned;			/* from xdg_resolve(): never recycled */
 	struct udp_addr *hnext;
-	struct udp_addr *prev, *next;	/* LRU list, most recent first (unpinned) */
+	struct xdg_lru_node lru;	/* on the endpoint's list while unpinned */
 };
 
 struct udp_ep {
@@ -67,7 +67,7 @@ struct udp_ep {
 	uint64_t *txc;			/* signaled sends waiting for xdg_poll() */
 	uint32_t txc_head, txc_tail;
 	struct udp_addr *hash[HASH_SIZE];
-	struct udp_addr *lru_head, *lru_tail;
+	struct xdg_lru lru;		/* unpinned senders, most recent first */
 	uint32_t nsrc;
 };
 
@@ -120,30 +120,6 @@ static void addr_fmt(struct udp_addr *a)
 			 h, p);
 }
 
-static void lru_unlink(struct udp_ep *e, struct udp_addr *a)
-{
-	if (a->prev)
-		a->prev->next = a->next;
-	else
-		e->lru_head = a->next;
-	if (a->next)
-		a->next->prev = a->prev;
-	else
-		e->lru_tail = a->prev;
-	a->prev = a->next = NULL;
-}
-
-static void lru_front(struct udp_ep *e, struct udp_addr *a)
-{
-	a->prev = NULL;
-	a->next = e->lru_head;
-	if (e->lru_head)
-		e->lru_head->prev = a;
-	e->lru_head = a;
-	if (!e->lru_tail)
-		e->lru_tail = a;
-}
-
 static void hash_unlink(struct udp_ep *e, struct udp_addr *a)
 {
 	struct udp_addr **pp = &e->hash[key_hash(&a->key)];
@@ -166,15 +142,13 @@ static struct udp_addr *addr_get(struct udp_ep *e, const struct sockaddr *sa, so
 	h = key_hash(&k);
 	for (a = e->hash[h]; a; a = a->hnext)
 		if (!memcmp(&a->key, &k, sizeof(k))) {
-			if (!a->pinned && a != e->lru_head) {
-				lru_unlink(e, a);
-				lru_front(e, a);
-			}
+			if (!a->pinned)
+				xdg_lru_touch(&e->lru, &a->lru);
 			return a;
 		}
-	if (e->nsrc >= SRC_MAX && e->lru_tail) {
-		a = e->lru_tail;
-		lru_unlink(e, a);
+	if (e->nsrc >= SRC_MAX && e->lru.tail) {
+		a = XDG_LRU_ENTRY(e->lru.tail, struct udp_addr, lru);
+		xdg_lru_unlink(&e->lru, &a->lru);
 		hash_unlink(e, a);
 	} else {
 		if (!(a = calloc(1, sizeof(*a))))
@@ -188,7 +162,7 @@ static struct udp_addr *addr_get(struct udp_ep *e, const struct sockaddr *sa, so
 	addr_fmt(a);
 	a->hnext = e->hash[h];
 	e->hash[h] = a;
-	lru_front(e, a);
+	xdg_lru_front(&e->lru, &a->lru);
 	return a;
 }
 
@@ -218,7 +192,7 @@ static struct xdg_addr *udp_resolve(struct xdg *d, const struct xuri *peer, char
 		return NULL;
 	}
 	if (!a->pinned) {
-		lru_unlink(e, a);
+		xdg_lru_unlink(&e->lru, &a->lru);
 		e->nsrc--;
 		a->pinned = true;
 	}

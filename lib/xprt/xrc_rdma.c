@@ -179,18 +179,10 @@ static void conn_free(struct rconn *c)
 		rdma_disconnect(c->id);
 	if (c->qp)
 		rdma_destroy_qp(c->id);
-	if (c->cq) {
-		xrdma_cq_drain_events(c->cch);
-		ibv_destroy_cq(c->cq);
-	}
-	if (c->cch)
-		ibv_destroy_comp_channel(c->cch);
+	xrdma_cq_destroy(c->cq, c->cch);
 	xrdma_waker_fini(&c->wk);
 	/* every CM event was acknowledged when read, so this does not block */
-	if (c->id)
-		rdma_destroy_id(c->id);
-	if (c->ech)
-		rdma_destroy_event_channel(c->ech);
+	xrdma_cm_destroy(c->id, c->ech);
 	xrdma_pd_put(c->pd);
 	free(c->sq);
 	free(c->rq);
@@ -217,31 +209,22 @@ static int conn_setup(struct rconn *c, const struct xrc_opts *o, const char *wha
 {
 	struct ibv_context *ctx = c->id->verbs;
 	struct ibv_qp_init_attr qa;
+	const char *failed;
 	int rc;
 
 	c->pd = xrdma_pd_get(ctx, err, errlen);
 	if (!c->pd)
 		return -errno;
 	c->pd->dom.ops = &dom_ops;
-	c->cch = ibv_create_comp_channel(ctx);
-	if (!c->cch) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: ibv_create_comp_channel: %s", what, strerror(-rc));
+	rc = xrdma_cq_create(ctx, (int)(o->sq_depth + o->rq_depth + 1), c, &c->cch, &c->cq,
+			     &failed);
+	if (rc) {
+		if (!strcmp(failed, "ibv_create_cq"))	/* with the size a device refused */
+			snprintf(err, errlen, "%s: ibv_create_cq(%u): %s", what,
+				 o->sq_depth + o->rq_depth + 1, strerror(-rc));
+		else
+			snprintf(err, errlen, "%s: %s: %s", what, failed, strerror(-rc));
 		return rc;
-	}
-	rc = xrdma_set_nonblock(c->cch->fd);
-	if (rc)
-		goto fail;
-	c->cq = ibv_create_cq(ctx, (int)(o->sq_depth + o->rq_depth + 1), c, c->cch, 0);
-	if (!c->cq) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: ibv_create_cq(%u): %s", what,
-			 o->sq_depth + o->rq_depth + 1, strerror(-rc));
-		return rc;
-	}
-	if (ibv_req_notify_cq(c->cq, 0)) {
-		rc = -errno;
-		goto fail;
 	}
 	memset(&qa, 0, sizeof(qa));
 	qa.send_cq = qa.recv_cq = c->cq;
@@ -305,6 +288,21 @@ static void copy_priv(const struct rdma_cm_event *ev, void *rep, size_t *replen)
 		*replen = rep ? n : 0;
 }
 
+/* A non-blocking event channel and a TCP-space id on it, for either side.
+ * 0, or -errno with err filled and both NULL. */
+static int cm_create(struct rdma_event_channel **ech, struct rdma_cm_id **id, void *context,
+		     const char *us, char *err, size_t errlen)
+{
+	const char *failed;
+	int rc = xrdma_cm_create(ech, id, context, RDMA_PS_TCP, &failed);
+
+	if (rc)
+		snprintf(err, errlen, "%s: %s: %s%s", us, failed, strerror(-rc),
+			 strcmp(failed, "rdma_create_event_channel") ? ""
+			 : " (is rdma_ucm loaded?)");
+	return rc;
+}
+
 /* --- active side ---------------------------------------------------------------- */
 
 static struct xrc *rdma_connect_(const struct xuri *u, const struct xrc_opts *o,
@@ -321,34 +319,17 @@ static struct xrc *rdma_connect_(const struct xuri *u, const struct xrc_opts *o,
 
 	if (replen)
 		*replen = 0;
-	if (xrdma_check(u, err, errlen))
+	if (xrdma_prepare(u, false, &dst, us, sizeof(us), err, errlen))
 		return NULL;
-	xrdma_uri_str(u, us, sizeof(us));
-	rc = xrdma_sockaddr(u, false, &dst, err, errlen);
-	if (rc) {
-		errno = -rc;
-		return NULL;
-	}
 	c = conn_new();
 	if (!c) {
 		snprintf(err, errlen, "%s: out of memory", us);
 		errno = ENOMEM;
 		return NULL;
 	}
-	c->ech = rdma_create_event_channel();
-	if (!c->ech) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: rdma_create_event_channel: %s (is rdma_ucm loaded?)",
-			 us, strerror(-rc));
+	rc = cm_create(&c->ech, &c->id, c, us, err, errlen);
+	if (rc)
 		goto free_conn;
-	}
-	rc = xrdma_set_nonblock(c->ech->fd);
-	if (!rc && rdma_create_id(c->ech, &c->id, c, RDMA_PS_TCP))
-		rc = -errno;
-	if (rc) {
-		snprintf(err, errlen, "%s: rdma_create_id: %s", us, strerror(-rc));
-		goto free_conn;
-	}
 	/* the traffic class must be set before route resolution */
 	if (o->tos && rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS,
 				      (void *)&o->tos, sizeof(o->tos))) {
@@ -421,14 +402,8 @@ static struct xrc_listener *rdma_listen_(const struct xuri *u, const struct xrc_
 	char us[300];
 	int rc;
 
-	if (xrdma_check(u, err, errlen))
+	if (xrdma_prepare(u, true, &ss, us, sizeof(us), err, errlen))
 		return NULL;
-	xrdma_uri_str(u, us, sizeof(us));
-	rc = xrdma_sockaddr(u, true, &ss, err, errlen);
-	if (rc) {
-		errno = -rc;
-		return NULL;
-	}
 	l = calloc(1, sizeof(*l));
 	if (!l) {
 		snprintf(err, errlen, "%s: out of memory", us);
@@ -437,20 +412,9 @@ static struct xrc_listener *rdma_listen_(const struct xuri *u, const struct xrc_
 	}
 	l->base.ops = &listener_ops;
 	l->base.scheme = XURI_RDMA;
-	l->ech = rdma_create_event_channel();
-	if (!l->ech) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: rdma_create_event_channel: %s (is rdma_ucm loaded?)",
-			 us, strerror(-rc));
+	rc = cm_create(&l->ech, &l->id, l, us, err, errlen);
+	if (rc)
 		goto free_listener;
-	}
-	rc = xrdma_set_nonblock(l->ech->fd);
-	if (!rc && rdma_create_id(l->ech, &l->id, l, RDMA_PS_TCP))
-		rc = -errno;
-	if (rc) {
-		snprintf(err, errlen, "%s: rdma_create_id: %s", us, strerror(-rc));
-		goto destroy_channel;
-	}
 	if (rdma_bind_addr(l->id, (struct sockaddr *)&ss)) {
 		rc = -errno;
 		snprintf(err, errlen, "%s: bind: %s", us, strerror(-rc));
@@ -465,9 +429,7 @@ static struct xrc_listener *rdma_listen_(const struct xuri *u, const struct xrc_
 	return &l->base;
 
 destroy_id:
-	rdma_destroy_id(l->id);
-destroy_channel:
-	rdma_destroy_event_channel(l->ech);
+	xrdma_cm_destroy(l->id, l->ech);
 free_listener:
 	free(l);
 	errno = -rc;
@@ -478,8 +440,7 @@ static void listener_close(struct xrc_listener *xl)
 {
 	struct rlistener *l = (struct rlistener *)xl;
 
-	rdma_destroy_id(l->id);
-	rdma_destroy_event_channel(l->ech);
+	xrdma_cm_destroy(l->id, l->ech);
 	free(l);
 }
 
@@ -534,10 +495,7 @@ static struct xrc_req *listener_get(struct xrc_listener *xl, char *err, size_t e
 		}
 		r->base.ops = &listener_ops;
 		r->id = id;
-		r->base.privlen = ev->param.conn.private_data ? ev->param.conn.private_data_len : 0;
-		if (r->base.privlen > XRC_PRIV_MAX)
-			r->base.privlen = XRC_PRIV_MAX;
-		memcpy(r->base.priv, ev->param.conn.private_data, r->base.privlen);
+		copy_priv(ev, r->base.priv, &r->base.privlen);
 		r->initiator_depth = ev->param.conn.initiator_depth;
 		r->responder_resources = ev->param.conn.responder_resources;
 		xrdma_addr_str(rdma_get_peer_addr(id), r->base.peer, sizeof(r->base.peer));
@@ -546,10 +504,9 @@ static struct xrc_req *listener_get(struct xrc_listener *xl, char *err, size_t e
 		 * a channel of its own, so the listener never sees them and
 		 * the connection can wait for them alone.  rdma_migrate_id()
 		 * needs the event above acknowledged first. */
-		r->ech = rdma_create_event_channel();
-		if (!r->ech || xrdma_set_nonblock(r->ech->fd) || rdma_migrate_id(id, r->ech)) {
-			if (r->ech)
-				rdma_destroy_event_channel(r->ech);
+		r->ech = xrdma_channel_create();
+		if (!r->ech || rdma_migrate_id(id, r->ech)) {
+			xrdma_cm_destroy(NULL, r->ech);
 			free(r);
 			drop_request(l, id);
 			continue;
@@ -561,10 +518,7 @@ static struct xrc_req *listener_get(struct xrc_listener *xl, char *err, size_t e
 
 static void req_free(struct rreq *r)
 {
-	if (r->id)
-		rdma_destroy_id(r->id);
-	if (r->ech)
-		rdma_destroy_event_channel(r->ech);
+	xrdma_cm_destroy(r->id, r->ech);
 	free(r);
 }
 
@@ -713,84 +667,72 @@ static int post_sq(struct rconn *c, struct ibv_send_wr *wr, unsigned flags, enum
 	return 0;
 }
 
-static int conn_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, bool has_imm,
-			  uint32_t imm, uint64_t wr_id, unsigned flags)
+/* Gathers sg into wr (opcode and remote address set by the caller), posts
+ * it on the send queue and counts it. */
+static int post_sg(struct rconn *c, struct ibv_send_wr *wr, const struct xrc_sge *sg, int nsg,
+		   unsigned flags, enum xrc_op op, uint64_t wr_id)
 {
-	struct rconn *c = (struct rconn *)xc;
 	struct ibv_sge sge[XRC_MAX_SGE];
-	struct ibv_send_wr wr;
+	/* a READ lands in local memory: it has nothing to send inline */
+	bool inl = op != XRC_OP_READ && (flags & XRC_INLINE);
 	uint32_t len;
-	int rc = build_sge(c, sg, nsg, flags & XRC_INLINE, sge, &len);
+	int rc = build_sge(c, sg, nsg, inl, sge, &len);
 
 	if (rc)
 		return rc;
-	memset(&wr, 0, sizeof(wr));
-	wr.sg_list = sge;
-	wr.num_sge = nsg;
-	wr.opcode = has_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
-	wr.imm_data = htonl(imm);
-	if (flags & XRC_INLINE)
-		wr.send_flags = IBV_SEND_INLINE;
-	rc = post_sq(c, &wr, flags, XRC_OP_SEND, wr_id, len);
-	if (!rc) {
-		c->base.stats.sends++;
-		c->base.stats.tx_bytes += len;
+	wr->sg_list = sge;
+	wr->num_sge = nsg;
+	if (inl)
+		wr->send_flags = IBV_SEND_INLINE;
+	rc = post_sq(c, wr, flags, op, wr_id, len);
+	if (rc)
+		return rc;
+	if (op == XRC_OP_READ) {
+		c->base.stats.reads++;
+		c->base.stats.rx_bytes += len;
+		return 0;
 	}
-	return rc;
+	if (op == XRC_OP_SEND)
+		c->base.stats.sends++;
+	else
+		c->base.stats.writes++;
+	c->base.stats.tx_bytes += len;
+	return 0;
+}
+
+static int conn_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, bool has_imm,
+			  uint32_t imm, uint64_t wr_id, unsigned flags)
+{
+	struct ibv_send_wr wr = {
+		.opcode = has_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND,
+		.imm_data = htonl(imm),
+	};
+
+	return post_sg((struct rconn *)xc, &wr, sg, nsg, flags, XRC_OP_SEND, wr_id);
 }
 
 static int conn_post_write(struct xrc *xc, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 			   uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
 			   unsigned flags)
 {
-	struct rconn *c = (struct rconn *)xc;
-	struct ibv_sge sge[XRC_MAX_SGE];
-	struct ibv_send_wr wr;
-	uint32_t len;
-	int rc = build_sge(c, sg, nsg, flags & XRC_INLINE, sge, &len);
+	struct ibv_send_wr wr = {
+		.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
+		.imm_data = htonl(imm),
+		.wr.rdma = { .remote_addr = raddr, .rkey = rkey },
+	};
 
-	if (rc)
-		return rc;
-	memset(&wr, 0, sizeof(wr));
-	wr.sg_list = sge;
-	wr.num_sge = nsg;
-	wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-	wr.imm_data = htonl(imm);
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	if (flags & XRC_INLINE)
-		wr.send_flags = IBV_SEND_INLINE;
-	rc = post_sq(c, &wr, flags, XRC_OP_WRITE, wr_id, len);
-	if (!rc) {
-		c->base.stats.writes++;
-		c->base.stats.tx_bytes += len;
-	}
-	return rc;
+	return post_sg((struct rconn *)xc, &wr, sg, nsg, flags, XRC_OP_WRITE, wr_id);
 }
 
 static int conn_post_read(struct xrc *xc, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 			  uint32_t rkey, uint64_t wr_id, unsigned flags)
 {
-	struct rconn *c = (struct rconn *)xc;
-	struct ibv_sge sge[XRC_MAX_SGE];
-	struct ibv_send_wr wr;
-	uint32_t len;
-	int rc = build_sge(c, sg, nsg, false, sge, &len);
+	struct ibv_send_wr wr = {
+		.opcode = IBV_WR_RDMA_READ,
+		.wr.rdma = { .remote_addr = raddr, .rkey = rkey },
+	};
 
-	if (rc)
-		return rc;
-	memset(&wr, 0, sizeof(wr));
-	wr.sg_list = sge;
-	wr.num_sge = nsg;
-	wr.opcode = IBV_WR_RDMA_READ;
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	rc = post_sq(c, &wr, flags, XRC_OP_READ, wr_id, len);
-	if (!rc) {
-		c->base.stats.reads++;
-		c->base.stats.rx_bytes += len;
-	}
-	return rc;
+	return post_sg((struct rconn *)xc, &wr, sg, nsg, flags, XRC_OP_READ, wr_id);
 }
 
 static int conn_post_recv(struct xrc *xc, const struct xrc_sge *sg, uint64_t wr_id)

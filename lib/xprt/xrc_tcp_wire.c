@@ -2,48 +2,10 @@
  * offsets; the decoder checks every field before anyone acts on it. */
 #include "xprt/xrc_tcp_wire.h"
 
-#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
-static inline uint16_t get16(const uint8_t *p)
-{
-	uint16_t v;
-	memcpy(&v, p, 2);
-	return be16toh(v);
-}
-
-static inline uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return be32toh(v);
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return be64toh(v);
-}
-
-static inline void put16(uint8_t *p, uint16_t v)
-{
-	v = htobe16(v);
-	memcpy(p, &v, 2);
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-	v = htobe32(v);
-	memcpy(p, &v, 4);
-}
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-	v = htobe64(v);
-	memcpy(p, &v, 8);
-}
+#include "core/bytes.h"
 
 size_t xtcp_hdr_len(uint8_t type)
 {
@@ -66,22 +28,22 @@ size_t xtcp_hdr_len(uint8_t type)
 
 static int decode_cm(const uint8_t *p, struct xtcp_frame *f)
 {
-	if (get32(p + 8) != XTCP_MAGIC)
+	if (get_be32(p + 8) != XTCP_MAGIC)
 		return XTCP_EMAGIC;
-	f->version = get16(p + 12);
+	f->version = get_be16(p + 12);
 	/* A version-2 client talking to us gets dropped (or rejected by the
 	 * application); negotiation down is left to the version that needs it. */
 	if (f->version != XTCP_VERSION)
 		return XTCP_EVERSION;
-	if (get16(p + 14) || get32(p + 28))
+	if (get_be16(p + 14) || get_be32(p + 28))
 		return XTCP_ERSVD;
 	if (f->flags)
 		return XTCP_EFLAGS;
 	if (f->len > XRC_PRIV_MAX)
 		return XTCP_ELEN;
-	f->max_send = get32(p + 16);
-	f->rq_depth = get32(p + 20);
-	f->sq_depth = get32(p + 24);
+	f->max_send = get_be32(p + 16);
+	f->rq_depth = get_be32(p + 20);
+	f->sq_depth = get_be32(p + 24);
 	if (f->type == XTCP_CONN_REJ)
 		return 0;
 	if (!f->max_send || f->max_send > XTCP_MAX_SEND || !f->rq_depth ||
@@ -100,11 +62,11 @@ int xtcp_decode(const uint8_t *p, size_t n, uint32_t max_send, struct xtcp_frame
 	memset(f, 0, sizeof(*f));
 	f->type = p[0];
 	f->flags = p[1];
-	f->len = get32(p + 4);
+	f->len = get_be32(p + 4);
 	hl = xtcp_hdr_len(f->type);
 	if (!hl)
 		return XTCP_ETYPE;
-	if (get16(p + 2))
+	if (get_be16(p + 2))
 		return XTCP_ERSVD;
 	if (n < hl)
 		return XTCP_EMORE;
@@ -118,35 +80,35 @@ int xtcp_decode(const uint8_t *p, size_t n, uint32_t max_send, struct xtcp_frame
 	case XTCP_SEND:
 		if (f->flags & ~XTCP_F_IMM)
 			return XTCP_EFLAGS;
-		if (get32(p + 12))
+		if (get_be32(p + 12))
 			return XTCP_ERSVD;
 		/* The sender agreed to max_send in the handshake; a bigger
 		 * SEND is a protocol error, never a reason to allocate. */
 		if (f->len > max_send)
 			return XTCP_ELEN;
-		f->imm = get32(p + 8);
+		f->imm = get_be32(p + 8);
 		break;
 	case XTCP_WRITE:
 		if (f->flags & ~XTCP_F_IMM)
 			return XTCP_EFLAGS;
-		if (get32(p + 28))
+		if (get_be32(p + 28))
 			return XTCP_ERSVD;
 		if (f->len > XTCP_MAX_RDMA)
 			return XTCP_ELEN;
-		f->seq = get32(p + 8);
-		f->rkey = get32(p + 12);
-		f->raddr = get64(p + 16);
-		f->imm = get32(p + 24);
+		f->seq = get_be32(p + 8);
+		f->rkey = get_be32(p + 12);
+		f->raddr = get_be64(p + 16);
+		f->imm = get_be32(p + 24);
 		break;
 	case XTCP_READ_REQ:
 		if (f->flags)
 			return XTCP_EFLAGS;
-		if (get32(p + 28))
+		if (get_be32(p + 28))
 			return XTCP_ERSVD;
-		f->seq = get32(p + 8);
-		f->rkey = get32(p + 12);
-		f->raddr = get64(p + 16);
-		f->rlen = get32(p + 24);
+		f->seq = get_be32(p + 8);
+		f->rkey = get_be32(p + 12);
+		f->raddr = get_be64(p + 16);
+		f->rlen = get_be32(p + 24);
 		if (f->len || f->rlen > XTCP_MAX_RDMA)
 			return XTCP_ELEN;
 		break;
@@ -155,8 +117,8 @@ int xtcp_decode(const uint8_t *p, size_t n, uint32_t max_send, struct xtcp_frame
 	case XTCP_NAK:
 		if (f->flags)
 			return XTCP_EFLAGS;
-		f->seq = get32(p + 8);
-		f->status = get32(p + 12);
+		f->seq = get_be32(p + 8);
+		f->status = get_be32(p + 12);
 		if (f->len > (f->type == XTCP_READ_RSP ? XTCP_MAX_RDMA : 0))
 			return XTCP_ELEN;
 		if (f->type == XTCP_ACK && f->status)
@@ -176,30 +138,30 @@ size_t xtcp_encode(uint8_t *p, const struct xtcp_frame *f)
 	memset(p, 0, XTCP_HDR_MAX);
 	p[0] = f->type;
 	p[1] = f->flags;
-	put32(p + 4, f->len);
+	put_be32(p + 4, f->len);
 	switch (f->type) {
 	case XTCP_CONN_REQ:
 	case XTCP_CONN_ACC:
 	case XTCP_CONN_REJ:
-		put32(p + 8, XTCP_MAGIC);
-		put16(p + 12, XTCP_VERSION);
-		put32(p + 16, f->max_send);
-		put32(p + 20, f->rq_depth);
-		put32(p + 24, f->sq_depth);
+		put_be32(p + 8, XTCP_MAGIC);
+		put_be16(p + 12, XTCP_VERSION);
+		put_be32(p + 16, f->max_send);
+		put_be32(p + 20, f->rq_depth);
+		put_be32(p + 24, f->sq_depth);
 		break;
 	case XTCP_SEND:
-		put32(p + 8, f->imm);
+		put_be32(p + 8, f->imm);
 		break;
 	case XTCP_WRITE:
 	case XTCP_READ_REQ:
-		put32(p + 8, f->seq);
-		put32(p + 12, f->rkey);
-		put64(p + 16, f->raddr);
-		put32(p + 24, f->type == XTCP_WRITE ? f->imm : f->rlen);
+		put_be32(p + 8, f->seq);
+		put_be32(p + 12, f->rkey);
+		put_be64(p + 16, f->raddr);
+		put_be32(p + 24, f->type == XTCP_WRITE ? f->imm : f->rlen);
 		break;
 	default:
-		put32(p + 8, f->seq);
-		put32(p + 12, f->status);
+		put_be32(p + 8, f->seq);
+		put_be32(p + 12, f->status);
 		break;
 	}
 	return hl;

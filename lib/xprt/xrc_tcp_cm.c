@@ -1,0 +1,512 @@
+/* tcp:// connection setup (xrc_tcp.c has the data path): the CONN_REQ /
+ * CONN_ACC / CONN_REJ exchange of xrc_tcp_wire.h, bounded by the caller's
+ * timeout, on the connecting side and on the listener, which never blocks
+ * on a slow client.  A completed exchange hands the socket to
+ * xtcp_conn_new(). */
+#include "xprt/xrc_tcp_pri.h"
+#include "xprt/xrc_tcp_wire.h"
+#include "core/xtime.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define PENDING_MAX	64		/* half-read connect requests a listener keeps */
+
+static void sock_setup(int fd, int family, uint8_t tos)
+{
+	int one = 1, t = tos;
+
+	/* Best effort: a socketpair (tests, fuzzer) has neither option. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (tos && family == AF_INET)
+		setsockopt(fd, IPPROTO_IP, IP_TOS, &t, sizeof(t));
+	else if (tos && family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &t, sizeof(t));
+}
+
+static void fmt_sa(const struct sockaddr *sa, socklen_t sl, char *buf, size_t len)
+{
+	char h[NI_MAXHOST], p[NI_MAXSERV];
+
+	if (getnameinfo(sa, sl, h, sizeof(h), p, sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV))
+		snprintf(buf, len, "local");
+	else
+		snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+}
+
+static void fmt_peer(int fd, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl))
+		snprintf(buf, len, "?");
+	else
+		fmt_sa((struct sockaddr *)&ss, sl, buf, len);
+}
+
+static int check_opts(const struct xrc_opts *o, const char *who, char *err, size_t errlen)
+{
+	/* What we announce must pass the peer's decoder (xtcp_decode). */
+	if (o->sq_depth > XTCP_MAX_DEPTH || o->rq_depth > XTCP_MAX_DEPTH ||
+	    o->max_send > XTCP_MAX_SEND || o->max_inline > 65536) {
+		ERR("%s: sq_depth/rq_depth over %u, max_send over %u or max_inline over 65536",
+		    who, XTCP_MAX_DEPTH, XTCP_MAX_SEND);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+struct xrc *xrc_tcp_wrap_fd(int fd, const struct xrc_opts *o, uint32_t peer_max_send,
+			    uint32_t peer_sq_depth, char *err, size_t errlen)
+{
+	struct xrc_opts opts;
+	char peer[64];
+
+	xrc_opts_fill(&opts, o);
+	if (check_opts(&opts, "wrap", err, errlen)) {
+		close(fd);
+		errno = EINVAL;
+		return NULL;
+	}
+	sock_setup(fd, AF_UNSPEC, 0);
+	fmt_peer(fd, peer, sizeof(peer));
+	return xtcp_conn_new(fd, &opts, peer_max_send, peer_sq_depth, peer, err, errlen);
+}
+
+static int wait_fd(int fd, short ev, uint64_t deadline)
+{
+	for (;;) {
+		uint64_t now = xtime_ns();
+		struct pollfd p = { fd, ev, 0 };
+		struct timespec ts;
+		int rc;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		ts = (struct timespec){ (time_t)((deadline - now) / XTIME_NS_PER_S),
+					(long)((deadline - now) % XTIME_NS_PER_S) };
+		rc = ppoll(&p, 1, &ts, NULL);
+		if (rc > 0)
+			return 0;
+		if (rc < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/* Exactly len bytes, bounded by the deadline: setup frames only. */
+static int io_exact(int fd, void *buf, size_t len, bool wr, uint64_t deadline)
+{
+	for (size_t got = 0; got < len;) {
+		ssize_t n = wr ? send(fd, (uint8_t *)buf + got, len - got, MSG_NOSIGNAL | MSG_DONTWAIT)
+			       : recv(fd, (uint8_t *)buf + got, len - got, MSG_DONTWAIT);
+		int rc;
+
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if ((rc = wait_fd(fd, wr ? POLLOUT : POLLIN, deadline)))
+			return rc;
+	}
+	return 0;
+}
+
+static size_t cm_encode(uint8_t *buf, uint8_t type, const struct xrc_opts *o, const void *priv,
+			size_t privlen)
+{
+	struct xtcp_frame f = { .type = type, .len = (uint32_t)privlen };
+
+	if (type != XTCP_CONN_REJ) {
+		f.max_send = o->max_send;
+		f.rq_depth = o->rq_depth;
+		f.sq_depth = o->sq_depth;
+	}
+	xtcp_encode(buf, &f);
+	if (privlen)
+		memcpy(buf + XTCP_HDR_MAX, priv, privlen);
+	return XTCP_HDR_MAX + privlen;
+}
+
+static const char *conn_errstr(int e)
+{
+	return e == ECONNREFUSED ? "connection refused" :
+	       e == ETIMEDOUT ? "timed out" :
+	       e == ECONNRESET ? "connection closed by peer" : strerror(e);
+}
+
+static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, const void *priv,
+			       size_t privlen, void *rep, size_t *replen, char *err, size_t errlen)
+{
+	uint64_t deadline = xtime_ns() + o->timeout_ns;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai, *a;
+	uint8_t buf[XTCP_HDR_MAX + XRC_PRIV_MAX];
+	char name[300], port[8], peer[64];
+	struct xtcp_frame f;
+	int fd = -1, e = 0, rc;
+
+	xuri_format(u, name, sizeof(name));
+	if (check_opts(o, name, err, errlen)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	snprintf(port, sizeof(port), "%u", u->port);
+	rc = getaddrinfo(u->host, port, &hints, &ai);
+	if (rc) {
+		ERR("%s: cannot resolve '%s': %s", name, u->host,
+		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		errno = rc == EAI_SYSTEM ? errno : EHOSTUNREACH;
+		return NULL;
+	}
+	for (a = ai; a && e != ETIMEDOUT; a = a->ai_next) {
+		socklen_t sl = sizeof(e);
+
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		sock_setup(fd, a->ai_family, o->tos);
+		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+			break;
+		e = errno;
+		if (e == EINPROGRESS) {
+			rc = wait_fd(fd, POLLOUT, deadline);
+			e = rc ? -rc : getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &sl) ? errno : e;
+			if (!e)
+				break;
+		}
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0) {
+		ERR("%s: %s", name, conn_errstr(e));
+		errno = e;
+		return NULL;
+	}
+
+	rc = io_exact(fd, buf, cm_encode(buf, XTCP_CONN_REQ, o, priv, privlen), true, deadline);
+	if (!rc)
+		rc = io_exact(fd, buf, XTCP_HDR_MAX, false, deadline);
+	if (!rc) {
+		rc = xtcp_decode(buf, XTCP_HDR_MAX, 0, &f);
+		if (rc < 0 || (f.type != XTCP_CONN_ACC && f.type != XTCP_CONN_REJ)) {
+			ERR("%s: not an xrc tcp peer (%s)", name,
+			    rc < 0 ? xtcp_strerror(rc) : "unexpected frame");
+			errno = EPROTO;
+			goto out_close;
+		}
+		rc = io_exact(fd, buf + XTCP_HDR_MAX, f.len, false, deadline);
+	}
+	if (rc) {
+		ERR("%s: %s", name, conn_errstr(-rc));
+		errno = -rc;
+		goto out_close;
+	}
+	if (rep)
+		memcpy(rep, buf + XTCP_HDR_MAX, f.len);
+	if (replen)
+		*replen = f.len;
+	if (f.type == XTCP_CONN_REJ) {
+		ERR("%s: rejected by peer", name);
+		errno = ECONNREFUSED;
+		goto out_close;
+	}
+	fmt_peer(fd, peer, sizeof(peer));
+	return xtcp_conn_new(fd, o, f.max_send, f.sq_depth, peer, err, errlen);
+
+out_close:
+	close(fd);
+	return NULL;
+}
+
+/* --- listener ---------------------------------------------------------------------
+ * The listener's fd is an epoll set of the listening socket and of every
+ * accepted socket whose CONN_REQ is not complete yet, so a caller waiting on
+ * it wakes for either, and a slow client never blocks anyone. */
+
+struct pending {
+	int fd;			/* -1: free slot */
+	uint32_t got;
+	uint64_t deadline;
+	char peer[64];
+	uint8_t buf[XTCP_HDR_MAX + XRC_PRIV_MAX];
+};
+
+struct tcp_listener {
+	struct xrc_listener base;
+	int lfd, efd;
+	uint16_t port;
+	uint64_t timeout_ns;
+	uint64_t dropped;	/* garbage, timed out, gone, or no room */
+	struct pending pend[PENDING_MAX];
+};
+
+struct tcp_req {
+	struct xrc_req base;
+	int fd;
+	uint32_t max_send, sq_depth;
+};
+
+static const struct xrc_listener_ops tcp_listener_ops;
+
+static void pend_drop(struct tcp_listener *l, struct pending *p)
+{
+	epoll_ctl(l->efd, EPOLL_CTL_DEL, p->fd, NULL);
+	close(p->fd);
+	p->fd = -1;
+	l->dropped++;
+}
+
+static void accept_all(struct tcp_listener *l, uint64_t now)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct pending *p = NULL, *oldest = NULL;
+		struct epoll_event ev = { .events = EPOLLIN };
+		int fd = accept4(l->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return;	/* EAGAIN, or out of fds: the next call retries */
+		}
+		for (int i = 0; i < PENDING_MAX && !p; i++) {
+			struct pending *q = &l->pend[i];
+			if (q->fd < 0)
+				p = q;
+			else if (!oldest || q->deadline < oldest->deadline)
+				oldest = q;
+		}
+		if (!p) {	/* full: the oldest half-open client goes */
+			pend_drop(l, oldest);
+			p = oldest;
+		}
+		*p = (struct pending){ .fd = fd, .deadline = now + l->timeout_ns };
+		fmt_sa((struct sockaddr *)&ss, sl, p->peer, sizeof(p->peer));
+		ev.data.u32 = (uint32_t)(p - l->pend) + 1;
+		if (epoll_ctl(l->efd, EPOLL_CTL_ADD, fd, &ev) < 0)
+			pend_drop(l, p);
+	}
+}
+
+/* Reads what is there of a CONN_REQ, never more than the request itself. */
+static struct xrc_req *pend_read(struct tcp_listener *l, struct pending *p)
+{
+	struct xtcp_frame f;
+	struct tcp_req *r;
+	uint32_t need = XTCP_HDR_MAX;
+	ssize_t n;
+	int rc;
+
+	rc = xtcp_decode(p->buf, p->got, 0, &f);
+	if (rc > 0)
+		need = XTCP_HDR_MAX + f.len;
+	n = recv(p->fd, p->buf + p->got, need - p->got, MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return NULL;
+	if (n <= 0) {
+		pend_drop(l, p);
+		return NULL;
+	}
+	p->got += (uint32_t)n;
+	rc = xtcp_decode(p->buf, p->got, 0, &f);
+	if (rc < 0 || (p->got >= XTCP_PREFIX_LEN && f.type != XTCP_CONN_REQ)) {
+		pend_drop(l, p);
+		return NULL;
+	}
+	if (rc == XTCP_EMORE || p->got < XTCP_HDR_MAX + f.len)
+		return NULL;
+	if (!(r = calloc(1, sizeof(*r)))) {
+		pend_drop(l, p);
+		return NULL;
+	}
+	r->base.ops = &tcp_listener_ops;
+	memcpy(r->base.priv, p->buf + XTCP_HDR_MAX, f.len);
+	r->base.privlen = f.len;
+	memcpy(r->base.peer, p->peer, sizeof(r->base.peer));
+	r->fd = p->fd;
+	r->max_send = f.max_send;
+	r->sq_depth = f.sq_depth;
+	epoll_ctl(l->efd, EPOLL_CTL_DEL, p->fd, NULL);
+	p->fd = -1;
+	return &r->base;
+}
+
+static struct xrc_req *tcp_get_request(struct xrc_listener *xl, char *err, size_t errlen)
+{
+	struct tcp_listener *l = (struct tcp_listener *)xl;
+	struct epoll_event ev[16];
+	uint64_t now = xtime_ns();
+	int n;
+
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (l->pend[i].fd >= 0 && l->pend[i].deadline <= now)
+			pend_drop(l, &l->pend[i]);
+	n = epoll_wait(l->efd, ev, 16, 0);
+	if (n < 0 && errno != EINTR) {
+		ERR("listener: epoll_wait: %s", strerror(errno));
+		return NULL;
+	}
+	for (int i = 0; i < n; i++) {
+		struct xrc_req *r;
+
+		if (!ev[i].data.u32) {
+			accept_all(l, now);
+		} else if (l->pend[ev[i].data.u32 - 1].fd >= 0 &&
+			   (r = pend_read(l, &l->pend[ev[i].data.u32 - 1]))) {
+			return r;	/* the others stay ready: level-triggered */
+		}
+	}
+	errno = EAGAIN;
+	return NULL;
+}
+
+static struct xrc *tcp_accept(struct xrc_req *xr, const void *priv, size_t privlen,
+			      const struct xrc_opts *o, char *err, size_t errlen)
+{
+	struct tcp_req *r = (struct tcp_req *)xr;
+	uint8_t buf[XTCP_HDR_MAX + XRC_PRIV_MAX];
+	struct xrc *c = NULL;
+	int rc = check_opts(o, r->base.peer, err, errlen);
+
+	if (!rc)
+		rc = io_exact(r->fd, buf, cm_encode(buf, XTCP_CONN_ACC, o, priv, privlen), true,
+			      xtime_ns() + o->timeout_ns);
+	if (rc) {
+		if (rc != -EINVAL)
+			ERR("accept %s: %s", r->base.peer, conn_errstr(-rc));
+		close(r->fd);
+		errno = -rc;
+	} else {
+		sock_setup(r->fd, AF_UNSPEC, o->tos);
+		c = xtcp_conn_new(r->fd, o, r->max_send, r->sq_depth, r->base.peer, err, errlen);
+	}
+	free(r);
+	return c;
+}
+
+static void tcp_reject(struct xrc_req *xr, const void *priv, size_t privlen)
+{
+	struct tcp_req *r = (struct tcp_req *)xr;
+	uint8_t buf[XTCP_HDR_MAX + XRC_PRIV_MAX];
+
+	/* Best effort into an empty socket buffer; a client that is gone
+	 * needs no answer. */
+	if (send(r->fd, buf, cm_encode(buf, XTCP_CONN_REJ, NULL, priv, privlen),
+		 MSG_NOSIGNAL | MSG_DONTWAIT) > 0)
+		shutdown(r->fd, SHUT_WR);
+	close(r->fd);
+	free(r);
+}
+
+static int tcp_listener_fd(const struct xrc_listener *xl)
+{
+	return ((const struct tcp_listener *)xl)->efd;
+}
+
+static uint16_t tcp_listener_port(const struct xrc_listener *xl)
+{
+	return ((const struct tcp_listener *)xl)->port;
+}
+
+static void tcp_listener_close(struct xrc_listener *xl)
+{
+	struct tcp_listener *l = (struct tcp_listener *)xl;
+
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (l->pend[i].fd >= 0)
+			close(l->pend[i].fd);
+	close(l->lfd);
+	close(l->efd);
+	free(l);
+}
+
+static const struct xrc_listener_ops tcp_listener_ops = {
+	tcp_listener_close, tcp_listener_fd, tcp_listener_port, tcp_get_request,
+	tcp_accept, tcp_reject,
+};
+
+static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_opts *o,
+				       char *err, size_t errlen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai;
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	struct tcp_listener *l;
+	char name[300], port[8];
+	int one = 1, rc;
+
+	xuri_format(u, name, sizeof(name));
+	snprintf(port, sizeof(port), "%u", u->port);
+	rc = getaddrinfo(u->host, port, &hints, &ai);
+	if (rc) {
+		ERR("%s: cannot resolve '%s': %s", name, u->host,
+		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		errno = rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
+		return NULL;
+	}
+	if (!(l = calloc(1, sizeof(*l)))) {
+		ERR("%s: out of memory", name);
+		errno = ENOMEM;
+		goto out_free_ai;
+	}
+	l->base = (struct xrc_listener){ &tcp_listener_ops, XURI_TCP };
+	l->timeout_ns = o->timeout_ns;
+	l->efd = -1;
+	for (int i = 0; i < PENDING_MAX; i++)
+		l->pend[i].fd = -1;
+	l->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->lfd < 0) {
+		ERR("%s: socket: %s", name, strerror(errno));
+		goto out_free_listener;
+	}
+	setsockopt(l->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(l->lfd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->lfd, 128) < 0 ||
+	    getsockname(l->lfd, (struct sockaddr *)&ss, &sl) < 0) {
+		ERR("%s: %s", name, strerror(errno));
+		goto out_close_socket;
+	}
+	l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+						 : ((struct sockaddr_in *)&ss)->sin_port);
+	l->efd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->efd < 0 || epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) < 0) {
+		ERR("%s: epoll: %s", name, strerror(errno));
+		goto out_close_socket;
+	}
+	freeaddrinfo(ai);
+	return &l->base;
+
+out_close_socket:
+	rc = errno;
+	close(l->lfd);
+	if (l->efd >= 0)
+		close(l->efd);
+	errno = rc;
+out_free_listener:
+	free(l);
+out_free_ai:
+	freeaddrinfo(ai);
+	return NULL;
+}
+
+const struct xrc_ops xrc_tcp_ops = { "tcp", tcp_listen, tcp_connect };
