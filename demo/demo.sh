@@ -55,7 +55,7 @@ probe=demo-probe-$$
 echo "\$ xprobe serve shm://$probe tcp://127.0.0.1:0 &"
 "$XP" serve "shm://$probe" tcp://127.0.0.1:0 >"$work/serve.out" 2>"$work/serve.err" &
 srv=$!
-trap 'kill $srv 2>/dev/null; cleanup' EXIT
+trap 'kill $srv 2>/dev/null || true; cleanup' EXIT
 for _ in $(seq 100); do
 	[ "$(grep -c '^listening' "$work/serve.out" 2>/dev/null)" -ge 2 ] && break
 	sleep 0.05
