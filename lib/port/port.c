@@ -53,8 +53,10 @@ struct xp_host *xp_host_new(const struct xp_host_opts *o, char *err, size_t errl
 	}
 	if (o)
 		h->o = *o;
-	if (!h->o.frag)
+	if (!h->o.frag) {
 		h->o.frag = 32 * 1024;
+		h->frag_default = true;
+	}
 	if (!h->o.connect_timeout_ns)
 		h->o.connect_timeout_ns = 5 * XTIME_NS_PER_S;
 	if (!h->o.max_msg)

@@ -75,8 +75,8 @@ const char *xp_strstatus(enum xp_status s);
 struct xp_host_opts {
 	uint32_t send_tokens;	/* per port (0: 64) */
 	uint32_t recv_tokens;	/* per port (0: 256) */
-	uint32_t frag;		/* fragment payload bytes (0: 32 KiB; shm: the
-				 * mailbox packet size) */
+	uint32_t frag;		/* fragment payload bytes (0: 32 KiB on tcp, 64 KiB on
+				 * rdma; shm: the mailbox packet size) */
 	uint64_t send_timeout_ns; /* no buffer at the receiver for this long
 				 * fails the send with XP_SEND_TIMED_OUT (0: 10 s) */
 	uint64_t connect_timeout_ns; /* (0: 5 s) */

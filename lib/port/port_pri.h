@@ -16,6 +16,7 @@
 #define XP_RQ_DEPTH	64
 #define XP_SQ_DEPTH	128
 #define XP_LOW_INFLIGHT	4	/* frames posted on the low lane at once */
+#define XP_RDMA_FRAG	(64u * 1024)	/* default fragment on rdma lanes */
 #define XP_SHM_MARGIN	4	/* slots left for the CM thread's CON packets */
 #define XP_SHM_LOW_SLOTS 1	/* mailbox slots low priority may hold... */
 #define XP_HIGH_RECENT_NS 10000000ull	/* ...within 10 ms of a high one, */
@@ -96,6 +97,7 @@ struct xp_host {
 	struct xp_host_opts o;
 	uint64_t accept_ns;		/* last look at the listeners */
 	unsigned nextra;		/* fds added with xp_host_add_fd() */
+	bool frag_default;		/* o.frag was left 0: per-transport sizes */
 	struct pe_eng *e;
 	int epfd;
 	uint64_t nonce;
