@@ -493,11 +493,22 @@ static int rx_xrc(struct xp_link *k, uint64_t now)
 			}
 			done++;
 			if (wc[j].op == XRC_OP_SEND) {
-				struct xp_tx *t = &ln->ring[ln->tail++ % ln->sq];
+				/* sends complete in order: this one and every
+				 * unsignaled one before it are done */
+				uint32_t upto = (uint32_t)wc[j].wr_id;
 
-				ln->posted--;
-				pe_frame_done(k->h->e, t->ref);
-				t->ref = NULL;
+				if ((int32_t)(upto - ln->tail) < 0 || upto - ln->tail >= ln->posted) {
+					xpl_fail(k, "bad send completion");
+					break;
+				}
+				while ((int32_t)(upto - ln->tail) >= 0) {
+					struct xp_tx *t = &ln->ring[ln->tail++ % ln->sq];
+
+					ln->posted--;
+					if (t->ref)
+						pe_frame_done(k->h->e, t->ref);
+					t->ref = NULL;
+				}
 			} else if (wc[j].op == XRC_OP_RECV) {
 				uint8_t *b = ln->rxpool + wc[j].wr_id * ln->bufsz;
 				struct xrc_sge sg = { b, ln->bufsz, ln->rxmr };
@@ -550,16 +561,22 @@ static int tx_xrc(struct xp_link *k)
 			int nsg = 1, rc;
 
 			unsigned fl = XRC_SIGNALED | XRC_MORE;
+			bool inl = PW_HDR_LEN + f.dlen <= xrc_max_inline(ln->c);
 
 			memcpy(t->hdr, f.hdr, PW_HDR_LEN);
 			t->ref = f.ref;
-			if (PW_HDR_LEN + f.dlen <= xrc_max_inline(ln->c)) {
+			if (inl) {
 				/* small (an ACK, a ping): copied into the work
-				 * request itself, no registered copy needed */
+				 * request itself, no registered copy needed, and
+				 * no completion wanted but every XP_SIG_EVERY-th
+				 * (which then stands for the ones before it) */
 				sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
 				if (f.dlen)
 					sg[nsg++] = (struct xrc_sge){ (void *)f.data, f.dlen, NULL };
-				fl |= XRC_INLINE;
+				fl = XRC_INLINE | XRC_MORE;
+				if (ln->head % XP_SIG_EVERY == XP_SIG_EVERY - 1 ||
+				    ln->posted + 1 >= lim)	/* the lane is full after it */
+					fl |= XRC_SIGNALED;
 			} else if (ln->txpool) {
 				uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
 
@@ -572,14 +589,19 @@ static int tx_xrc(struct xp_link *k)
 				if (f.dlen)
 					sg[nsg++] = (struct xrc_sge){ (void *)f.data, f.dlen, NULL };
 			}
-			ln->head++;
 			ln->posted++;
-			if ((rc = xrc_post_send(ln->c, sg, nsg, slot, fl)) < 0) {
+			/* wr_id: the ring counter, so one completion can stand
+			 * for every unsignaled send before it */
+			if ((rc = xrc_post_send(ln->c, sg, nsg, ln->head++, fl)) < 0) {
 				char why[80];
 
 				snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));
 				xpl_fail(k, why);
 				break;
+			}
+			if (inl) {	/* copied at the post: the user's buffer is free */
+				pe_frame_done(k->h->e, t->ref);
+				t->ref = NULL;
 			}
 			done++;
 		}

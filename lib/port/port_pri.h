@@ -17,6 +17,7 @@
 #define XP_SQ_DEPTH	128
 #define XP_LOW_INFLIGHT	4	/* frames posted on the low lane at once */
 #define XP_RDMA_FRAG	(64u * 1024)	/* default fragment on rdma lanes */
+#define XP_SIG_EVERY	16		/* inline sends: one completion per this many */
 #define XP_SHM_MARGIN	4	/* slots left for the CM thread's CON packets */
 #define XP_SHM_LOW_SLOTS 1	/* mailbox slots low priority may hold... */
 #define XP_HIGH_RECENT_NS 10000000ull	/* ...within 10 ms of a high one, */
