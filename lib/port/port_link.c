@@ -16,6 +16,7 @@
 #include "shmcm/shmcm_wire.h"
 #include "xprt/mbox.h"
 #include "core/log.h"
+#include "core/bytes.h"
 #include "core/xtime.h"
 
 #include <errno.h>
@@ -151,7 +152,8 @@ void xpl_free(struct xp_link *k)
 
 /* ------------------------------------------------------------ xrc lanes */
 
-static void priv_encode(uint8_t *b, unsigned lane, uint64_t nonce, unsigned status)
+static void priv_encode(uint8_t *b, unsigned lane, uint64_t nonce, unsigned status,
+			uint32_t frag)
 {
 	uint32_t magic = PW_MAGIC;
 
@@ -164,11 +166,12 @@ static void priv_encode(uint8_t *b, unsigned lane, uint64_t nonce, unsigned stat
 	b[7] = (uint8_t)status;
 	for (int i = 0; i < 8; i++)
 		b[8 + i] = (uint8_t)(nonce >> (56 - 8 * i));
+	put_be32(b + 16, frag);
 }
 
 /* 0, or -errno with a message: not ours, other version. */
 static int priv_decode(const uint8_t *b, size_t len, unsigned *lane, uint64_t *nonce,
-		       unsigned *status, char *why, size_t whylen)
+		       unsigned *status, uint32_t *frag, char *why, size_t whylen)
 {
 	uint32_t magic = 0;
 
@@ -192,6 +195,7 @@ static int priv_decode(const uint8_t *b, size_t len, unsigned *lane, uint64_t *n
 	*nonce = 0;
 	for (int i = 0; i < 8; i++)
 		*nonce = *nonce << 8 | b[8 + i];
+	*frag = get_be32(b + 16);
 	return 0;
 }
 
@@ -399,6 +403,7 @@ int xpl_accept(struct xp_host *h, struct xp_listener *l, uint64_t now)
 		size_t pdl;
 		unsigned lane, st;
 		uint64_t nonce;
+		uint32_t pfrag;
 		struct xrc *c;
 		int rc;
 
@@ -409,21 +414,29 @@ int xpl_accept(struct xp_host *h, struct xp_listener *l, uint64_t now)
 		}
 		done++;
 		pd = xrc_req_data(r, &pdl);
-		rc = priv_decode(pd, pdl, &lane, &nonce, &st, why, sizeof(why));
+		rc = priv_decode(pd, pdl, &lane, &nonce, &st, &pfrag, why, sizeof(why));
 		if (rc == 0 && lane > 1) {
 			rc = -EINVAL;
 			snprintf(why, sizeof(why), "lane %u out of range", lane);
 		}
+		/* rdma does not negotiate sizes: receive buffers on each side
+		 * are sized by its own fragment, so both must be the same */
+		if (rc == 0 && l->scheme == XURI_RDMA && pfrag != lane_frag(h, l->scheme)) {
+			rc = -EMSGSIZE;
+			snprintf(why, sizeof(why), "peer sends %u-byte fragments, we take %u",
+				 pfrag, lane_frag(h, l->scheme));
+		}
 		if (rc < 0) {
 			xlog_info("%s: refused: %s", xrc_req_peer(r), why);
-			priv_encode(rep, 0, 0, rc == -EPROTONOSUPPORT ? XP_PRIV_BAD_VERSION
-								     : XP_PRIV_BAD_LANE);
+			priv_encode(rep, 0, 0, rc == -EPROTONOSUPPORT ? XP_PRIV_BAD_VERSION :
+					       rc == -EMSGSIZE ? XP_PRIV_BAD_FRAG : XP_PRIV_BAD_LANE,
+				    lane_frag(h, l->scheme));
 			xrc_reject(r, rep, sizeof(rep));
 			continue;
 		}
 		char peer[64];
 		snprintf(peer, sizeof(peer), "%s", xrc_req_peer(r));
-		priv_encode(rep, lane, nonce, XP_PRIV_OK);
+		priv_encode(rep, lane, nonce, XP_PRIV_OK, lane_frag(h, l->scheme));
 		lane_opts(h, l->scheme, &o);
 		if (!(c = xrc_accept(r, rep, sizeof(rep), &o, err, sizeof(err)))) {
 			xlog_warn("%s: accept: %s", peer, err);
@@ -447,21 +460,28 @@ int xpl_connect_xrc(struct xp_host *h, const struct xuri *u, const char *name,
 		size_t replen = sizeof(rep);
 		unsigned rl, st;
 		uint64_t rn;
+		uint32_t rf;
 		char why[160];
 
-		priv_encode(priv, lane, h->nonce, XP_PRIV_OK);
+		priv_encode(priv, lane, h->nonce, XP_PRIV_OK, lane_frag(h, u->scheme));
 		c[lane] = xrc_connect(u, &o, priv, sizeof(priv), rep, &replen, err, errlen);
 		if (!c[lane]) {
 			rc = errno ? -errno : -EIO;
 			/* a reject of ours says why in its private data */
 			if (rc == -ECONNREFUSED && replen >= XP_PRIV_LEN &&
-			    priv_decode(rep, replen, &rl, &rn, &st, why, sizeof(why)) == 0 && st)
-				snprintf(err, errlen, "%s: refused by peer: %s", name,
-					 st == XP_PRIV_BAD_VERSION ? "protocol version mismatch"
-								   : "bad lane");
+			    priv_decode(rep, replen, &rl, &rn, &st, &rf, why, sizeof(why)) == 0 && st) {
+				if (st == XP_PRIV_BAD_FRAG)
+					snprintf(err, errlen, "%s: refused by peer: it takes %u-byte "
+						 "fragments, we send %u", name, rf,
+						 lane_frag(h, u->scheme));
+				else
+					snprintf(err, errlen, "%s: refused by peer: %s", name,
+						 st == XP_PRIV_BAD_VERSION ? "protocol version mismatch"
+									   : "bad lane");
+			}
 			goto out_close;
 		}
-		if ((rc = priv_decode(rep, replen, &rl, &rn, &st, why, sizeof(why))) < 0) {
+		if ((rc = priv_decode(rep, replen, &rl, &rn, &st, &rf, why, sizeof(why))) < 0) {
 			snprintf(err, errlen, "%s: %s", name, why);
 			goto out_close;
 		}
@@ -1065,8 +1085,11 @@ bool xpl_arm(struct xp_host *h)
 		if (!k || k->dead || k->shm)
 			continue;
 		for (unsigned j = 0; j < k->nlanes; j++)
-			if (k->lane[j].c && xrc_arm(k->lane[j].c) > 0)
+			if (k->lane[j].c && xrc_arm(k->lane[j].c) != 0) {
+				/* > 0: completions are there; < 0: the CQ cannot
+				 * signal -- either way sleeping would not end */
 				return true;
+			}
 	}
 	return false;
 }

@@ -26,8 +26,8 @@
 /* CM private data of a lane's connect request and of its accept (network
  * order), so a peer of another protocol or version fails with a clear
  * message instead of garbage frames. */
-#define XP_PRIV_LEN	16
-enum { XP_PRIV_OK = 0, XP_PRIV_BAD_VERSION = 1, XP_PRIV_BAD_LANE = 2 };
+#define XP_PRIV_LEN	20
+enum { XP_PRIV_OK = 0, XP_PRIV_BAD_VERSION = 1, XP_PRIV_BAD_LANE = 2, XP_PRIV_BAD_FRAG = 3 };
 
 struct xp_lane {
 	struct xrc *c;

@@ -39,7 +39,7 @@
 #include <stdint.h>
 
 #define PW_MAGIC	0x58504f52u	/* "XPOR" */
-#define PW_VERSION	1u
+#define PW_VERSION	2u	/* 2: PW_ACKS; fragment size in the lane handshake */
 #define PW_HDR_LEN	24u
 #define PW_MAX_PORTS	64u
 #define PW_MIN_SIZE	4u

@@ -226,6 +226,9 @@ static int conn_setup(struct rconn *c, const struct xrc_opts *o, const char *wha
 			snprintf(err, errlen, "%s: %s: %s", what, failed, strerror(-rc));
 		return rc;
 	}
+	/* xrdma_cq_create() armed it: its event must be read before the next
+	 * arming, or the fd stays readable and a sleeper spins */
+	c->armed = c->events_maybe = true;
 	memset(&qa, 0, sizeof(qa));
 	qa.send_cq = qa.recv_cq = c->cq;
 	qa.qp_type = IBV_QPT_RC;
@@ -893,6 +896,11 @@ static int conn_arm(struct xrc *xc)
 
 	if (c->stashed || c->more_raised)
 		return 1;
+	/* About to sleep: a CM event the throttled look in conn_poll left
+	 * unread would keep the fd readable (the system call is paid per
+	 * sleep, not per poll). */
+	conn_cm_events(c);
+	c->cm_ns = xrdma_now_ns();
 	if (c->armed)
 		return 0;
 	/* Events of an earlier arming must be read (and acked) before arming

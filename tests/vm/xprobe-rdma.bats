@@ -102,3 +102,16 @@ assert t["rdma"] and t["ud"], t' "$output"
 	run_xprobe 0 ping "${URIS[1]}" -c 3 -i 0 -q
 	[[ $output == *"3 sent, 3 received"* ]]
 }
+
+# Regression: the CQ armed at creation left an event unread, and an idle
+# client then spun in epoll at 100% CPU between its pings.
+@test "an idle rdma client sleeps between pings" {
+	start_server "rdma://$IP:0"
+	local t try
+	for try in 1 2 3; do
+		TIMEFORMAT='%U %S'
+		t=$( { time "$XPROBE" ping "${URIS[0]}" -c 3 -i 0.5 --spin 0 -q >/dev/null 2>&1; } 2>&1 )
+		awk -v u="${t% *}" -v s="${t#* }" 'BEGIN { exit !(u + s < 0.5) }' ||
+			die "attempt $try: ${t% *} s user + ${t#* } s system for 1 s of mostly idle pinging"
+	done
+}
