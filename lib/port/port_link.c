@@ -566,6 +566,10 @@ static int tx_xrc(struct xp_link *k)
 
 		if (xrc_state(ln->c) != XRC_UP)	/* an accepted rdma lane finishing */
 			continue;
+		/* the common idle case costs a few compares, not a round of
+		 * calls into the engine and the transport */
+		if (!ln->flush_more && !ln->want_out && !pe_has_tx(k->h->e, k->node, i))
+			continue;
 
 		/* a bounded number of frames in flight per lane: memory stays
 		 * bounded and the engine keeps choosing what goes next.  The
@@ -627,7 +631,8 @@ static int tx_xrc(struct xp_link *k)
 		}
 		/* one sendmsg for everything this round put on the lane;
 		 * what the burst limit leaves over is work for the next round */
-		if (ln->c && !k->dead && xrc_flush(ln->c) > 0)
+		ln->flush_more = ln->c && !k->dead && xrc_flush(ln->c) > 0;
+		if (ln->flush_more)
 			done++;
 		/* A full socket: only its becoming writable can wake a host
 		 * that sleeps meanwhile (the peer acknowledges whole messages,

@@ -44,6 +44,7 @@ struct xp_lane {
 	struct xrc_mr *rxmr;
 	uint32_t bufsz;			/* bytes per receive/copy buffer */
 	bool want_out;			/* its fd is in the host's epoll with EPOLLOUT */
+	bool flush_more;		/* the last xrc_flush() left bytes for later */
 };
 
 struct xp_listener;
