@@ -99,6 +99,8 @@ struct pe_txs {
 	uint64_t retry_at;
 	struct link active;		/* on its lane's list: has frames to send */
 	struct link backoff;		/* on the engine's retry list */
+	struct link abort;		/* on its lane's aborts list */
+	uint32_t abort_seq;		/* the message given up half sent */
 };
 
 enum rx_state { RX_UNSYNC, RX_IDLE, RX_ASM, RX_DISCARD };
@@ -130,6 +132,7 @@ struct rq {
 struct pe_lane {
 	struct link active[2];		/* per priority */
 	struct link ctl;
+	struct link aborts;		/* senders owing a PW_ABORT */
 };
 
 struct pe_node {
@@ -269,6 +272,7 @@ int pe_node_add(struct pe_eng *e, unsigned nlanes, uint32_t frag)
 		list_init(&n->lane[l].active[0]);
 		list_init(&n->lane[l].active[1]);
 		list_init(&n->lane[l].ctl);
+		list_init(&n->lane[l].aborts);
 	}
 	e->nodes[e->nnodes++] = n;
 	return (int)n->id;
@@ -396,6 +400,13 @@ static void fail_all(struct pe_eng *e, struct pe_txs *s, enum xp_status st, bool
 {
 	struct pe_send *d;
 
+	/* A message cut off after some of its fragments went out: tell the
+	 * receiver, or it keeps the buffer it was filling (a dead node takes
+	 * care of itself). */
+	if (s->cur && s->cur_off && s->node->up && !linked(&s->abort)) {
+		s->abort_seq = s->cur->seq;
+		list_add_tail(&s->node->lane[lane_of(s->node, s->prio)].aborts, &s->abort);
+	}
 	while ((d = sq_pop(&s->q)))
 		finish(e, s, d, st);
 	s->cur = NULL;
@@ -754,7 +765,8 @@ bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane)
 	if (!n || !n->up || lane >= n->nlanes)
 		return false;
 	l = &n->lane[lane];
-	return !list_empty(&l->ctl) || !list_empty(&l->active[1]) || !list_empty(&l->active[0]);
+	return !list_empty(&l->ctl) || !list_empty(&l->aborts) || !list_empty(&l->active[1]) ||
+	       !list_empty(&l->active[0]);
 }
 
 static int pull_ctl(struct pe_lane *l, struct pe_rxs *r, struct pe_frame *f)
@@ -804,6 +816,18 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 	if (!n || !n->up || lane >= n->nlanes)
 		return 0;
 	l = &n->lane[lane];
+	if (!list_empty(&l->aborts)) {
+		struct pe_txs *s = container_of(l->aborts.next, struct pe_txs, abort);
+		struct pw_hdr h = { .type = PW_ABORT, .prio = s->prio, .src_port = s->src,
+				    .dst_port = s->dst, .seq = s->abort_seq };
+
+		list_del(&s->abort);
+		pw_encode(f->hdr, &h);
+		f->data = NULL;
+		f->dlen = 0;
+		f->ref = NULL;
+		return 1;
+	}
 	/* A bare ACK waits if DATA of the reverse stream is about to go: it
 	 * rides on that (PW_ACKS).  NACKs never wait. */
 	for (struct link *c = l->ctl.next; c != &l->ctl; c = c->next) {
@@ -1094,6 +1118,18 @@ int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uin
 		return rx_ack(e, n, &h, why, whylen);
 	case PW_NACK:
 		return rx_nack(e, n, &h, now, why, whylen);
+	case PW_ABORT: {
+		struct pe_rxs *r = rxs_get(n, h.src_port, h.dst_port, h.prio, false);
+
+		/* only the message being filled; anything else is stale */
+		if (r && r->st == RX_ASM && r->expect == h.seq) {
+			if (e->ports[r->dst].open)
+				rbuf_push_front(&e->ports[r->dst], r->rb);
+			r->rb = NULL;
+			r->st = RX_UNSYNC;	/* the sender's next message has SYNC */
+		}
+		return 0;
+	}
 	default:
 		snprintf(why, whylen, "HELLO after the link was set up");
 		return -EPROTO;

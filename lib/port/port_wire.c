@@ -64,7 +64,7 @@ int pw_decode(const uint8_t *b, size_t flen, struct pw_hdr *h)
 	h->off = get_be32(b + 16);
 	h->aux = get_be32(b + 20);
 
-	if (h->type < PW_DATA || h->type > PW_HELLO)
+	if (h->type < PW_DATA || h->type > PW_ABORT)
 		return PW_E_TYPE;
 	if (h->type != PW_DATA && h->flags)
 		return PW_E_FLAGS;
@@ -85,6 +85,12 @@ int pw_decode(const uint8_t *b, size_t flen, struct pw_hdr *h)
 		if (plen)
 			return PW_E_BOUNDS;
 		if ((h->type == PW_ACK && h->arg) || h->len || h->off || h->aux)
+			return PW_E_RSVD;
+		return 0;
+	case PW_ABORT:
+		if (plen)
+			return PW_E_BOUNDS;
+		if (h->arg || h->len || h->off || h->aux)
 			return PW_E_RSVD;
 		return 0;
 	case PW_HELLO:

@@ -5,7 +5,7 @@
  * Every frame on a link -- one xrc SEND on tcp/rdma, one shmcm message on
  * shm -- is a 24-byte header in network byte order, then the payload:
  *
- *   0  type      PW_DATA, PW_ACK, PW_NACK, PW_HELLO
+ *   0  type      PW_DATA, PW_ACK, PW_NACK, PW_HELLO, PW_ABORT
  *   1  flags     DATA: PW_FIRST, PW_LAST, PW_SYNC, PW_ACKS
  *   2  prio      0 low, 1 high
  *   3  arg       DATA: size class (4..31); NACK: reason; else 0
@@ -28,6 +28,11 @@
  * stream and on the first one after it gave messages up (a failure, a drop),
  * so the two ends never disagree on where the stream stands.
  *
+ * PW_ABORT (sender -> receiver, seq = the message) says a message whose
+ * first fragments went out will not be finished (its sender dropped it or
+ * closed the port): the receiver gives the buffer it was filling back to
+ * its port instead of holding it until the stream's next message.
+ *
  * PW_ACKS saves a frame per request/reply exchange: the acknowledgement of
  * a request rides on the reply's DATA (the reverse stream), as TCP
  * piggybacks its ACKs; a bare ACK goes only when no DATA is going back.
@@ -45,7 +50,7 @@
 #define PW_MIN_SIZE	4u
 #define PW_MAX_SIZE	31u
 
-enum pw_type { PW_DATA = 1, PW_ACK = 2, PW_NACK = 3, PW_HELLO = 4 };
+enum pw_type { PW_DATA = 1, PW_ACK = 2, PW_NACK = 3, PW_HELLO = 4, PW_ABORT = 5 };
 
 enum pw_flag { PW_FIRST = 1, PW_LAST = 2, PW_SYNC = 4, PW_ACKS = 8 };
 #define PW_FLAGS_ALL	(PW_FIRST | PW_LAST | PW_SYNC | PW_ACKS)

@@ -483,6 +483,52 @@ static void test_close_mid_message(void **s)
 	rm(&p);
 }
 
+/* The sender drops a message after its first fragment went out: a
+ * PW_ABORT gives the receiver's buffer back to its port (it used to stay
+ * held until the stream's next message), and the stream goes on. */
+static void test_drop_mid_message_frees_buffer(void **s)
+{
+	struct pair p = mk(2, 8, NULL);
+	char m[32], b[64];
+	struct pe_frame f;
+	struct pw_hdr h;
+	struct xp_event ev;
+	uint8_t w[PW_HDR_LEN + 8];
+	char why[100];
+
+	memset(m, 'q', sizeof(m));
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	assert_int_equal(pe_provide(p.b, 2, b, 6, XP_LOW), 0);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m, 32, cb, NULL), 0);
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 1);	/* 8 of 32 bytes */
+	memcpy(w, f.hdr, PW_HDR_LEN);
+	memcpy(w + PW_HDR_LEN, f.data, 8);
+	pe_frame_done(p.a, f.ref);
+	assert_int_equal(pe_input(p.b, 1, w, sizeof(w), 0, why, sizeof(why)), 0);
+	pe_drop(p.a, 1, XP_LOW, 1, 2);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[0].st, XP_SEND_DROPPED);
+	/* what goes next is the abort of that message */
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 1);
+	assert_int_equal(pw_decode(f.hdr, PW_HDR_LEN, &h), 0);
+	assert_int_equal(h.type, PW_ABORT);
+	assert_int_equal(h.seq, 0);
+	assert_int_equal(pe_input(p.b, 1, f.hdr, PW_HDR_LEN, 0, why, sizeof(why)), 0);
+	/* b's one buffer takes the next message (it would have been refused
+	 * for want of a buffer while held) */
+	memcpy(m, "next", 4);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, m, 32, cb, NULL), 0);
+	pump(&p, 0);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 1);
+	assert_ptr_equal(ev.buffer, b);
+	assert_int_equal(ev.length, 32);
+	assert_memory_equal(b, m, 32);
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[1].st, XP_SUCCESS);
+	rm(&p);
+}
+
 static char last_why[200];
 
 static int input_hdr(struct pe_eng *e, const struct pw_hdr *h, const void *pl, uint32_t plen)
@@ -689,6 +735,7 @@ int main(void)
 		cmocka_unit_test(test_empty_message),
 		cmocka_unit_test(test_stress_order),
 		cmocka_unit_test(test_ack_rides_on_reply),
+		cmocka_unit_test(test_drop_mid_message_frees_buffer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,6 +87,10 @@ static void test_rejects(void **s)
 	assert_int_equal(dec(&a, 1), PW_E_BOUNDS);
 	a.flags = PW_FIRST;		assert_int_equal(dec(&a, 0), PW_E_FLAGS);
 	a.flags = 0; a.len = 1;		assert_int_equal(dec(&a, 0), PW_E_RSVD);
+	struct pw_hdr ab = { .type = PW_ABORT, .seq = 3 };
+	assert_int_equal(dec(&ab, 0), 0);
+	assert_int_equal(dec(&ab, 1), PW_E_BOUNDS);
+	ab.len = 1;			assert_int_equal(dec(&ab, 0), PW_E_RSVD);
 	struct pw_hdr n = { .type = PW_NACK, .arg = PW_NACK_NOBUF };
 	assert_int_equal(dec(&n, 0), 0);
 	n.arg = 0;			assert_int_equal(dec(&n, 0), PW_E_REASON);
