@@ -5,12 +5,6 @@
 
 #include "core/cli.h"	/* EXIT_OK, EXIT_FAIL, EXIT_USAGE */
 
-struct cmd {
-	const char *name;
-	int (*fn)(int argc, char **argv);
-	const char *args;
-	const char *help;
-};
 
 int cmd_create(int argc, char **argv);
 int cmd_connect(int argc, char **argv);

@@ -21,17 +21,13 @@ static const struct cmd cmds[] = {
 	  "remove connections (also installed as rmshmcon)" },
 };
 
+static const struct cli_tool tool = {
+	"mkshmcon", cmds, sizeof(cmds) / sizeof(cmds[0]), 8, 10, "\nSee mkshmcon(8).\n"
+};
+
 void cmd_usage(FILE *f, const char *name)
 {
-	fprintf(f, "usage: mkshmcon COMMAND [ARGS]\n\n");
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		if (name && strcmp(name, cmds[i].name) != 0)
-			continue;
-		fprintf(f, "  mkshmcon %-8s %s\n  %10s %s\n", cmds[i].name, cmds[i].args, "",
-			cmds[i].help);
-	}
-	if (!name)
-		fprintf(f, "\nSee mkshmcon(8).\n");
+	cli_usage(&tool, f, name);
 }
 
 int check_name(const char *name)
@@ -59,19 +55,5 @@ int main(int argc, char **argv)
 		return cmd_rm(argc, argv);
 	}
 	xlog_init("mkshmcon");
-	opterr = 0;	/* one line of our own instead of getopt's */
-	if (argc < 2) {
-		cmd_usage(stderr, NULL);
-		return EXIT_USAGE;
-	}
-	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-		cmd_usage(stdout, NULL);
-		return EXIT_OK;
-	}
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-		if (strcmp(argv[1], cmds[i].name) == 0)
-			return cmds[i].fn(argc - 1, argv + 1);
-	fprintf(stderr, "mkshmcon: unknown command '%s'\n", argv[1]);
-	cmd_usage(stderr, NULL);
-	return EXIT_USAGE;
+	return cli_main(&tool, argc, argv);
 }

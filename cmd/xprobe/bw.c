@@ -23,10 +23,8 @@ struct bw_opts {
 	uint64_t size;
 	uint64_t secs_ns;
 	uint64_t window;
-	uint64_t spin_ns;
-	enum xp_prio prio;
-	bool verbose, quiet, progress, window_set, size_set;
-	enum xfmt fmt;
+	bool progress, window_set, size_set;
+	struct common_opts co;
 };
 
 struct bw_result {
@@ -61,10 +59,10 @@ static void report(const struct bw_opts *o, const struct bw_result *r)
 	double rate = secs > 0 ? r->msgs / secs : 0;
 	char b1[32], b2[32];
 
-	if (o->fmt == XFMT_TEXT) {
+	if (o->co.fmt == XFMT_TEXT) {
 		printf("BW %s (%s): %llu-byte messages, %s\n", r->target, r->transport,
 		       (unsigned long long)o->size, r->datagram ? "datagrams" :
-		       o->prio == XP_HIGH ? "high priority" : "low priority");
+		       o->co.prio == XP_HIGH ? "high priority" : "low priority");
 		printf("%llu messages, %s in %.2f s: %s, %.3f M msg/s\n",
 		       (unsigned long long)r->msgs, xfmt_size(r->bytes, b1, sizeof(b1)), secs,
 		       xfmt_rate(bps, b2, sizeof(b2)), rate / 1e6);
@@ -87,7 +85,7 @@ static void report(const struct bw_opts *o, const struct bw_result *r)
 	xnode_set_str(m, "transport", r->transport);
 	xnode_set_u64(m, "size", o->size);
 	if (!r->datagram) {
-		xnode_set_str(m, "prio", o->prio == XP_HIGH ? "high" : "low");
+		xnode_set_str(m, "prio", o->co.prio == XP_HIGH ? "high" : "low");
 		xnode_set_u64(m, "window", o->window);
 	}
 	xnode_set_f64(m, "time_s", secs, 3);
@@ -103,7 +101,7 @@ static void report(const struct bw_opts *o, const struct bw_result *r)
 		xnode_set_f64(m, "server_bandwidth_Bps", r->srv_ns ?
 			      r->srv_bytes / (r->srv_ns / 1e9) : 0, 0);
 	}
-	xemit(stdout, m, o->fmt);
+	xemit(stdout, m, o->co.fmt);
 	xnode_free(m);
 }
 
@@ -124,7 +122,7 @@ static void flow_sent(struct xp_port *p, void *ctx, enum xp_status st);
 static int flow_push(struct flow *f)
 {
 	while (f->inflight < f->o->window && f->failed == XP_SUCCESS && xtime_ns() < f->end_ns) {
-		int rc = xp_send(f->c->p, f->c->node, PROBE_PORT_SINK, f->o->prio, f->buf,
+		int rc = xp_send(f->c->p, f->c->node, PROBE_PORT_SINK, f->o->co.prio, f->buf,
 				 f->o->size, flow_sent, f);
 
 		if (rc == -EAGAIN)
@@ -158,11 +156,11 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	uint64_t start, last_progress;
 	int rc, ret = EXIT_FAIL;
 
-	if ((rc = pclient_open(&c, "bw", u, o->spin_ns, (uint32_t)o->window)))
+	if ((rc = pclient_open(&c, "bw", u, o->co.spin_ns, (uint32_t)o->window)))
 		return rc;
 	snprintf(r->target, sizeof(r->target), "%s", c.target);
 	r->transport = xuri_scheme_name(u->scheme);
-	if ((rc = pclient_setup(&c, PROBE_PORT_SINK, (uint32_t)o->size, o->prio,
+	if ((rc = pclient_setup(&c, PROBE_PORT_SINK, (uint32_t)o->size, o->co.prio,
 				(uint32_t)o->window)))
 		goto out_close;
 	f.buf = aligned_alloc(4096, (o->size + 4095) / 4096 * 4096 + 4096);
@@ -231,7 +229,7 @@ static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_res
 {
 	enum { BATCH = 32 };
 	struct xdg_msg m[BATCH];
-	struct xuri local = *u;
+	struct xuri local;
 	struct xdg *d;
 	struct xdg_addr *to;
 	uint8_t *tx = NULL, req[PROBE_DG_HDR];
@@ -244,8 +242,7 @@ static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	xuri_format(u, r->target, sizeof(r->target));
 	r->transport = xuri_scheme_name(u->scheme);
 	r->datagram = true;
-	snprintf(local.host, sizeof(local.host), "%s", strchr(u->host, ':') ? "::" : "0.0.0.0");
-	local.port = 0;
+	dg_local(u, &local);
 	d = xdg_open(&local, NULL, err, sizeof(err));
 	if (!d)
 		return fail("bw", "%s", err);
@@ -341,8 +338,8 @@ int cmd_bw(int argc, char **argv)
 		{ "size", required_argument, NULL, 's' },
 		{ "time", required_argument, NULL, 'T' },
 		{ "window", required_argument, NULL, 'w' },
-		{ "prio", required_argument, NULL, 'P' },
-		{ "spin", required_argument, NULL, 'S' },
+		{ "prio", required_argument, NULL, OPT_PRIO },
+		{ "spin", required_argument, NULL, OPT_SPIN },
 		{ "progress", no_argument, NULL, 'p' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -352,7 +349,7 @@ int cmd_bw(int argc, char **argv)
 	};
 	static const char *const os = "s:T:w:qvo:h";
 	struct bw_opts o = { .size = 65536, .secs_ns = 3000000000ull, .window = 16,
-			     .spin_ns = 50000, .prio = XP_LOW, .fmt = XFMT_TEXT };
+			     .co = COMMON_OPTS_DEFAULT };
 	struct bw_result r = { 0 };
 	struct xuri u;
 	const char *es;
@@ -377,39 +374,19 @@ int cmd_bw(int argc, char **argv)
 				return usage_error("bw", "--window: '%s' %s", optarg, es);
 			o.window_set = true;
 			break;
-		case 'S':
-			if (xparse_duration(optarg, 1000, 0, 1000000000ull, &o.spin_ns, &es) < 0)
-				return usage_error("bw", "--spin: '%s' %s", optarg, es);
-			break;
-		case 'P':
-			if ((rc = parse_prio("bw", optarg, &o.prio)))
-				return rc;
-			break;
 		case 'p':
 			force_progress = true;
-			break;
-		case 'q':
-			o.quiet = true;
-			break;
-		case 'v':
-			o.verbose = true;
-			break;
-		case 'o':
-			if ((rc = parse_fmt("bw", optarg, &o.fmt)))
-				return rc;
 			break;
 		case 'h':
 			cmd_usage(stdout, "bw");
 			return EXIT_OK;
 		default:
-			return bad_option("bw", os, argv);
+			if ((rc = common_opt("bw", c, optarg, &o.co)) == 1)
+				break;
+			return rc ? rc : bad_option("bw", os, argv);
 		}
 	}
-	if (optind >= argc)
-		return usage_error("bw", "no URI given");
-	if (optind + 1 < argc)
-		return usage_error("bw", "unexpected argument '%s'", argv[optind + 1]);
-	if ((rc = parse_target("bw", argv[optind], o.verbose, &u)))
+	if ((rc = one_target("bw", argc, argv, o.co.verbose, &u)))
 		return rc;
 	if (is_datagram(&u)) {
 		if (o.window_set)
@@ -420,7 +397,7 @@ int cmd_bw(int argc, char **argv)
 					   (unsigned long long)o.size, xuri_scheme_name(u.scheme),
 					   PROBE_DG_HDR);
 	}
-	o.progress = force_progress || (!o.quiet && isatty(STDERR_FILENO));
+	o.progress = force_progress || (!o.co.quiet && isatty(STDERR_FILENO));
 	if (xdev_require(&u, err, sizeof(err)) < 0)
 		return fail("bw", "%s", err);
 

@@ -1,10 +1,51 @@
 #include "client.h"
+#include "core/parse.h"
 #include "core/xtime.h"
 
 #include <errno.h>
 #include <string.h>
 
 #define CTL_TIMEOUT_NS 5000000000ull
+
+int common_opt(const char *cmd, int c, const char *arg, struct common_opts *co)
+{
+	const char *es;
+
+	switch (c) {
+	case OPT_SPIN:
+		if (xparse_duration(arg, 1000, 0, 1000000000ull, &co->spin_ns, &es) < 0)
+			return usage_error(cmd, "--spin: '%s' %s", arg, es);
+		return 1;
+	case OPT_PRIO:
+		return parse_prio(cmd, arg, &co->prio) ? EXIT_USAGE : 1;
+	case 'q':
+		co->quiet = true;
+		return 1;
+	case 'v':
+		co->verbose = true;
+		return 1;
+	case 'o':
+		return parse_fmt(cmd, arg, &co->fmt) ? EXIT_USAGE : 1;
+	default:
+		return 0;
+	}
+}
+
+int one_target(const char *cmd, int argc, char **argv, bool verbose, struct xuri *u)
+{
+	if (optind >= argc)
+		return usage_error(cmd, "no URI given");
+	if (optind + 1 < argc)
+		return usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+	return parse_target(cmd, argv[optind], verbose, u);
+}
+
+void dg_local(const struct xuri *peer, struct xuri *local)
+{
+	*local = *peer;
+	snprintf(local->host, sizeof(local->host), "%s", strchr(peer->host, ':') ? "::" : "0.0.0.0");
+	local->port = 0;
+}
 
 int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns,
 		 uint32_t window)

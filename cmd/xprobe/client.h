@@ -20,6 +20,24 @@ struct pclient {
 	uint8_t ctl_tx[PROBE_CTL_LEN];
 };
 
+/* What ping and bw share on the command line. */
+struct common_opts {
+	uint64_t spin_ns;	/* --spin */
+	enum xp_prio prio;	/* --prio */
+	bool quiet, verbose;	/* -q, -v */
+	enum xfmt fmt;		/* -o */
+};
+#define COMMON_OPTS_DEFAULT { .spin_ns = 50000, .prio = XP_LOW, .fmt = XFMT_TEXT }
+/* getopt_long codes of the shared long options */
+enum { OPT_SPIN = 'S', OPT_PRIO = 'P' };
+
+/* One getopt result: 1 handled, 0 not a shared option, or EXIT_USAGE. */
+int common_opt(const char *cmd, int c, const char *arg, struct common_opts *co);
+/* The one URI operand after the options (AUTO resolved, -v says so). */
+int one_target(const char *cmd, int argc, char **argv, bool verbose, struct xuri *u);
+/* The local end for talking to a datagram peer: any address of its family. */
+void dg_local(const struct xuri *peer, struct xuri *local);
+
 /* Connects and opens the client port.  EXIT_OK or EXIT_FAIL (printed). */
 /* `window`: data messages the caller will keep in flight. */
 int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns,

@@ -15,12 +15,6 @@
 /* The default port of xprobe serve when a URI names none. */
 #define XPROBE_DEFAULT_PORT 7471
 
-struct cmd {
-	const char *name;
-	int (*fn)(int argc, char **argv);
-	const char *args;
-	const char *help;
-};
 
 int cmd_devices(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

@@ -12,28 +12,26 @@
 static const struct cmd cmds[] = {
 	{ "devices", cmd_devices, "[-o text|yaml|json]",
 	  "list RDMA devices, ports, GIDs, MTUs and the usable transports" },
-	{ "serve",   cmd_serve,   "URI... [-v] [--spin DURATION] [--max-mem SIZE]",
+	{ "serve",   cmd_serve,   "URI... [-v] [--spin DURATION] [--max-mem SIZE] [--max-size SIZE]",
 	  "answer pings and bandwidth tests on every URI" },
-	{ "ping",    cmd_ping,    "URI [-c COUNT] [-i INTERVAL] [-s SIZE] [--prio low|high]\n"
-	  "                    [-W TIMEOUT] [--load SIZE] [--warmup N] [-q] [-v] [-o text|yaml|json]",
+	{ "ping",    cmd_ping,    "URI [-c COUNT] [-i INTERVAL] [-s SIZE] [-W TIMEOUT] [--prio low|high]\n"
+	  "                    [--load SIZE] [--warmup N] [--spin DURATION] [-q] [-v]\n"
+	  "                    [-o text|yaml|json]",
 	  "measure round trips" },
 	{ "bw",      cmd_bw,      "URI [-s SIZE] [-T SECONDS] [--window TOKENS] [--prio low|high]\n"
-	  "                    [-v] [-o text|yaml|json]",
+	  "                    [--progress] [--spin DURATION] [-q] [-v] [-o text|yaml|json]",
 	  "measure bandwidth and message rate" },
+};
+
+static const struct cli_tool tool = {
+	"xprobe", cmds, sizeof(cmds) / sizeof(cmds[0]), 7, 9,
+	"\nURI: shm://NAME tcp://HOST:PORT udp://HOST:PORT rdma://HOST:PORT "
+	"ud://HOST:PORT or HOST:PORT (auto)\nSee xprobe(1).\n"
 };
 
 void cmd_usage(FILE *f, const char *name)
 {
-	fprintf(f, "usage: xprobe COMMAND [ARGS]\n\n");
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		if (name && strcmp(name, cmds[i].name) != 0)
-			continue;
-		fprintf(f, "  xprobe %-7s %s\n  %9s %s\n", cmds[i].name, cmds[i].args, "",
-			cmds[i].help);
-	}
-	if (!name)
-		fprintf(f, "\nURI: shm://NAME tcp://HOST:PORT udp://HOST:PORT rdma://HOST:PORT "
-			"ud://HOST:PORT or HOST:PORT (auto)\nSee xprobe(1).\n");
+	cli_usage(&tool, f, name);
 }
 
 int fail(const char *cmd, const char *fmt, ...)
@@ -103,19 +101,5 @@ void install_stop_handlers(void)
 int main(int argc, char **argv)
 {
 	xlog_init("xprobe");
-	opterr = 0;	/* one line of our own instead of getopt's */
-	if (argc < 2) {
-		cmd_usage(stderr, NULL);
-		return EXIT_USAGE;
-	}
-	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-		cmd_usage(stdout, NULL);
-		return EXIT_OK;
-	}
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-		if (strcmp(argv[1], cmds[i].name) == 0)
-			return cmds[i].fn(argc - 1, argv + 1);
-	fprintf(stderr, "xprobe: unknown command '%s'\n", argv[1]);
-	cmd_usage(stderr, NULL);
-	return EXIT_USAGE;
+	return cli_main(&tool, argc, argv);
 }

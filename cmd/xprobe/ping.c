@@ -29,11 +29,9 @@ struct ping_opts {
 	uint64_t size;
 	uint64_t timeout_ns;
 	uint64_t load_size;	/* 0 = no background flow */
-	uint64_t spin_ns;
 	uint64_t warmup;	/* round trips not counted (ports) */
-	enum xp_prio prio;
-	bool quiet, verbose, size_set, timeout_set;
-	enum xfmt fmt;
+	bool size_set, timeout_set;
+	struct common_opts co;
 };
 
 struct ping_result {
@@ -45,7 +43,7 @@ struct ping_result {
 
 static void print_line(const struct ping_opts *o, const char *target, uint64_t seq, uint64_t ns)
 {
-	if (o->quiet || o->fmt != XFMT_TEXT || o->interval_ns == 0)
+	if (o->co.quiet || o->co.fmt != XFMT_TEXT || o->interval_ns == 0)
 		return;
 	printf("%llu bytes from %s: seq=%llu time=%.2f us\n", (unsigned long long)o->size,
 	       target, (unsigned long long)seq, ns / 1000.0);
@@ -58,7 +56,7 @@ static int report(const struct ping_opts *o, struct ping_result *r)
 	double loss = r->sent ? 100.0 * lost / r->sent : 0;
 	double secs = (r->end_ns - r->start_ns) / 1e9;
 
-	if (o->fmt == XFMT_TEXT) {
+	if (o->co.fmt == XFMT_TEXT) {
 		printf("--- %s ping statistics ---\n", r->target);
 		printf("%llu sent, %llu received, %.1f%% loss, time %.2f s\n",
 		       (unsigned long long)r->sent, (unsigned long long)r->received, loss, secs);
@@ -73,7 +71,7 @@ static int report(const struct ping_opts *o, struct ping_result *r)
 		xnode_set_str(m, "target", r->target);
 		xnode_set_str(m, "transport", r->transport);
 		xnode_set_u64(m, "size", o->size);
-		xnode_set_str(m, "prio", o->prio == XP_HIGH ? "high" : "low");
+		xnode_set_str(m, "prio", o->co.prio == XP_HIGH ? "high" : "low");
 		if (o->load_size)
 			xnode_set_u64(m, "load_size", o->load_size);
 		xnode_set_u64(m, "sent", r->sent);
@@ -81,7 +79,7 @@ static int report(const struct ping_opts *o, struct ping_result *r)
 		xnode_set_f64(m, "loss_pct", loss, 1);
 		xnode_set_f64(m, "time_s", secs, 3);
 		xhist_to_node(&r->rtt, xnode_set_map(m, "rtt_ns"));
-		xemit(stdout, m, o->fmt);
+		xemit(stdout, m, o->co.fmt);
 		xnode_free(m);
 	}
 	return EXIT_OK;
@@ -142,11 +140,11 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 	void *tx = NULL, *rx[2] = { NULL, NULL };
 	int rc, ret = EXIT_FAIL;
 
-	if ((rc = pclient_open(&c, "ping", u, o->spin_ns, 1 + LOAD_WINDOW)))
+	if ((rc = pclient_open(&c, "ping", u, o->co.spin_ns, 1 + LOAD_WINDOW)))
 		return rc;
 	r->target = c.target;
 	r->transport = xuri_scheme_name(u->scheme);
-	if ((rc = pclient_setup(&c, PROBE_PORT_ECHO, (uint32_t)o->size, o->prio, 1)))
+	if ((rc = pclient_setup(&c, PROBE_PORT_ECHO, (uint32_t)o->size, o->co.prio, 1)))
 		goto out_close;
 	if (o->load_size && (rc = pclient_setup(&c, PROBE_PORT_SINK, (uint32_t)o->load_size,
 						XP_LOW, LOAD_WINDOW)))
@@ -161,7 +159,7 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 	for (uint64_t i = 0; i < o->size; i++)
 		((uint8_t *)tx)[i] = (uint8_t)(i * 7 + 1);
 	for (int i = 0; i < 2; i++)
-		xp_provide_receive_buffer(c.p, rx[i], size_class, o->prio);
+		xp_provide_receive_buffer(c.p, rx[i], size_class, o->co.prio);
 	if (o->load_size) {
 		load.c = &c;
 		load.size = o->load_size;
@@ -172,9 +170,9 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		}
 		load_push(&load);
 	}
-	if (o->fmt == XFMT_TEXT && !o->quiet)
+	if (o->co.fmt == XFMT_TEXT && !o->co.quiet)
 		printf("PING %s (%s): %llu bytes, %s priority%s\n", c.target, r->transport,
-		       (unsigned long long)o->size, o->prio == XP_HIGH ? "high" : "low",
+		       (unsigned long long)o->size, o->co.prio == XP_HIGH ? "high" : "low",
 		       o->load_size ? ", with a low-priority load" : "");
 
 	r->start_ns = xtime_ns();
@@ -185,7 +183,7 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 
 		if (stop_requested)
 			break;
-		rc = xp_send(c.p, c.node, PROBE_PORT_ECHO, o->prio, tx, o->size, pclient_sent, &c);
+		rc = xp_send(c.p, c.node, PROBE_PORT_ECHO, o->co.prio, tx, o->size, pclient_sent, &c);
 		if (rc < 0) {
 			fail("ping", "%s: send: %s", c.target, strerror(-rc));
 			goto out_free;
@@ -266,14 +264,6 @@ out_close:
 
 /* --- over datagrams ----------------------------------------------------------- */
 
-static int dg_local(const struct xuri *peer, struct xuri *local)
-{
-	*local = *peer;
-	snprintf(local->host, sizeof(local->host), "%s", strchr(peer->host, ':') ? "::" : "0.0.0.0");
-	local->port = 0;
-	return 0;
-}
-
 static int ping_dgram(const struct ping_opts *o, const struct xuri *u, struct ping_result *r)
 {
 	static char target[300];
@@ -307,7 +297,7 @@ static int ping_dgram(const struct ping_opts *o, const struct xuri *u, struct pi
 		fail("ping", "out of memory");
 		goto out_close;
 	}
-	if (o->fmt == XFMT_TEXT && !o->quiet)
+	if (o->co.fmt == XFMT_TEXT && !o->co.quiet)
 		printf("PING %s (%s): %llu bytes\n", target, r->transport,
 		       (unsigned long long)o->size);
 	r->start_ns = xtime_ns();
@@ -344,7 +334,7 @@ static int ping_dgram(const struct ping_opts *o, const struct xuri *u, struct pi
 				    wc[i].len == o->size)
 					got = true;
 			}
-			if (!got && !n && now - t0 > o->spin_ns)
+			if (!got && !n && now - t0 > o->co.spin_ns)
 				xdg_wait(d, deadline - now);
 		}
 		if (stop_requested)
@@ -355,7 +345,7 @@ static int ping_dgram(const struct ping_opts *o, const struct xuri *u, struct pi
 			r->received++;
 			xhist_add(&r->rtt, ns);
 			print_line(o, target, seq, ns);
-		} else if (o->fmt == XFMT_TEXT && !o->quiet && o->interval_ns) {
+		} else if (o->co.fmt == XFMT_TEXT && !o->co.quiet && o->interval_ns) {
 			printf("no reply to seq=%u within %.1f s\n", seq, o->timeout_ns / 1e9);
 		}
 		if (o->interval_ns && (!o->count || seq < o->count))
@@ -375,10 +365,10 @@ int cmd_ping(int argc, char **argv)
 		{ "count", required_argument, NULL, 'c' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "size", required_argument, NULL, 's' },
-		{ "prio", required_argument, NULL, 'P' },
+		{ "prio", required_argument, NULL, OPT_PRIO },
 		{ "timeout", required_argument, NULL, 'W' },
 		{ "load", required_argument, NULL, 'L' },
-		{ "spin", required_argument, NULL, 'S' },
+		{ "spin", required_argument, NULL, OPT_SPIN },
 		{ "warmup", required_argument, NULL, 'U' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -387,8 +377,8 @@ int cmd_ping(int argc, char **argv)
 		{ 0 }
 	};
 	static const char *const os = "c:i:s:W:qvo:h";
-	struct ping_opts o = { .interval_ns = 1000000000ull, .size = 8, .spin_ns = 50000,
-			       .prio = XP_LOW, .fmt = XFMT_TEXT };
+	struct ping_opts o = { .interval_ns = 1000000000ull, .size = 8,
+			       .co = COMMON_OPTS_DEFAULT };
 	struct ping_result *r;
 	struct xuri u;
 	const char *es;
@@ -421,40 +411,20 @@ int cmd_ping(int argc, char **argv)
 			if (xparse_size(optarg, 1, 1u << 30, &o.load_size, &es) < 0)
 				return usage_error("ping", "--load: '%s' %s", optarg, es);
 			break;
-		case 'S':
-			if (xparse_duration(optarg, 1000, 0, 1000000000ull, &o.spin_ns, &es) < 0)
-				return usage_error("ping", "--spin: '%s' %s", optarg, es);
-			break;
 		case 'U':
 			if (xparse_u64(optarg, 0, 1000000, &o.warmup, &es) < 0)
 				return usage_error("ping", "--warmup: '%s' %s", optarg, es);
-			break;
-		case 'P':
-			if ((rc = parse_prio("ping", optarg, &o.prio)))
-				return rc;
-			break;
-		case 'q':
-			o.quiet = true;
-			break;
-		case 'v':
-			o.verbose = true;
-			break;
-		case 'o':
-			if ((rc = parse_fmt("ping", optarg, &o.fmt)))
-				return rc;
 			break;
 		case 'h':
 			cmd_usage(stdout, "ping");
 			return EXIT_OK;
 		default:
-			return bad_option("ping", os, argv);
+			if ((rc = common_opt("ping", c, optarg, &o.co)) == 1)
+				break;
+			return rc ? rc : bad_option("ping", os, argv);
 		}
 	}
-	if (optind >= argc)
-		return usage_error("ping", "no URI given");
-	if (optind + 1 < argc)
-		return usage_error("ping", "unexpected argument '%s'", argv[optind + 1]);
-	if ((rc = parse_target("ping", argv[optind], o.verbose, &u)))
+	if ((rc = one_target("ping", argc, argv, o.co.verbose, &u)))
 		return rc;
 	if (is_datagram(&u)) {
 		if (o.load_size)

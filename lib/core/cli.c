@@ -40,3 +40,35 @@ int cli_bad_option(const char *prog, const char *cmd, const char *optstring, cha
 	}
 	return cli_usage_error(prog, cmd, "invalid option '%s'", arg);
 }
+
+void cli_usage(const struct cli_tool *t, FILE *f, const char *name)
+{
+	fprintf(f, "usage: %s COMMAND [ARGS]\n\n", t->prog);
+	for (size_t i = 0; i < t->ncmds; i++) {
+		if (name && strcmp(name, t->cmds[i].name) != 0)
+			continue;
+		fprintf(f, "  %s %-*s %s\n  %*s %s\n", t->prog, t->name_width, t->cmds[i].name,
+			t->cmds[i].args, t->help_indent, "", t->cmds[i].help);
+	}
+	if (!name && t->footer)
+		fputs(t->footer, f);
+}
+
+int cli_main(const struct cli_tool *t, int argc, char **argv)
+{
+	opterr = 0;	/* one line of our own instead of getopt's */
+	if (argc < 2) {
+		cli_usage(t, stderr, NULL);
+		return EXIT_USAGE;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+		cli_usage(t, stdout, NULL);
+		return EXIT_OK;
+	}
+	for (size_t i = 0; i < t->ncmds; i++)
+		if (strcmp(argv[1], t->cmds[i].name) == 0)
+			return t->cmds[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "%s: unknown command '%s'\n", t->prog, argv[1]);
+	cli_usage(t, stderr, NULL);
+	return EXIT_USAGE;
+}

@@ -6,6 +6,8 @@
 #define XPRT_CORE_CLI_H
 
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
 
 /* Exit status of every xprt tool. */
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
@@ -20,5 +22,29 @@ int cli_vusage_error(const char *prog, const char *cmd, const char *fmt, va_list
 /* getopt's '?' (run with opterr = 0): one line naming the unknown option or
  * the one missing its value; returns EXIT_USAGE. */
 int cli_bad_option(const char *prog, const char *cmd, const char *optstring, char **argv);
+
+/* Table-driven subcommands (STYLE.md 4). */
+struct cmd {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *args;
+	const char *help;
+};
+
+struct cli_tool {
+	const char *prog;
+	const struct cmd *cmds;
+	size_t ncmds;
+	int name_width;		/* command name column */
+	int help_indent;	/* where a command's help line starts */
+	const char *footer;	/* after the list in the full usage */
+};
+
+/* The usage of every command, or of `name` only, to f. */
+void cli_usage(const struct cli_tool *t, FILE *f, const char *name);
+/* main() of a tool: no command or an unknown one is a usage error (2),
+ * -h/--help/help prints the usage, a command runs with argv[0] = its name.
+ * Sets opterr = 0: the tools print getopt errors as one line of their own. */
+int cli_main(const struct cli_tool *t, int argc, char **argv);
 
 #endif

@@ -172,8 +172,8 @@ static int check_sg(const struct xrc *c, const struct xrc_sge *sg, int nsg, unsi
 	return 0;
 }
 
-int xrc_post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t wr_id,
-		  unsigned flags)
+static int post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, bool has_imm,
+		     uint32_t imm, uint64_t wr_id, unsigned flags)
 {
 	uint64_t t;
 	int rc = check_sg(c, sg, nsg, flags, &t);
@@ -184,22 +184,19 @@ int xrc_post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t wr_
 		return -ENOTCONN;
 	if (t > c->max_send)
 		return -EMSGSIZE;
-	return c->ops->post_send(c, sg, nsg, false, 0, wr_id, flags);
+	return c->ops->post_send(c, sg, nsg, has_imm, imm, wr_id, flags);
+}
+
+int xrc_post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t wr_id,
+		  unsigned flags)
+{
+	return post_send(c, sg, nsg, false, 0, wr_id, flags);
 }
 
 int xrc_post_send_imm(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t imm,
 		      uint64_t wr_id, unsigned flags)
 {
-	uint64_t t;
-	int rc = check_sg(c, sg, nsg, flags, &t);
-
-	if (rc)
-		return rc;
-	if (c->state != XRC_UP)
-		return -ENOTCONN;
-	if (t > c->max_send)
-		return -EMSGSIZE;
-	return c->ops->post_send(c, sg, nsg, true, imm, wr_id, flags);
+	return post_send(c, sg, nsg, true, imm, wr_id, flags);
 }
 
 int xrc_post_write(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,

@@ -18,10 +18,8 @@ CONN=
 # Background processes started by this test (wrapper shells and tools).
 BG_PIDS=()
 
-die() {
-	echo "# $*" >&2
-	return 1
-}
+# shellcheck source=common.bash
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 setup() {
 	[ -x "$MKSHMCON" ] || die "$MKSHMCON is not built (run make)"
@@ -52,49 +50,18 @@ teardown() {
 # run_tool EXPECTED_RC ARGS...: runs mkshmcon ARGS with a 30 s limit;
 # $output/$stderr/$status as bats sets them.  stdin is the caller's.
 run_tool() {
-	local expected=$1
-	shift
-	run --separate-stderr timeout 30 "$MKSHMCON" "$@"
-	if [ "$status" -ne "$expected" ]; then
-		show_run "mkshmcon $*" "$expected"
-		return 1
-	fi
+	run_limited 30 mkshmcon "$1" "$MKSHMCON" "${@:2}"
 }
 
 # run_as PROG_PATH EXPECTED_RC ARGS...: like run_tool for another binary
 # (e.g. the rmshmcon symlink).
 run_as() {
-	local prog=$1 expected=$2
-	shift 2
-	run --separate-stderr timeout 30 "$prog" "$@"
-	if [ "$status" -ne "$expected" ]; then
-		show_run "$prog $*" "$expected"
-		return 1
-	fi
+	run_limited 30 "$1" "$2" "$1" "${@:3}"
 }
 
-show_run() {
-	echo "# command: $1"
-	echo "# rc: $status (expected $2)"
-	echo "# stdout:"
-	printf '%s\n' "$output" | sed 's/^/#   /'
-	echo "# stderr:"
-	printf '%s\n' "$stderr" | sed 's/^/#   /'
-}
 
-# expect_output STRING / expect_stderr STRING: exact match.
-expect_output() {
-	[ "$output" = "$1" ] || die "stdout was: '$output'; expected: '$1'"
-}
 
-expect_stderr() {
-	[ "$stderr" = "$1" ] || die "stderr was: '$stderr'; expected: '$1'"
-}
 
-# expect_stderr_line STRING: stderr is exactly one line, STRING.
-expect_stderr_line() {
-	expect_stderr "$1" && [ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
-}
 
 # bg CMD...: runs CMD in the background (fd 3 closed, as bats requires),
 # remembered for teardown.

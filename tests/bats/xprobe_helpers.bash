@@ -12,10 +12,8 @@ esac
 
 BG_PIDS=()
 
-die() {
-	echo "# $*" >&2
-	return 1
-}
+# shellcheck source=common.bash
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 setup() {
 	[ -x "$XPROBE" ] || die "$XPROBE is not built (run make)"
@@ -37,40 +35,13 @@ teardown() {
 	return 0
 }
 
-show_run() {
-	echo "# command: $1"
-	echo "# rc: $status (expected $2)"
-	echo "# stdout:"
-	printf '%s\n' "$output" | sed 's/^/#   /'
-	echo "# stderr:"
-	printf '%s\n' "$stderr" | sed 's/^/#   /'
-	if [ -e "$SRV_ERR" ]; then
-		echo "# server stderr:"
-		sed 's/^/#   /' "$SRV_ERR"
-	fi
-}
 
 # run_xprobe EXPECTED_RC ARGS...: runs xprobe ARGS with a 60 s limit.
 run_xprobe() {
-	local expected=$1
-	shift
-	run --separate-stderr timeout 60 "$XPROBE" "$@"
-	if [ "$status" -ne "$expected" ]; then
-		show_run "xprobe $*" "$expected"
-		return 1
-	fi
+	run_limited 60 xprobe "$1" "$XPROBE" "${@:2}"
 }
 
-# expect_stderr_line STRING: stderr is exactly one line, STRING.
-expect_stderr_line() {
-	[ "$stderr" = "$1" ] || die "stderr was: '$stderr'; expected: '$1'"
-}
 
-# expect_stderr_match REGEX: stderr is one line matching REGEX.
-expect_stderr_match() {
-	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ] || die "stderr is not one line: '$stderr'"
-	[[ $stderr =~ $1 ]] || die "stderr '$stderr' does not match '$1'"
-}
 
 # start_server [OPTION...] URI...: starts xprobe serve in the background and waits for
 # one "listening" line per URI.  Sets SRV_PID and URIS (the bound URIs, in

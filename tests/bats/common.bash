@@ -1,0 +1,55 @@
+# What every tool's bats helpers share (podman-style): a bounded run of a
+# binary that checks its exit status and shows its output only on failure,
+# and exact assertions on what it printed.
+
+die() {
+	echo "# $*" >&2
+	return 1
+}
+
+# run_limited SECONDS LABEL EXPECTED_RC PROG ARGS...: runs PROG ARGS under
+# timeout; $output/$stderr/$status as bats sets them; stdin is the caller's.
+run_limited() {
+	local limit=$1 label=$2 expected=$3
+	shift 3
+	run --separate-stderr timeout "$limit" "$@"
+	if [ "$status" -ne "$expected" ]; then
+		show_run "$label ${*:2}" "$expected"
+		return 1
+	fi
+}
+
+# show_run COMMAND EXPECTED_RC: what the last run printed (and, where the
+# test started a server logging to $SRV_ERR, what the server said).
+show_run() {
+	echo "# command: $1"
+	echo "# rc: $status (expected $2)"
+	echo "# stdout:"
+	printf '%s\n' "$output" | sed 's/^/#   /'
+	echo "# stderr:"
+	printf '%s\n' "$stderr" | sed 's/^/#   /'
+	if [ -n "${SRV_ERR:-}" ] && [ -e "$SRV_ERR" ]; then
+		echo "# server stderr:"
+		sed 's/^/#   /' "$SRV_ERR"
+	fi
+}
+
+# expect_output STRING / expect_stderr STRING: exact match.
+expect_output() {
+	[ "$output" = "$1" ] || die "stdout was: '$output'; expected: '$1'"
+}
+
+expect_stderr() {
+	[ "$stderr" = "$1" ] || die "stderr was: '$stderr'; expected: '$1'"
+}
+
+# expect_stderr_line STRING: stderr is exactly one line, STRING.
+expect_stderr_line() {
+	expect_stderr "$1" && [ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+}
+
+# expect_stderr_match REGEX: stderr is one line matching REGEX.
+expect_stderr_match() {
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ] || die "stderr is not one line: '$stderr'"
+	[[ $stderr =~ $1 ]] || die "stderr '$stderr' does not match '$1'"
+}
