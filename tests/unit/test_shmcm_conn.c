@@ -417,6 +417,17 @@ static void test_raw_peer(void **s)
 }
 
 
+/* The rx thread publishes its counters after each batch, so just after the
+ * last delivery they may still lag: wait (bounded) for them to settle. */
+static void wait_published(struct mbox *m, int side, uint64_t recv_pkts)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (atomic_load(&m->h->side[side].recv_pkts) >= recv_pkts)
+			return;
+		usleep(1000);
+	}
+}
+
 /* Single copy by reference: messages too big for a packet are pulled by
  * the receiver from the sender's memory; transmit returns only after that,
  * so the sender may reuse its buffer at once. */
@@ -449,6 +460,7 @@ static void test_cma(void **s)
 	assert_memory_equal(b.got, want, total + 3);
 	assert_int_equal(b.nmsg, 4);
 	assert_int_equal(mbox_open(conn_name, &m, err, sizeof(err)), 0);
+	wait_published(m, MBOX_SIDE_B, atomic_load(&m->h->side[MBOX_SIDE_A].sent_pkts));
 	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].rndv_msgs), 3);
 	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].rndv_bytes), total);
 	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].rndv_failed), 0);
