@@ -638,11 +638,15 @@ int cmd_serve(int argc, char **argv)
 		}
 		for (int i = 0; i < s->ndg; i++)
 			work += serve_dg(&s->dg[i]);
+		/* the host's progress read the clock just now: under
+		 * emulation another read per round is a microsecond */
+		uint64_t now = s->h ? xp_host_now(s->h) : xtime_ns();
+
 		if (work) {
-			idle_since = xtime_ns();
+			idle_since = now;
 			continue;
 		}
-		if (xtime_ns() - idle_since < spin_ns)
+		if (now - idle_since < spin_ns)
 			continue;
 		/* Progress inside one port's xp_receive() may have queued
 		 * events for a port drained before it, or frames to send. */

@@ -113,6 +113,9 @@ int xp_host_fd(const struct xp_host *h);
  * timers.  Never blocks and never runs a user callback.  Returns the
  * number of things done (0: idle), or -errno on a host-wide failure. */
 int xp_host_progress(struct xp_host *h);
+/* CLOCK_MONOTONIC (ns) as read by the last xp_host_progress(): a busy
+ * loop around progress can use it instead of reading the clock again. */
+uint64_t xp_host_now(const struct xp_host *h);
 
 /* How long a caller sleeping on xp_host_fd() may wait before the host's
  * next timer (a retry, a timeout) is due: 0..max_ms. */

@@ -98,6 +98,7 @@ struct xp_port {
 struct xp_host {
 	struct xp_host_opts o;
 	uint64_t accept_ns;		/* last look at the listeners */
+	uint64_t now;			/* the clock at the last progress */
 	unsigned nextra;		/* fds added with xp_host_add_fd() */
 	bool frag_default;		/* o.frag was left 0: per-transport sizes */
 	struct pe_eng *e;

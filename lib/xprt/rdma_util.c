@@ -152,6 +152,14 @@ uint64_t xrdma_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t xrdma_coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 int xrdma_ms_left(uint64_t deadline_ns)
 {
 	uint64_t now = xrdma_now_ns();

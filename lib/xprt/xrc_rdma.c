@@ -846,7 +846,7 @@ static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 {
 	struct rconn *c = (struct rconn *)xc;
 	struct ibv_wc wc[32];
-	uint64_t now = xrdma_now_ns();
+	uint64_t now = xrdma_coarse_ns();
 	bool more;
 	int got = 0;
 
@@ -900,7 +900,7 @@ static int conn_arm(struct xrc *xc)
 	 * unread would keep the fd readable (the system call is paid per
 	 * sleep, not per poll). */
 	conn_cm_events(c);
-	c->cm_ns = xrdma_now_ns();
+	c->cm_ns = xrdma_coarse_ns();
 	if (c->armed)
 		return 0;
 	/* Events of an earlier arming must be read (and acked) before arming
