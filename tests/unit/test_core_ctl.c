@@ -1,0 +1,228 @@
+/* Control sockets (lib/core/ctl.h): a server answering commands, stale
+ * sockets, refusals, malformed requests. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "core/ctl.h"
+
+static char dir[64], path[128];
+
+static int setup(void **state)
+{
+	(void)state;
+	strcpy(dir, "/tmp/xctl-test.XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/t.sock", dir);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	unlink(path);
+	rmdir(dir);
+	return 0;
+}
+
+static int handler(void *ctx, int argc, char **argv, FILE *out)
+{
+	int *calls = ctx;
+
+	(*calls)++;
+	if (!strcmp(argv[0], "echo")) {
+		for (int i = 1; i < argc; i++)
+			fprintf(out, "%s%s", argv[i], i + 1 < argc ? " " : "\n");
+		return 0;
+	}
+	fprintf(out, "unknown command '%s'\n", argv[0]);
+	return 2;
+}
+
+/* The client runs in a child (xctl_call blocks); the parent serves. */
+static pid_t call_in_child(int argc, char **argv, int pipefd[2])
+{
+	assert_int_equal(pipe(pipefd), 0);
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char err[200];
+		FILE *f = fdopen(pipefd[1], "w");
+		int st = xctl_call(path, argc, argv, f, err, sizeof(err));
+
+		fprintf(f, "[%d]", st);
+		fclose(f);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	return pid;
+}
+
+static void serve_until_exit(struct xctl *c, pid_t pid, int *calls)
+{
+	int status;
+
+	for (int i = 0; i < 2000; i++) {
+		assert_true(xctl_poll(c, handler, calls) >= 0);
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return;
+		usleep(1000);
+	}
+	fail_msg("client did not finish");
+}
+
+static void read_all(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	ssize_t k;
+
+	while (n + 1 < cap && (k = read(fd, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)k;
+	buf[n] = '\0';
+	close(fd);
+}
+
+static void command_and_status(void **state)
+{
+	char err[200], out[256];
+	int calls = 0, pfd[2];
+	struct xctl *c = xctl_listen(path, err, sizeof(err));
+	const char *a1[] = { "echo", "hello", "world" };
+	const char *a2[] = { "frobnicate" };
+
+	(void)state;
+	assert_non_null(c);
+	struct stat st;
+
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	serve_until_exit(c, call_in_child(3, (char **)a1, pfd), &calls);
+	read_all(pfd[0], out, sizeof(out));
+	assert_string_equal(out, "hello world\n[0]");
+	serve_until_exit(c, call_in_child(1, (char **)a2, pfd), &calls);
+	read_all(pfd[0], out, sizeof(out));
+	assert_string_equal(out, "unknown command 'frobnicate'\n[2]");
+	assert_int_equal(calls, 2);
+	xctl_close(c);
+	assert_int_equal(access(path, F_OK), -1);	/* unlinked */
+}
+
+static void missing_socket_is_named(void **state)
+{
+	char err[200];
+	const char *a[] = { "status" };
+
+	(void)state;
+	assert_int_equal(xctl_call(path, 1, (char **)a, stdout, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, path));
+	assert_non_null(strstr(err, "no such control socket"));
+}
+
+static void stale_socket_replaced_live_one_refused(void **state)
+{
+	char err[200];
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	(void)state;
+	/* a socket file left by a dead process */
+	strcpy(a.sun_path, path);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	close(fd);
+	struct xctl *c = xctl_listen(path, err, sizeof(err));
+
+	assert_non_null(c);
+	/* a second server on a live socket is refused */
+	assert_null(xctl_listen(path, err, sizeof(err)));
+	assert_int_equal(errno, EADDRINUSE);
+	assert_non_null(strstr(err, "in use"));
+	xctl_close(c);
+}
+
+static void malformed_request_dropped_server_keeps_serving(void **state)
+{
+	char err[200], out[256];
+	int calls = 0, pfd[2];
+	struct xctl *c = xctl_listen(path, err, sizeof(err));
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char junk[XCTL_MAX_REQ + 10];
+	const char *a1[] = { "echo", "still", "here" };
+
+	(void)state;
+	assert_non_null(c);
+	strcpy(a.sun_path, path);
+	/* more than XCTL_MAX_REQ bytes without the terminating empty argument */
+	memset(junk, 'x', sizeof(junk));
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	assert_int_equal(xctl_poll(c, handler, &calls), 0);
+	assert_int_equal(calls, 0);
+	close(fd);
+	serve_until_exit(c, call_in_child(3, (char **)a1, pfd), &calls);
+	read_all(pfd[0], out, sizeof(out));
+	assert_string_equal(out, "still here\n[0]");
+	xctl_close(c);
+}
+
+static void client_rejects_bad_arguments(void **state)
+{
+	char err[200];
+	const char *a[] = { "status", "" };
+
+	(void)state;
+	assert_int_equal(xctl_call(path, 2, (char **)a, stdout, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "empty argument"));
+	assert_int_equal(xctl_call(path, 0, (char **)a, stdout, err, sizeof(err)), -EINVAL);
+}
+
+static void default_path_is_private(void **state)
+{
+	char p[256], rt[128];
+	struct stat st;
+
+	(void)state;
+	snprintf(rt, sizeof(rt), "%s/rt", dir);
+	assert_int_equal(mkdir(rt, 0700), 0);
+	setenv("XDG_RUNTIME_DIR", rt, 1);
+	assert_int_equal(xctl_default_path("rtrs-client-s1", p, sizeof(p)), 0);
+	assert_non_null(strstr(p, "/rt/xprt/rtrs-client-s1.sock"));
+	snprintf(p, sizeof(p), "%s/xprt", rt);
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0700);
+	/* a directory others can write to is refused */
+	assert_int_equal(chmod(p, 0777), 0);
+	assert_int_equal(xctl_default_path("x", p, sizeof(p)), -EPERM);
+	snprintf(p, sizeof(p), "%s/xprt", rt);
+	rmdir(p);
+	rmdir(rt);
+	unsetenv("XDG_RUNTIME_DIR");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(command_and_status, setup, teardown),
+		cmocka_unit_test_setup_teardown(missing_socket_is_named, setup, teardown),
+		cmocka_unit_test_setup_teardown(stale_socket_replaced_live_one_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(malformed_request_dropped_server_keeps_serving, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(client_rejects_bad_arguments, setup, teardown),
+		cmocka_unit_test_setup_teardown(default_path_is_private, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
