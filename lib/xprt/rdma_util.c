@@ -51,6 +51,14 @@ struct xrdma_pd *xrdma_pd_get(struct ibv_context *ctx, char *err, size_t errlen)
 		errno = e;
 		return NULL;
 	}
+	struct ibv_device_attr da;
+
+	if (!ibv_query_device(ctx, &da)) {
+		p->mw1 = da.device_cap_flags & IBV_DEVICE_MEM_WINDOW;
+		p->mw2 = da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+						IBV_DEVICE_MEM_WINDOW_TYPE_2B);
+		p->inv_bit2 = da.vendor_id == 0xffffff;	/* rxe's RXE_VENDOR_ID */
+	}
 	p->refs = 1;
 	p->next = pd_list;
 	pd_list = p;
@@ -82,8 +90,22 @@ void xrdma_pd_put(struct xrdma_pd *p)
 			break;
 		}
 	pthread_mutex_unlock(&pd_lock);
+	if (p->zmr)
+		ibv_dereg_mr(p->zmr);
 	ibv_dealloc_pd(p->pd);
 	free(p);
+}
+
+struct ibv_mr *xrdma_pd_zmr(struct xrdma_pd *p)
+{
+	static uint64_t zbuf[8];	/* never accessed: binds over it are empty */
+
+	pthread_mutex_lock(&pd_lock);
+	if (!p->zmr)
+		p->zmr = ibv_reg_mr(p->pd, zbuf, sizeof(zbuf),
+				    IBV_ACCESS_LOCAL_WRITE | (p->mw1 || p->mw2 ? IBV_ACCESS_MW_BIND : 0));
+	pthread_mutex_unlock(&pd_lock);
+	return p->zmr;
 }
 
 int xrdma_check(const struct xuri *u, char *err, size_t errlen)

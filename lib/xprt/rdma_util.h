@@ -22,12 +22,24 @@ struct xrdma_pd {
 	struct xrc_dom dom;	/* first: what xrc_domain() hands out (xrc_rdma.c) */
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
+	bool mw1, mw2;		/* the device has type-1 / type-2 memory windows */
+	/* rxe (up to at least Linux 6.1) writes the kernel's
+	 * IB_WC_WITH_INVALIDATE (1 << 2) into user completions, where
+	 * libibverbs says IBV_WC_WITH_INV is 1 << 3 and 1 << 2 is
+	 * IBV_WC_IP_CSUM_OK (meaningless on RC): on such a device either bit
+	 * on a receive means "with invalidate". */
+	bool inv_bit2;
+	struct ibv_mr *zmr;	/* a tiny region for zero-length binds (xrdma_pd_zmr) */
 	unsigned refs;
 	struct xrdma_pd *next;
 };
 struct xrdma_pd *xrdma_pd_get(struct ibv_context *ctx, char *err, size_t errlen);
 void xrdma_pd_put(struct xrdma_pd *p);			/* NULL ok */
 void xrdma_pd_ref(struct xrdma_pd *p);
+/* A region of the PD to name in a zero-length bind (rxe's provider reads
+ * the region of a bind even when the length is 0), registered on first
+ * use, kept until the PD goes.  NULL with errno on failure. */
+struct ibv_mr *xrdma_pd_zmr(struct xrdma_pd *p);
 
 /* Fails with the one-line "URI: no RDMA device found (...); use tcp://...
  * instead" (xdev_require) when there is no usable device. */

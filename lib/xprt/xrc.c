@@ -172,8 +172,8 @@ static int check_sg(const struct xrc *c, const struct xrc_sge *sg, int nsg, unsi
 	return 0;
 }
 
-static int post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, bool has_imm,
-		     uint32_t imm, uint64_t wr_id, unsigned flags)
+static int post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, int kind,
+		     uint32_t arg, uint64_t wr_id, unsigned flags)
 {
 	uint64_t t;
 	int rc = check_sg(c, sg, nsg, flags, &t);
@@ -184,19 +184,84 @@ static int post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, bool has_
 		return -ENOTCONN;
 	if (t > c->max_send)
 		return -EMSGSIZE;
-	return c->ops->post_send(c, sg, nsg, has_imm, imm, wr_id, flags);
+	return c->ops->post_send(c, sg, nsg, kind, arg, wr_id, flags);
 }
 
 int xrc_post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t wr_id,
 		  unsigned flags)
 {
-	return post_send(c, sg, nsg, false, 0, wr_id, flags);
+	return post_send(c, sg, nsg, SEND_PLAIN, 0, wr_id, flags);
 }
 
 int xrc_post_send_imm(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t imm,
 		      uint64_t wr_id, unsigned flags)
 {
-	return post_send(c, sg, nsg, true, imm, wr_id, flags);
+	return post_send(c, sg, nsg, SEND_IMM, imm, wr_id, flags);
+}
+
+int xrc_post_send_inv(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t inv_rkey,
+		      uint64_t wr_id, unsigned flags)
+{
+	return post_send(c, sg, nsg, SEND_INV, inv_rkey, wr_id, flags);
+}
+
+/* --- memory windows ------------------------------------------------------ */
+
+struct xrc_win *xrc_win_new(struct xrc_dom *d, unsigned flags, char *err, size_t errlen)
+{
+	if (flags & ~(unsigned)XRC_WIN_TYPE2) {
+		snprintf(err, errlen, "window: unknown flags %#x", flags);
+		errno = EINVAL;
+		return NULL;
+	}
+	return d->ops->win_new(d, flags, err, errlen);
+}
+
+/* Post-time checks of a bind or invalidate (mr NULL), common to both
+ * backends: what a device would only report as a failed bind -- which
+ * also kills the connection -- is refused here instead. */
+static int win_check(struct xrc *c, const struct xrc_win *w, const struct xrc_mr *mr,
+		     const void *addr, size_t len, unsigned access, unsigned flags)
+{
+	if (!w || (flags & XRC_INLINE) || w->dom != xrc_domain(c))
+		return -EINVAL;
+	if (mr) {
+		uintptr_t a = (uintptr_t)addr, lo = (uintptr_t)mr->addr;
+
+		if (((const struct xrc_mr_base *)mr)->dom != w->dom || !len || a < lo ||
+		    a - lo > mr->len || len > mr->len - (a - lo) ||
+		    (access & ~(unsigned)(XRC_ACCESS_REMOTE_WRITE | XRC_ACCESS_REMOTE_READ)))
+			return -EINVAL;
+	}
+	if (c->state != XRC_UP)
+		return -ENOTCONN;
+	/* verbs: a type-2 window binds only from the free state */
+	if (mr && (w->flags & XRC_WIN_TYPE2) && w->valid)
+		return -EBUSY;
+	return 0;
+}
+
+int xrc_win_bind(struct xrc *c, struct xrc_win *w, struct xrc_mr *mr, void *addr, size_t len,
+		 unsigned access, uint64_t wr_id, unsigned flags)
+{
+	int rc = mr ? win_check(c, w, mr, addr, len, access, flags) : -EINVAL;
+
+	return rc ? rc : c->ops->win_bind(c, w, mr, addr, len, access, wr_id, flags);
+}
+
+int xrc_win_invalidate(struct xrc *c, struct xrc_win *w, uint64_t wr_id, unsigned flags)
+{
+	int rc = win_check(c, w, NULL, NULL, 0, 0, flags);
+
+	return rc ? rc : c->ops->win_bind(c, w, NULL, NULL, 0, 0, wr_id, flags);
+}
+
+uint32_t xrc_win_rkey(const struct xrc_win *w) { return w->rkey; }
+
+void xrc_win_free(struct xrc_win *w)
+{
+	if (w)
+		w->dom->ops->win_free(w);
 }
 
 int xrc_post_write(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,

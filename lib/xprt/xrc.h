@@ -36,6 +36,7 @@ struct xrc_listener;
 struct xrc_req;		/* an incoming connection request */
 struct xrc_dom;		/* protection domain: where memory is registered */
 struct xrc_mr;
+struct xrc_win;		/* memory window: a rebindable remote key (below) */
 
 /* CM private data carried by a connect request and by its accept/reject,
  * as rdma_cm does (RTRS puts its conn_req/conn_rsp there).  RoCE/IB limit
@@ -57,6 +58,21 @@ struct xrc_opts {
 				 * keeps the caller responsive to its other
 				 * connections (see xrc_flush) */
 };
+/* Depths up to 65536 each work on tcp; on rdma the device's max_qp_wr and
+ * max_cqe bound them (rxe: sq_depth 4096 + rq_depth 2048 is tested, as an
+ * RTRS IO connection needs queue_depth*4+1 sends).
+ *
+ * rdma connection parameters, compared with the kernel's RTRS (rtrs-clt.c
+ * rtrs_rdma_route_resolved, rtrs-srv.c rtrs_rdma_do_accept): like it we
+ * connect with retry_count 7 and rnr_retry_count 7 (retry for ever while the
+ * peer has no receive posted) and accept with rnr_retry_count 7.  The kernel
+ * asks for responder_resources = initiator_depth = 0 (RTRS never issues an
+ * RDMA READ); we ask for the device's maximum (at most 16) so that
+ * xrc_post_read() works between our own ends, and accept with what the
+ * peer's request allows (so 0 against a kernel client).  The CM settles on
+ * the smaller values, so either end talks to the kernel unchanged; only an
+ * RDMA READ towards a kernel RTRS peer would fail (-EREMOTEIO), and RTRS
+ * sends none. */
 
 /* Access rights of a registered region, as in verbs. */
 enum {
@@ -91,6 +107,7 @@ enum xrc_op {
 	XRC_OP_RECV,		/* a SEND arrived in a posted receive */
 	XRC_OP_RECV_IMM,	/* a peer's write-with-immediate landed; it consumed
 				 * a posted receive (verbs rule), `len` = bytes written */
+	XRC_OP_BIND,		/* our xrc_win_bind() or xrc_win_invalidate() completed */
 };
 
 /* Post flags. */
@@ -114,6 +131,8 @@ struct xrc_wc {
 	uint32_t len;		/* RECV: bytes received; RECV_IMM: bytes written */
 	uint32_t imm;		/* host order */
 	bool has_imm;		/* RECV (send-with-imm) or RECV_IMM */
+	bool has_inv;		/* RECV of a send-with-invalidate (xrc_post_send_inv) */
+	uint32_t inv_rkey;	/* the key it named, when has_inv */
 };
 
 enum xrc_state { XRC_CONNECTING, XRC_UP, XRC_DOWN };
@@ -178,8 +197,77 @@ struct xrc_dom *xrc_domain(struct xrc *c);
 /* NULL + err on failure (e.g. RLIMIT_MEMLOCK with rdma). */
 struct xrc_mr *xrc_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,
 		       char *err, size_t errlen);
-/* NULL ok.  The caller must have no request in flight that uses it. */
+/* NULL ok.  The caller must have no request in flight that uses it, and
+ * no window bound over it (invalidate or free those first: rdma devices
+ * refuse to deregister memory under a bound window, IBA 10.6.7.2.6, and the
+ * registration then leaks; tcp invalidates such windows here). */
 void xrc_dereg(struct xrc_mr *mr);
+
+/* --- memory windows ------------------------------------------------------
+ * A window is a remote key that can be moved over (part of) a registered
+ * region and replaced cheaply, without registering memory again: the verbs
+ * memory window, which RTRS's always_invalidate server needs (one key per
+ * chunk, replaced on every request).  The key changes on every bind; the
+ * previous key is dead once the bind has executed.
+ *
+ * Two kinds, as in verbs:
+ *   type 1 (default): the key works for RDMA writes and reads arriving on
+ *     ANY connection of the window's domain -- RTRS shares its chunk keys
+ *     over all connections of a path and of a session -- also after the
+ *     connection it was bound through is gone.  On rdma a peer cannot
+ *     invalidate it (IBA o10-37.2.26; see xrc_post_send_inv), only
+ *     xrc_win_invalidate() or the next bind end its key; tcp also lets a
+ *     peer's send-with-invalidate end it.
+ *   XRC_WIN_TYPE2: the key works only for requests arriving on the
+ *     connection it was bound through, and that connection's peer may
+ *     invalidate it with xrc_post_send_inv() (what a client's NEED_INVAL
+ *     read buffer needs).  It must be invalid -- never bound, invalidated
+ *     locally, or invalidated by the peer (seen on a receive completion with
+ *     has_inv, once polled) -- before it is bound again: xrc_win_bind()
+ *     returns -EBUSY otherwise.  It dies with its connection: free it.
+ *
+ * What a request under a dead key (an old one after a rebind, or any after
+ * an invalidation) does:
+ *   tcp:  the target refuses it: the initiator's request completes with
+ *         -EREMOTEIO, both connections stay up and the target's memory is
+ *         untouched (as for a bad MR key);
+ *   rdma: the target's QP answers with a remote access error: the
+ *         initiator's request completes with -EREMOTEIO and its connection
+ *         goes XRC_DOWN; the target's QP goes to the error state too (its
+ *         posted receives complete -ECONNRESET, xrc_state() turns XRC_DOWN
+ *         when the CM event is seen), as for a bad MR key.
+ *
+ * rdma specifics: windows need a device that has them (rxe: type 1 and
+ * type 2B; elsewhere xrc_win_new fails with "DEV has no type-1 memory
+ * windows", errno EOPNOTSUPP).  Regions are registered with MW_BIND access
+ * whenever the device has windows.  rxe (Linux 6.1) checks a window
+ * request against the bounds of the region under the window, not of the
+ * window: a window key reaches the whole region.  Bind windows over a
+ * region of exactly the window's size when the bounds matter (RTRS: one
+ * region per chunk). */
+
+enum { XRC_WIN_TYPE2 = 1 };	/* xrc_win_new() flags */
+
+/* A window in domain d, bound to nothing (no key valid yet).  NULL + err. */
+struct xrc_win *xrc_win_new(struct xrc_dom *d, unsigned flags, char *err, size_t errlen);
+/* Binds w over [addr, addr+len) of mr (same domain as c; len > 0, inside
+ * mr) with remote `access` (XRC_ACCESS_REMOTE_WRITE and/or _READ), as a
+ * work request on c's send queue: it takes a send-queue slot, completes in
+ * order with the others (XRC_OP_BIND when XRC_SIGNALED; an error always
+ * completes and fails the connection), and xrc_win_rkey(w) gives the new
+ * key as soon as this returns.  Returns 0 or the post errors (-ENOTCONN,
+ * -ENOBUFS, -EINVAL) and -EBUSY (type 2 still valid). */
+int xrc_win_bind(struct xrc *c, struct xrc_win *w, struct xrc_mr *mr, void *addr, size_t len,
+		 unsigned access, uint64_t wr_id, unsigned flags);
+/* Leaves w bound to nothing: no key of it is valid once this executes.  A
+ * send-queue work request like a bind (completes as XRC_OP_BIND); on rdma a
+ * type-1 window is invalidated by a zero-length bind (which steps its key),
+ * a type-2 one by a LOCAL_INV of its key.  The window can be bound again. */
+int xrc_win_invalidate(struct xrc *c, struct xrc_win *w, uint64_t wr_id, unsigned flags);
+/* The key of the last bind (what a peer names in xrc_post_write/_read). */
+uint32_t xrc_win_rkey(const struct xrc_win *w);
+/* NULL ok.  No bind or invalidate of it may be in flight. */
+void xrc_win_free(struct xrc_win *w);
 
 /* --- data path ----------------------------------------------------------- */
 
@@ -190,13 +278,33 @@ int xrc_post_send(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t wr_
 		  unsigned flags);
 int xrc_post_send_imm(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t imm,
 		      uint64_t wr_id, unsigned flags);
+/* A SEND that also asks the receiver to invalidate its key inv_rkey (verbs
+ * SEND_WITH_INV; RTRS answers a NEED_INVAL request with an empty one, nsg 0).
+ * The receiver's XRC_OP_RECV completion has has_inv and inv_rkey.  What
+ * the receiver does with the key:
+ *   rdma: what its device does.  A type-2 window bound on the receiving
+ *         connection (or a kernel fast-reg MR) is invalidated.  Any other
+ *         key -- a type-1 window, a region, an unknown key -- is a remote
+ *         invalid-request error: the receiver's receive completes
+ *         -EREMOTEIO and its connection fails (the sender's SEND may still
+ *         complete with status 0).  Send only keys the peer made
+ *         invalidatable.
+ *   tcp:  if the key names a window of the receiver's domain that is valid
+ *         for this connection (type 1, or type 2 bound on it), that window
+ *         is invalidated, as by xrc_win_invalidate(); any other key is only
+ *         reported, and the connection carries on. */
+int xrc_post_send_inv(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t inv_rkey,
+		      uint64_t wr_id, unsigned flags);
 /* RDMA write of the gathered bytes to the peer's [raddr, raddr+len) under
  * rkey; with `with_imm` the peer gets an XRC_OP_RECV_IMM completion
- * carrying `imm` (and it consumes one of its posted receives). */
+ * carrying `imm` (and it consumes one of its posted receives).  A
+ * zero-length write (nsg 0) checks neither rkey nor raddr (IBA C9-88); with
+ * an immediate it is RTRS's heartbeat and still consumes a receive. */
 int xrc_post_write(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 		   uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
 		   unsigned flags);
-/* RDMA read of the peer's [raddr, raddr+len) into the scattered buffers. */
+/* RDMA read of the peer's [raddr, raddr+len) into the scattered buffers
+ * (zero length: no key check either). */
 int xrc_post_read(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 		  uint32_t rkey, uint64_t wr_id, unsigned flags);
 /* One buffer per receive. */

@@ -8,8 +8,9 @@
 
 struct xrc_conn_ops {
 	void (*close)(struct xrc *c);
-	int (*post_send)(struct xrc *c, const struct xrc_sge *sg, int nsg, bool has_imm,
-			 uint32_t imm, uint64_t wr_id, unsigned flags);
+	/* kind: SEND_PLAIN, SEND_IMM (arg = imm) or SEND_INV (arg = inv_rkey) */
+	int (*post_send)(struct xrc *c, const struct xrc_sge *sg, int nsg, int kind,
+			 uint32_t arg, uint64_t wr_id, unsigned flags);
 	int (*post_write)(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 			  uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
 			  unsigned flags);
@@ -23,7 +24,12 @@ struct xrc_conn_ops {
 	int (*flush)(struct xrc *c);	/* NULL: posts are never held back */
 	bool (*tx_pending)(const struct xrc *c);	/* NULL: never */
 	int (*arm)(struct xrc *c);	/* NULL: the fd needs no arming */
+	/* mr NULL: invalidate (xrc.c checked domain, bounds, access, state) */
+	int (*win_bind)(struct xrc *c, struct xrc_win *w, struct xrc_mr *mr, void *addr,
+			size_t len, unsigned access, uint64_t wr_id, unsigned flags);
 };
+
+enum { SEND_PLAIN, SEND_IMM, SEND_INV };
 
 struct xrc_listener_ops {
 	void (*close)(struct xrc_listener *l);
@@ -39,6 +45,8 @@ struct xrc_dom_ops {
 	struct xrc_mr *(*reg)(struct xrc_dom *d, void *addr, size_t len, unsigned access,
 			      char *err, size_t errlen);
 	void (*dereg)(struct xrc_mr *mr);
+	struct xrc_win *(*win_new)(struct xrc_dom *d, unsigned flags, char *err, size_t errlen);
+	void (*win_free)(struct xrc_win *w);
 };
 
 struct xrc {
@@ -73,6 +81,15 @@ struct xrc_dom {
 struct xrc_mr_base {
 	struct xrc_mr mr;	/* first: what callers see */
 	struct xrc_dom *dom;
+};
+
+/* Backends embed this first in their window objects. */
+struct xrc_win {
+	struct xrc_dom *dom;
+	unsigned flags;		/* XRC_WIN_TYPE2 */
+	uint32_t rkey;		/* the last bind's key (xrc_win_rkey) */
+	bool valid;		/* bound, and not invalidated as far as we know */
+	struct xrc *conn;	/* type 2, valid: the connection it is bound on */
 };
 
 /* Defaults for zero fields of xrc_opts (xrc.c). */

@@ -26,8 +26,11 @@
  *
  * Send-queue accounting: ibv wr_id is a sequence number indexing a slot
  * ring; an RC send queue completes in order, so a completion for sequence s
- * frees every slot up to s.  A caller that never asks for completions
- * still gets slots back: every sq_depth/2-th request is signaled
+ * frees every slot up to s.  Window binds and invalidations are send-queue
+ * work requests too (ibv_bind_mw for type 1, BIND_MW / LOCAL_INV work
+ * requests for type 2) and take their slot like any other.  A caller that
+ * never asks for completions still gets slots back: every sq_depth/2-th
+ * request is signaled
  * internally and its successful completion is not reported.  Receive
  * wr_ids carry bit 63 to tell the queues apart (an error completion's
  * opcode is undefined). */
@@ -77,6 +80,7 @@ struct rconn {
 	uint64_t cm_ns;
 	struct ibv_wc stash;	/* taken by conn_arm's look at the CQ */
 	bool stashed;
+	struct rwin *wins;	/* type-2 windows bound on this connection */
 };
 
 #define CM_EVERY_NS 1000000ull
@@ -100,6 +104,17 @@ struct rmr {
 	struct xrc_mr_base base;
 	struct ibv_mr *mr;
 	struct xrdma_pd *pd;
+	int acc;		/* the ibv access it was registered with */
+};
+
+/* A memory window (xrc.h).  Type 2 ones, while bound, sit on the list of
+ * the connection they are bound on, where a peer's send-with-invalidate
+ * finds them. */
+struct rwin {
+	struct xrc_win base;
+	struct ibv_mw *mw;
+	struct xrdma_pd *pd;
+	struct rwin *next;
 };
 
 static const struct xrc_conn_ops conn_ops;
@@ -113,7 +128,8 @@ static struct xrc_mr *dom_reg(struct xrc_dom *d, void *addr, size_t len, unsigne
 {
 	struct xrdma_pd *p = (struct xrdma_pd *)d;
 	struct rmr *m = calloc(1, sizeof(*m));
-	int acc = 0, e;
+	int acc = 0, mw = p->mw1 || p->mw2 ? IBV_ACCESS_MW_BIND : 0, e;
+	bool ro = !(access & (XRC_ACCESS_LOCAL_WRITE | XRC_ACCESS_REMOTE_WRITE));
 
 	if (!m) {
 		snprintf(err, errlen, "register: out of memory");
@@ -126,10 +142,15 @@ static struct xrc_mr *dom_reg(struct xrc_dom *d, void *addr, size_t len, unsigne
 		acc |= IBV_ACCESS_REMOTE_READ;
 	/* Local write is granted whenever possible, so that receives and
 	 * reads may land in any region, as on tcp://; read-only memory is
-	 * registered without it. */
-	m->mr = ibv_reg_mr(p->pd, addr, len, acc | IBV_ACCESS_LOCAL_WRITE);
-	if (!m->mr && !(access & (XRC_ACCESS_LOCAL_WRITE | XRC_ACCESS_REMOTE_WRITE)))
-		m->mr = ibv_reg_mr(p->pd, addr, len, acc);
+	 * registered without it.  MW_BIND too, where the device has windows,
+	 * so that any region can carry one (xrc_win_bind); without it only
+	 * if the device refuses it. */
+	const int want[4] = { acc | mw | IBV_ACCESS_LOCAL_WRITE, acc | mw,
+			      acc | IBV_ACCESS_LOCAL_WRITE, acc };
+
+	for (int i = 0; i < 4 && !m->mr; i++)
+		if (!(i % 2 && !ro) && !(i >= 2 && !mw))
+			m->mr = ibv_reg_mr(p->pd, addr, len, m->acc = want[i]);
 	if (!m->mr) {
 		e = errno ? errno : ENOMEM;
 		snprintf(err, errlen, "register %zu bytes on %s: %s%s", len,
@@ -151,12 +172,71 @@ static void dom_dereg(struct xrc_mr *mr)
 {
 	struct rmr *m = (struct rmr *)mr;
 
+	/* fails (and leaks) while a window is bound over it: xrc.h says so */
 	ibv_dereg_mr(m->mr);
 	xrdma_pd_put(m->pd);
 	free(m);
 }
 
-static const struct xrc_dom_ops dom_ops = { .reg = dom_reg, .dereg = dom_dereg };
+static struct xrc_win *dom_win_new(struct xrc_dom *d, unsigned flags, char *err, size_t errlen)
+{
+	struct xrdma_pd *p = (struct xrdma_pd *)d;
+	bool t2 = flags & XRC_WIN_TYPE2;
+	const char *dev = ibv_get_device_name(p->ctx->device);
+	struct rwin *w;
+	int e;
+
+	if (!(t2 ? p->mw2 : p->mw1)) {
+		snprintf(err, errlen, "%s has no %s memory windows", dev, t2 ? "type-2" : "type-1");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(w = calloc(1, sizeof(*w)))) {
+		snprintf(err, errlen, "window: out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	w->mw = ibv_alloc_mw(p->pd, t2 ? IBV_MW_TYPE_2 : IBV_MW_TYPE_1);
+	if (!w->mw) {
+		e = errno ? errno : ENOMEM;
+		snprintf(err, errlen, "%s: ibv_alloc_mw: %s", dev, strerror(e));
+		free(w);
+		errno = e;
+		return NULL;
+	}
+	xrdma_pd_ref(p);
+	w->pd = p;
+	w->base = (struct xrc_win){ .dom = d, .flags = flags, .rkey = w->mw->rkey };
+	return &w->base;
+}
+
+static void win_unlink(struct rwin *w)
+{
+	struct rconn *c = (struct rconn *)w->base.conn;
+
+	if (c)
+		for (struct rwin **pp = &c->wins; *pp; pp = &(*pp)->next)
+			if (*pp == w) {
+				*pp = w->next;
+				break;
+			}
+	w->base.conn = NULL;
+	w->next = NULL;
+}
+
+static void dom_win_free(struct xrc_win *xw)
+{
+	struct rwin *w = (struct rwin *)xw;
+
+	win_unlink(w);
+	ibv_dealloc_mw(w->mw);
+	xrdma_pd_put(w->pd);
+	free(w);
+}
+
+static const struct xrc_dom_ops dom_ops = {
+	.reg = dom_reg, .dereg = dom_dereg, .win_new = dom_win_new, .win_free = dom_win_free,
+};
 
 /* --- connection objects ------------------------------------------------------- */
 
@@ -175,6 +255,10 @@ static struct rconn *conn_new(void)
 
 static void conn_free(struct rconn *c)
 {
+	/* Type-2 windows bound here stay bound to a QP that is gone: they
+	 * can only be freed now (xrc_win_bind keeps answering -EBUSY). */
+	while (c->wins)
+		win_unlink(c->wins);
 	if (c->id && c->base.state == XRC_UP)
 		rdma_disconnect(c->id);
 	if (c->qp)
@@ -641,32 +725,54 @@ static int build_sge(const struct rconn *c, const struct xrc_sge *sg, int nsg, b
 	return 0;
 }
 
+/* Fills the next send-queue slot for a work request about to be posted:
+ * its ibv wr_id is the returned sequence number, its send flags come back
+ * in *send_flags (SIGNALED when the caller asked, or as the internal
+ * every-sig_every-th signal that recycles unsignaled slots).  The post
+ * counts only once sq_posted() says it went in. */
+static int sq_claim(struct rconn *c, unsigned flags, enum xrc_op op, uint64_t wr_id,
+		    uint32_t len, uint64_t *seq, unsigned *send_flags)
+{
+	bool sig = (flags & XRC_SIGNALED) || c->unsig + 1 >= c->sig_every;
+
+	*seq = c->sq_head;
+	if (*seq - c->sq_tail >= c->base.sq_depth)
+		return -ENOBUFS;
+	c->sq[*seq % c->base.sq_depth] = (struct sq_slot){ .wr_id = wr_id, .len = len,
+							   .op = (uint8_t)op,
+							   .sig = flags & XRC_SIGNALED };
+	*send_flags = (sig ? IBV_SEND_SIGNALED : 0) | (flags & XRC_FENCE ? IBV_SEND_FENCE : 0);
+	return 0;
+}
+
+static void sq_posted(struct rconn *c, unsigned send_flags)
+{
+	c->sq_head++;
+	c->unsig = send_flags & IBV_SEND_SIGNALED ? 0 : c->unsig + 1;
+}
+
+/* errno of a failed post: a full queue is -ENOBUFS as documented */
+static int post_errno(int e)
+{
+	e = e ? e : ENOMEM;
+	return e == ENOMEM ? -ENOBUFS : -e;
+}
+
 static int post_sq(struct rconn *c, struct ibv_send_wr *wr, unsigned flags, enum xrc_op op,
 		   uint64_t wr_id, uint32_t len)
 {
 	struct ibv_send_wr *bad;
-	uint64_t seq = c->sq_head;
-	struct sq_slot *s;
-	bool sig;
+	unsigned sf;
+	uint64_t seq;
+	int rc = sq_claim(c, flags, op, wr_id, len, &seq, &sf);
 
-	if (seq - c->sq_tail >= c->base.sq_depth)
-		return -ENOBUFS;
-	s = &c->sq[seq % c->base.sq_depth];
-	sig = (flags & XRC_SIGNALED) || c->unsig + 1 >= c->sig_every;
-	*s = (struct sq_slot){ .wr_id = wr_id, .len = len, .op = (uint8_t)op,
-			       .sig = flags & XRC_SIGNALED };
+	if (rc)
+		return rc;
 	wr->wr_id = seq;
-	if (sig)
-		wr->send_flags |= IBV_SEND_SIGNALED;
-	if (flags & XRC_FENCE)
-		wr->send_flags |= IBV_SEND_FENCE;
-	if (ibv_post_send(c->qp, wr, &bad)) {
-		int e = errno ? errno : ENOMEM;
-
-		return e == ENOMEM ? -ENOBUFS : -e;
-	}
-	c->sq_head++;
-	c->unsig = sig ? 0 : c->unsig + 1;
+	wr->send_flags |= sf;
+	if (ibv_post_send(c->qp, wr, &bad))
+		return post_errno(errno);
+	sq_posted(c, sf);
 	return 0;
 }
 
@@ -703,13 +809,18 @@ static int post_sg(struct rconn *c, struct ibv_send_wr *wr, const struct xrc_sge
 	return 0;
 }
 
-static int conn_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, bool has_imm,
-			  uint32_t imm, uint64_t wr_id, unsigned flags)
+static int conn_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, int kind,
+			  uint32_t arg, uint64_t wr_id, unsigned flags)
 {
 	struct ibv_send_wr wr = {
-		.opcode = has_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND,
-		.imm_data = htonl(imm),
+		.opcode = kind == SEND_IMM ? IBV_WR_SEND_WITH_IMM :
+			  kind == SEND_INV ? IBV_WR_SEND_WITH_INV : IBV_WR_SEND,
 	};
+
+	if (kind == SEND_IMM)
+		wr.imm_data = htonl(arg);
+	else if (kind == SEND_INV)
+		wr.invalidate_rkey = arg;	/* host order, unlike imm_data */
 
 	return post_sg((struct rconn *)xc, &wr, sg, nsg, flags, XRC_OP_SEND, wr_id);
 }
@@ -764,6 +875,76 @@ static int conn_post_recv(struct xrc *xc, const struct xrc_sge *sg, uint64_t wr_
 		return e == ENOMEM ? -ENOBUFS : -e;
 	}
 	c->rq_head++;
+	return 0;
+}
+
+/* Bind (mr set) or invalidate (mr NULL) a window through c's send queue. */
+static int conn_win_bind(struct xrc *xc, struct xrc_win *xw, struct xrc_mr *xmr, void *addr,
+			 size_t len, unsigned access, uint64_t wr_id, unsigned flags)
+{
+	struct rconn *c = (struct rconn *)xc;
+	struct rwin *w = (struct rwin *)xw;
+	struct rmr *m = (struct rmr *)xmr;
+	struct ibv_mw_bind_info bi = { 0 };
+	bool t2 = xw->flags & XRC_WIN_TYPE2;
+	unsigned sf;
+	uint64_t seq;
+	int rc;
+
+	if (m) {
+		/* what the device would fail the bind (and the QP) for */
+		if (!(m->acc & IBV_ACCESS_MW_BIND) ||
+		    ((access & XRC_ACCESS_REMOTE_WRITE) && !(m->acc & IBV_ACCESS_LOCAL_WRITE)))
+			return -EINVAL;
+		bi = (struct ibv_mw_bind_info){ .mr = m->mr, .addr = (uintptr_t)addr,
+						.length = len };
+		if (access & XRC_ACCESS_REMOTE_WRITE)
+			bi.mw_access_flags |= IBV_ACCESS_REMOTE_WRITE;
+		if (access & XRC_ACCESS_REMOTE_READ)
+			bi.mw_access_flags |= IBV_ACCESS_REMOTE_READ;
+	}
+	rc = sq_claim(c, flags, XRC_OP_BIND, wr_id, 0, &seq, &sf);
+	if (rc)
+		return rc;
+	if (!t2) {
+		/* A zero-length bind is how a type-1 window is invalidated; it
+		 * still names a region of the PD (rxe's provider reads it). */
+		struct ibv_mw_bind b = { .wr_id = seq, .send_flags = sf, .bind_info = bi };
+
+		if (!m && !(b.bind_info.mr = xrdma_pd_zmr(c->pd)))
+			return post_errno(errno);
+		rc = ibv_bind_mw(c->qp, w->mw, &b);
+		if (rc)
+			return post_errno(rc);
+		xw->rkey = w->mw->rkey;	/* the provider stepped it at post */
+	} else {
+		struct ibv_send_wr wr = { .wr_id = seq, .send_flags = sf }, *bad;
+		uint32_t key = m ? ibv_inc_rkey(xw->rkey) : xw->rkey;
+
+		if (m) {
+			wr.opcode = IBV_WR_BIND_MW;
+			wr.bind_mw.mw = w->mw;
+			wr.bind_mw.rkey = key;
+			wr.bind_mw.bind_info = bi;
+		} else {
+			wr.opcode = IBV_WR_LOCAL_INV;
+			wr.invalidate_rkey = key;
+		}
+		if (ibv_post_send(c->qp, &wr, &bad))
+			return post_errno(errno);
+		/* For type 2 the consumer keeps the MW's key current (type 1:
+		 * the provider does): rxe checks it against its own on the
+		 * next bind. */
+		w->mw->rkey = xw->rkey = key;
+		win_unlink(w);
+		if (m) {
+			w->base.conn = xc;
+			w->next = c->wins;
+			c->wins = w;
+		}
+	}
+	xw->valid = m != NULL;
+	sq_posted(c, sf);
 	return 0;
 }
 
@@ -825,8 +1006,23 @@ static int map_wc(struct rconn *c, const struct ibv_wc *w, struct xrc_wc *o)
 		else
 			c->base.stats.recvs++;
 		o->len = w->byte_len;
+		/* imm_data and invalidated_rkey share their bytes */
 		o->has_imm = w->wc_flags & IBV_WC_WITH_IMM;
-		o->imm = ntohl(w->imm_data);
+		if (o->has_imm)
+			o->imm = ntohl(w->imm_data);
+		o->has_inv = (w->wc_flags & IBV_WC_WITH_INV) ||
+			     (c->pd->inv_bit2 && w->opcode == IBV_WC_RECV &&
+			      (w->wc_flags & IBV_WC_IP_CSUM_OK));
+		if (o->has_inv) {
+			o->inv_rkey = w->invalidated_rkey;
+			/* the device invalidated one of our type-2 windows */
+			for (struct rwin *x = c->wins; x; x = x->next)
+				if (x->base.rkey == o->inv_rkey) {
+					win_unlink(x);
+					x->base.valid = false;
+					break;
+				}
+		}
 		c->base.stats.rx_bytes += w->byte_len;
 		return 1;
 	}
@@ -953,6 +1149,7 @@ static const struct xrc_conn_ops conn_ops = {
 	.wait = conn_wait,
 	.arm = conn_arm,
 	.domain = conn_domain,
+	.win_bind = conn_win_bind,
 };
 
 const struct xrc_ops xrc_rdma_ops = {

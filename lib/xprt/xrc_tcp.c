@@ -40,103 +40,266 @@
 #define NO_SQ		UINT32_MAX
 
 /* --- the domain: one process-wide key table ------------------------------
- * rkey = generation (12 bits) << 20 | slot (20 bits), so a key that was
- * deregistered stays invalid for the next 4095 reuses of its slot.  A mutex
+ * Regions and memory windows share it.  rkey = generation (12 bits) << 20 |
+ * slot (20 bits), the generation counted per slot: a key that was
+ * deregistered, or that a window's rebind replaced, stays invalid for the
+ * next 4095 keys of its slot (verbs give a window 8 bits).  A mutex
  * because connections (and so lookups) may run on different threads. */
 
 #define KEY_SLOT_BITS	20
 #define KEY_SLOT_MAX	(1u << KEY_SLOT_BITS)
+#define KEY_GEN_MASK	0xfffu
+
+/* What a key names: a region, or a window (bound or not). */
+struct tkey {
+	uint32_t rkey;
+	bool valid;			/* region: always; window: bound */
+	uint8_t *addr;
+	size_t len;
+	unsigned access;
+	struct xrc_win *win;		/* a window's own base, else NULL */
+	const struct xrc_mr *mr;	/* window: the region under it */
+	struct xrc *conn;		/* type-2 window: the only connection it serves */
+};
+
+struct tcp_mr {
+	struct xrc_mr_base base;	/* first: what callers see */
+	struct tkey k;
+};
+
+struct tcp_win {
+	struct xrc_win base;		/* first: what callers see */
+	struct tkey k;
+};
 
 static const struct xrc_dom_ops tcp_dom_ops;
 
 static struct {
 	struct xrc_dom dom;
 	pthread_mutex_t lock;
-	struct xrc_mr_base **slot;
-	uint32_t cap, used, gen;
-} tdom = { { &tcp_dom_ops }, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0 };
+	struct tkey **slot;
+	uint16_t *gen;
+	uint32_t cap, used;
+} tdom = { { &tcp_dom_ops }, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0 };
 
 struct xrc_dom *xrc_tcp_domain(void) { return &tdom.dom; }
 
-static struct xrc_mr *tcp_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,
-			      char *err, size_t errlen)
+/* A fresh key for slot i (lock held). */
+static uint32_t key_next(uint32_t i)
 {
-	struct xrc_mr_base *b = calloc(1, sizeof(*b));
+	uint16_t g = (uint16_t)((tdom.gen[i] + 1) & KEY_GEN_MASK);
+
+	tdom.gen[i] = g ? g : 1;
+	return (uint32_t)tdom.gen[i] << KEY_SLOT_BITS | i;
+}
+
+/* Puts k in a free slot with a fresh key.  0, or -ENOMEM with the table full. */
+static int key_add(struct tkey *k)
+{
 	uint32_t i;
 
-	if (!b) {
-		ERR("register: out of memory");
-		errno = ENOMEM;
-		return NULL;
-	}
 	pthread_mutex_lock(&tdom.lock);
 	for (i = 1; i < tdom.cap && tdom.slot[i]; i++)
 		;
 	if (i >= tdom.cap) {
 		uint32_t ncap = tdom.cap ? tdom.cap * 2 : 64;
-		struct xrc_mr_base **ns;
+		struct tkey **ns = NULL;
+		uint16_t *ng = NULL;
 
-		if (ncap > KEY_SLOT_MAX || !(ns = realloc(tdom.slot, ncap * sizeof(*ns)))) {
+		if (ncap <= KEY_SLOT_MAX) {
+			ns = realloc(tdom.slot, ncap * sizeof(*ns));
+			if (ns)
+				tdom.slot = ns;
+			ng = realloc(tdom.gen, ncap * sizeof(*ng));
+			if (ng)
+				tdom.gen = ng;
+		}
+		if (!ns || !ng) {
 			pthread_mutex_unlock(&tdom.lock);
-			free(b);
-			ERR("register: too many regions");
-			errno = ENOMEM;
-			return NULL;
+			return -ENOMEM;
 		}
 		memset(ns + tdom.cap, 0, (ncap - tdom.cap) * sizeof(*ns));
-		tdom.slot = ns;
+		memset(ng + tdom.cap, 0, (ncap - tdom.cap) * sizeof(*ng));
 		i = tdom.cap ? tdom.cap : 1;
 		tdom.cap = ncap;
 	}
-	tdom.gen = (tdom.gen + 1) & 0xfff;
-	if (!tdom.gen)
-		tdom.gen = 1;
-	b->mr = (struct xrc_mr){ .addr = addr, .len = len, .access = access,
-				 .lkey = tdom.gen << KEY_SLOT_BITS | i };
-	b->mr.rkey = b->mr.lkey;
-	b->dom = d;
-	tdom.slot[i] = b;
+	k->rkey = key_next(i);
+	tdom.slot[i] = k;
 	tdom.used++;
 	pthread_mutex_unlock(&tdom.lock);
-	return &b->mr;
+	return 0;
+}
+
+static void key_del(struct tkey *k)
+{
+	uint32_t i = k->rkey & (KEY_SLOT_MAX - 1);
+
+	if (i < tdom.cap && tdom.slot[i] == k) {
+		tdom.slot[i] = NULL;
+		tdom.used--;
+	}
+}
+
+/* A window stops serving (lock held): unbound, and a type-2 one is free to
+ * be bound again. */
+static void win_kill(struct tkey *k)
+{
+	k->valid = false;
+	k->conn = NULL;
+	k->win->valid = false;
+	k->win->conn = NULL;
+}
+
+static struct xrc_mr *tcp_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,
+			      char *err, size_t errlen)
+{
+	struct tcp_mr *m = calloc(1, sizeof(*m));
+
+	if (!m) {
+		ERR("register: out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	m->k = (struct tkey){ .valid = true, .addr = addr, .len = len, .access = access };
+	if (key_add(&m->k)) {
+		free(m);
+		ERR("register: too many regions");
+		errno = ENOMEM;
+		return NULL;
+	}
+	m->base.mr = (struct xrc_mr){ .addr = addr, .len = len, .access = access,
+				      .lkey = m->k.rkey, .rkey = m->k.rkey };
+	m->base.dom = d;
+	return &m->base.mr;
 }
 
 static void tcp_dereg(struct xrc_mr *mr)
 {
-	uint32_t i = mr->rkey & (KEY_SLOT_MAX - 1);
+	struct tcp_mr *m = (struct tcp_mr *)mr;
 
 	pthread_mutex_lock(&tdom.lock);
-	if (i < tdom.cap && tdom.slot[i] == (struct xrc_mr_base *)mr) {
-		tdom.slot[i] = NULL;
-		tdom.used--;
-	}
+	key_del(&m->k);
+	/* Windows over it must not outlive it: its memory may be freed next. */
+	for (uint32_t i = 1; i < tdom.cap; i++)
+		if (tdom.slot[i] && tdom.slot[i]->win && tdom.slot[i]->mr == mr &&
+		    tdom.slot[i]->valid)
+			win_kill(tdom.slot[i]);
 	pthread_mutex_unlock(&tdom.lock);
-	free(mr);
+	free(m);
 }
 
-static const struct xrc_dom_ops tcp_dom_ops = { tcp_reg, tcp_dereg };
-
-/* The target-side check of seed 002's RDMA rules: key, access, then bounds
- * with no overflow, all before a byte is touched.  *p gets the address. */
-static uint32_t dom_check(uint32_t rkey, uint64_t raddr, uint32_t len, unsigned need,
-			  uint8_t **p)
+static struct xrc_win *tcp_win_new(struct xrc_dom *d, unsigned flags, char *err, size_t errlen)
 {
-	uint32_t i = rkey & (KEY_SLOT_MAX - 1), st = XTCP_ST_OK;
-	struct xrc_mr_base *b;
+	struct tcp_win *w = calloc(1, sizeof(*w));
+
+	if (!w) {
+		ERR("window: out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	w->base = (struct xrc_win){ .dom = d, .flags = flags };
+	w->k.win = &w->base;
+	if (key_add(&w->k)) {
+		free(w);
+		ERR("window: too many regions and windows");
+		errno = ENOMEM;
+		return NULL;
+	}
+	w->base.rkey = w->k.rkey;
+	return &w->base;
+}
+
+static void tcp_win_free(struct xrc_win *xw)
+{
+	struct tcp_win *w = (struct tcp_win *)xw;
 
 	pthread_mutex_lock(&tdom.lock);
-	b = i < tdom.cap ? tdom.slot[i] : NULL;
-	if (!b || b->mr.rkey != rkey) {
+	key_del(&w->k);
+	pthread_mutex_unlock(&tdom.lock);
+	free(w);
+}
+
+/* Bind (mr set) or invalidate (mr NULL) as it executes: at once, since
+ * nothing queued before it on the send queue reads our keys.  The old key
+ * dies here; the new one is valid from here. */
+static void win_apply(struct xrc *c, struct xrc_win *xw, const struct xrc_mr *mr, void *addr,
+		      size_t len, unsigned access)
+{
+	struct tcp_win *w = (struct tcp_win *)xw;
+	struct tkey *k = &w->k;
+	bool t2 = xw->flags & XRC_WIN_TYPE2;
+
+	pthread_mutex_lock(&tdom.lock);
+	k->rkey = key_next(k->rkey & (KEY_SLOT_MAX - 1));
+	k->valid = mr != NULL;
+	k->addr = addr;
+	k->len = len;
+	k->access = access;
+	k->mr = mr;
+	k->conn = mr && t2 ? c : NULL;
+	xw->rkey = k->rkey;
+	xw->valid = k->valid;
+	xw->conn = k->conn;
+	pthread_mutex_unlock(&tdom.lock);
+}
+
+/* The receiving side of a send-with-invalidate (xrc.h): a window valid for
+ * this connection dies, any other key is only reported. */
+static void key_remote_inv(const struct xrc *c, uint32_t rkey)
+{
+	uint32_t i = rkey & (KEY_SLOT_MAX - 1);
+	struct tkey *k;
+
+	pthread_mutex_lock(&tdom.lock);
+	k = i < tdom.cap ? tdom.slot[i] : NULL;
+	if (k && k->win && k->valid && k->rkey == rkey && (!k->conn || k->conn == c))
+		win_kill(k);
+	pthread_mutex_unlock(&tdom.lock);
+}
+
+/* A connection goes away: type-2 windows bound on it die with it, and as
+ * on rdma (where they stay bound to a QP that is gone) they can only be
+ * freed: they stay "valid" for xrc_win_bind()'s -EBUSY. */
+static void key_conn_gone(const struct xrc *c)
+{
+	pthread_mutex_lock(&tdom.lock);
+	for (uint32_t i = 1; i < tdom.cap; i++)
+		if (tdom.slot[i] && tdom.slot[i]->conn == c) {
+			tdom.slot[i]->valid = false;
+			tdom.slot[i]->conn = NULL;
+			tdom.slot[i]->win->conn = NULL;
+		}
+	pthread_mutex_unlock(&tdom.lock);
+}
+
+static const struct xrc_dom_ops tcp_dom_ops = { tcp_reg, tcp_dereg, tcp_win_new, tcp_win_free };
+
+/* The target-side check of seed 002's RDMA rules: key (a type-2 window's
+ * only on its own connection), access, then bounds with no overflow, all
+ * before a byte is touched.  *p gets the address.  A zero-length access
+ * checks nothing (IBA C9-88: RTRS's heartbeat is a zero-length write with
+ * immediate, rkey 0). */
+static uint32_t dom_check(const struct xrc *c, uint32_t rkey, uint64_t raddr, uint32_t len,
+			  unsigned need, uint8_t **p)
+{
+	uint32_t i = rkey & (KEY_SLOT_MAX - 1), st = XTCP_ST_OK;
+	struct tkey *k;
+
+	if (!len)
+		return XTCP_ST_OK;
+	pthread_mutex_lock(&tdom.lock);
+	k = i < tdom.cap ? tdom.slot[i] : NULL;
+	if (!k || !k->valid || k->rkey != rkey || (k->conn && k->conn != c)) {
 		st = XTCP_ST_BAD_KEY;
-	} else if (!(b->mr.access & need)) {
+	} else if (!(k->access & need)) {
 		st = XTCP_ST_ACCESS;
 	} else {
-		uint64_t base = (uintptr_t)b->mr.addr;
+		uint64_t base = (uintptr_t)k->addr;
 
-		if (raddr < base || len > b->mr.len || raddr - base > b->mr.len - len)
+		if (raddr < base || len > k->len || raddr - base > k->len - len)
 			st = XTCP_ST_BOUNDS;
 		else
-			*p = (uint8_t *)b->mr.addr + (raddr - base);
+			*p = k->addr + (raddr - base);
 	}
 	pthread_mutex_unlock(&tdom.lock);
 	return st;
@@ -146,9 +309,10 @@ static uint32_t dom_check(uint32_t rkey, uint64_t raddr, uint32_t len, unsigned 
 
 struct sq_ent {
 	uint64_t wr_id;
-	uint8_t op;		/* XRC_OP_SEND / WRITE / READ */
+	uint8_t op;		/* XRC_OP_SEND / WRITE / READ / BIND */
 	uint8_t flags;
 	bool has_imm;
+	bool has_inv;		/* SEND: rkey is the key to invalidate */
 	bool written;		/* the whole frame is in the kernel */
 	bool answered;		/* WRITE: ACKed or NAKed; READ: response in */
 	bool done;
@@ -162,9 +326,9 @@ struct sq_ent {
 struct rq_ent {
 	uint64_t wr_id;
 	void *addr;
-	uint32_t cap, len, imm;
+	uint32_t cap, len, imm, inv_rkey;
 	uint8_t op;
-	bool has_imm, done;
+	bool has_imm, has_inv, done;
 	int status;
 };
 
@@ -310,13 +474,19 @@ static void sq_kick(struct tcp_conn *c)
 					.raddr = e->raddr };
 		struct tx_frame *t;
 
+		if (e->op == XRC_OP_BIND) {	/* executed at post time, no frame */
+			c->sq_txnext++;
+			continue;
+		}
 		if ((e->flags & XRC_FENCE) && c->rd_head != c->rd_tail &&
 		    c->rdq[c->rd_head % c->base.sq_depth] != slot)
 			return;
 		c->sq_txnext++;
 		f.type = e->op == XRC_OP_SEND ? XTCP_SEND :
 			 e->op == XRC_OP_WRITE ? XTCP_WRITE : XTCP_READ_REQ;
-		f.flags = e->has_imm ? XTCP_F_IMM : 0;
+		f.flags = e->has_imm ? XTCP_F_IMM : e->has_inv ? XTCP_F_INV : 0;
+		if (e->has_inv)
+			f.inv_rkey = e->rkey;
 		t = tx_push(c, f.type, slot);
 		if (e->op == XRC_OP_READ) {
 			f.rlen = e->len;
@@ -516,7 +686,7 @@ static int rx_frame(struct tcp_conn *c, const struct xtcp_frame *f)
 	case XTCP_WRITE:
 		if (f->seq != c->rx_seq + 1)
 			return proto_err(c);
-		st = dom_check(f->rkey, f->raddr, f->len, XRC_ACCESS_REMOTE_WRITE, &p);
+		st = dom_check(&c->base, f->rkey, f->raddr, f->len, XRC_ACCESS_REMOTE_WRITE, &p);
 		if (st && c->ctl_n >= c->ctl_cap)
 			return 1;
 		if (!st && imm && c->rq_fill == c->rq_tail)
@@ -539,7 +709,7 @@ static int rx_frame(struct tcp_conn *c, const struct xtcp_frame *f)
 			return proto_err(c);
 		if (c->ctl_n >= c->ctl_cap)
 			return 1;
-		st = dom_check(f->rkey, f->raddr, f->rlen, XRC_ACCESS_REMOTE_READ, &p);
+		st = dom_check(&c->base, f->rkey, f->raddr, f->rlen, XRC_ACCESS_REMOTE_READ, &p);
 		c->rx_seq = f->seq;
 		if (st)
 			c->base.stats.remote_errors++;
@@ -600,8 +770,13 @@ static void payload_done(struct tcp_conn *c)
 	c->in_payload = false;
 	switch (f->type) {
 	case XTCP_SEND:
-		*r = (struct rq_ent){ r->wr_id, r->addr, r->cap, f->len, f->imm, XRC_OP_RECV,
-				      imm, true, 0 };
+		/* verbs: the key is invalidated before the receive completes */
+		if (f->flags & XTCP_F_INV)
+			key_remote_inv(&c->base, f->inv_rkey);
+		*r = (struct rq_ent){ .wr_id = r->wr_id, .addr = r->addr, .cap = r->cap,
+				      .len = f->len, .imm = f->imm, .op = XRC_OP_RECV,
+				      .has_imm = imm, .done = true,
+				      .has_inv = f->flags & XTCP_F_INV, .inv_rkey = f->inv_rkey };
 		c->base.stats.recvs++;
 		c->base.stats.rx_bytes += f->len;
 		break;
@@ -612,8 +787,9 @@ static void payload_done(struct tcp_conn *c)
 		c->ack_seq = f->seq;
 		c->base.stats.rx_bytes += f->len;
 		if (imm) {
-			*r = (struct rq_ent){ r->wr_id, r->addr, r->cap, f->len, f->imm,
-					      XRC_OP_RECV_IMM, true, true, 0 };
+			*r = (struct rq_ent){ .wr_id = r->wr_id, .addr = r->addr, .cap = r->cap,
+					      .len = f->len, .imm = f->imm, .op = XRC_OP_RECV_IMM,
+					      .has_imm = true, .done = true };
 			c->base.stats.recvs++;
 		}
 		break;
@@ -733,8 +909,10 @@ static void progress(struct tcp_conn *c)
 
 /* --- data path ops ------------------------------------------------------------ */
 
+/* rkey: WRITE/READ the target's key, SEND with has_inv the key to invalidate. */
 static int post(struct tcp_conn *c, uint8_t op, const struct xrc_sge *sg, int nsg, bool has_imm,
-		uint32_t imm, uint64_t raddr, uint32_t rkey, uint64_t wr_id, unsigned flags)
+		uint32_t imm, bool has_inv, uint64_t raddr, uint32_t rkey, uint64_t wr_id,
+		unsigned flags)
 {
 	uint32_t sd = c->base.sq_depth, slot = c->sq_tail % sd, len = 0;
 	struct sq_ent *e = &c->sq[slot];
@@ -743,8 +921,8 @@ static int post(struct tcp_conn *c, uint8_t op, const struct xrc_sge *sg, int ns
 	if (c->sq_tail - c->sq_head >= sd)
 		return -ENOBUFS;
 	*e = (struct sq_ent){ .wr_id = wr_id, .op = op, .flags = (uint8_t)flags,
-			      .has_imm = has_imm, .imm = imm, .rkey = rkey, .raddr = raddr,
-			      .nsg = nsg };
+			      .has_imm = has_imm, .has_inv = has_inv, .imm = imm, .rkey = rkey,
+			      .raddr = raddr, .nsg = nsg };
 	if (flags & XRC_INLINE) {
 		uint8_t *d = c->inl + (size_t)slot * c->base.max_inline;
 
@@ -782,23 +960,41 @@ static int post(struct tcp_conn *c, uint8_t op, const struct xrc_sge *sg, int ns
 	return 0;
 }
 
-static int tcp_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, bool has_imm,
-			 uint32_t imm, uint64_t wr_id, unsigned flags)
+static int tcp_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, int kind,
+			 uint32_t arg, uint64_t wr_id, unsigned flags)
 {
-	return post(TC(xc), XRC_OP_SEND, sg, nsg, has_imm, imm, 0, 0, wr_id, flags);
+	return post(TC(xc), XRC_OP_SEND, sg, nsg, kind == SEND_IMM, kind == SEND_IMM ? arg : 0,
+		    kind == SEND_INV, 0, kind == SEND_INV ? arg : 0, wr_id, flags);
 }
 
 static int tcp_post_write(struct xrc *xc, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 			  uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
 			  unsigned flags)
 {
-	return post(TC(xc), XRC_OP_WRITE, sg, nsg, with_imm, imm, raddr, rkey, wr_id, flags);
+	return post(TC(xc), XRC_OP_WRITE, sg, nsg, with_imm, imm, false, raddr, rkey, wr_id,
+		    flags);
 }
 
 static int tcp_post_read(struct xrc *xc, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 			 uint32_t rkey, uint64_t wr_id, unsigned flags)
 {
-	return post(TC(xc), XRC_OP_READ, sg, nsg, false, 0, raddr, rkey, wr_id, flags);
+	return post(TC(xc), XRC_OP_READ, sg, nsg, false, 0, false, raddr, rkey, wr_id, flags);
+}
+
+/* A bind or invalidate takes a send-queue slot and completes in order with
+ * the rest, but executes at once (win_apply) and sends nothing. */
+static int tcp_win_bind(struct xrc *xc, struct xrc_win *w, struct xrc_mr *mr, void *addr,
+			size_t len, unsigned access, uint64_t wr_id, unsigned flags)
+{
+	struct tcp_conn *c = TC(xc);
+
+	if (c->sq_tail - c->sq_head >= c->base.sq_depth)
+		return -ENOBUFS;
+	c->sq[c->sq_tail++ % c->base.sq_depth] = (struct sq_ent){
+		.wr_id = wr_id, .op = XRC_OP_BIND, .flags = (uint8_t)flags,
+		.written = true, .answered = true, .done = true };
+	win_apply(xc, w, mr, addr, len, access);
+	return 0;
 }
 
 static int tcp_post_recv(struct xrc *xc, const struct xrc_sge *sg, uint64_t wr_id)
@@ -843,7 +1039,8 @@ static int tcp_poll(struct xrc *xc, struct xrc_wc *wc, int n)
 		c->rq_head++;
 		wc[k++] = (struct xrc_wc){ .wr_id = r->wr_id, .status = r->status,
 					   .op = (enum xrc_op)r->op, .len = r->status ? 0 : r->len,
-					   .imm = r->imm, .has_imm = r->has_imm };
+					   .imm = r->imm, .has_imm = r->has_imm,
+					   .has_inv = r->has_inv, .inv_rkey = r->inv_rkey };
 	}
 	return k;
 }
@@ -880,6 +1077,7 @@ static void tcp_close(struct xrc *xc)
 {
 	struct tcp_conn *c = TC(xc);
 
+	key_conn_gone(xc);
 	close(c->fd);
 	free(c->sq);
 	free(c->inl);
@@ -915,6 +1113,7 @@ static int tcp_arm(struct xrc *xc)
 static const struct xrc_conn_ops tcp_conn_ops = {
 	tcp_close, tcp_post_send, tcp_post_write, tcp_post_read, tcp_post_recv,
 	tcp_poll, tcp_fd, tcp_wait, tcp_domain, tcp_flush, tcp_tx_pending, tcp_arm,
+	tcp_win_bind,
 };
 
 /* --- connections ----------------------------------------------------------------

@@ -78,9 +78,12 @@ int xtcp_decode(const uint8_t *p, size_t n, uint32_t max_send, struct xtcp_frame
 		rc = decode_cm(p, f);
 		break;
 	case XTCP_SEND:
-		if (f->flags & ~XTCP_F_IMM)
+		/* verbs has no send with both an immediate and an invalidation */
+		if ((f->flags & ~(XTCP_F_IMM | XTCP_F_INV)) ||
+		    f->flags == (XTCP_F_IMM | XTCP_F_INV))
 			return XTCP_EFLAGS;
-		if (get_be32(p + 12))
+		f->inv_rkey = get_be32(p + 12);
+		if (!(f->flags & XTCP_F_INV) && f->inv_rkey)
 			return XTCP_ERSVD;
 		/* The sender agreed to max_send in the handshake; a bigger
 		 * SEND is a protocol error, never a reason to allocate. */
@@ -151,6 +154,7 @@ size_t xtcp_encode(uint8_t *p, const struct xtcp_frame *f)
 		break;
 	case XTCP_SEND:
 		put_be32(p + 8, f->imm);
+		put_be32(p + 12, f->inv_rkey);
 		break;
 	case XTCP_WRITE:
 	case XTCP_READ_REQ:

@@ -10,7 +10,9 @@
  *   client                              server
  *   CONN_REQ (magic, version, limits, private data) ->
  *                      <- CONN_ACC (limits, private data) | CONN_REJ (private data)
- *   SEND [imm] + payload                ->  next posted receive (RECV)
+ *   SEND [imm | inv_rkey] + payload     ->  next posted receive (RECV); with
+ *                                           inv_rkey the target first invalidates
+ *                                           that window if it is one of its own
  *   WRITE seq,rkey,raddr [imm] + payload ->  key/access/bounds checked, applied;
  *                                           with imm it consumes a receive
  *                      <- ACK seq (cumulative)    | NAK seq,status
@@ -43,7 +45,13 @@ enum xtcp_type {
 	XTCP_NAK	= 9,
 };
 
-enum { XTCP_F_IMM = 1 };	/* SEND, WRITE: the imm field is meaningful */
+enum {
+	XTCP_F_IMM = 1,		/* SEND, WRITE: the imm field is meaningful */
+	XTCP_F_INV = 2,		/* SEND only, never with IMM: send-with-invalidate,
+				 * the inv_rkey field is meaningful (added within
+				 * version 1: a receiver built before it fails the
+				 * connection on it, so both ends need it first) */
+};
 
 /* Why a target refused a WRITE or READ_REQ (NAK, READ_RSP status). */
 enum xtcp_status {
@@ -75,8 +83,8 @@ struct xtcp_cm_hdr {		/* CONN_REQ, CONN_ACC, CONN_REJ; payload: private data */
 
 struct xtcp_send_hdr {		/* payload: the message */
 	struct xtcp_prefix p;
-	uint32_t imm;
-	uint32_t rsvd;
+	uint32_t imm;		/* IMM: the immediate, else 0 */
+	uint32_t inv_rkey;	/* INV: the key the target should invalidate, else 0 */
 };
 
 struct xtcp_write_hdr {		/* payload: the bytes to write at raddr */
@@ -127,6 +135,7 @@ struct xtcp_frame {
 	uint32_t rkey;
 	uint64_t raddr;
 	uint32_t imm;
+	uint32_t inv_rkey;
 	uint32_t rlen;
 	uint32_t status;
 	uint16_t version;

@@ -5,8 +5,12 @@
  *
  * rkey and raddr are unguessable from outside, so WRITE and READ_REQ headers
  * that decode get them rewritten (by the low bits of the fuzzed rkey) to one
- * of our regions and to an address near it, in bounds or just out.
- * Invariant: nothing outside a REMOTE_WRITE region ever changes. */
+ * of our regions or memory windows and to an address near it, in bounds or
+ * just out; the key of a send-with-invalidate is rewritten the same way.
+ * Two windows (type 1 and type 2) are bound over parts of the region that
+ * has no remote access of its own, freshly for every input.
+ * Invariant: nothing outside a REMOTE_WRITE region or a window ever
+ * changes. */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,9 +30,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 #define GUARD	1024
 
 /* region 0: remote write+read, 1: read only, 2: write only, 3: no remote
- * access; each inside guard bytes that must never change. */
+ * access; each inside guard bytes that must never change.  Windows over
+ * region 3: [WOFF, WOFF+WLEN) and [WOFF2, WOFF2+WLEN). */
+#define WOFF	512
+#define WOFF2	2048
+#define WLEN	1024
+#define NKEYS	6	/* 4 regions, 2 windows */
 static uint8_t mem[4][GUARD + RSZ + GUARD];
 static struct xrc_mr *mr[4];
+static struct xrc_win *win[2];
+
+static uint32_t key_of(unsigned i)
+{
+	return i < 4 ? mr[i]->rkey : xrc_win_rkey(win[i - 4]);
+}
+
+static uintptr_t addr_of(unsigned i)
+{
+	return i < 4 ? (uintptr_t)mr[i]->addr
+		     : (uintptr_t)mr[3]->addr + (i == 4 ? WOFF : WOFF2);
+}
 
 static void setup(void)
 {
@@ -53,12 +74,17 @@ static void check_memory(void)
 		for (size_t k = 0; k < sizeof(mem[i]); k++) {
 			bool writable = k >= GUARD && k < GUARD + RSZ &&
 					(mr[i]->access & XRC_ACCESS_REMOTE_WRITE);
+
+			if (i == 3 && ((k >= GUARD + WOFF && k < GUARD + WOFF + WLEN) ||
+				       (k >= GUARD + WOFF2 && k < GUARD + WOFF2 + WLEN)))
+				writable = true;
 			if (!writable && mem[i][k] != 0xa5)
 				abort();
 		}
 }
 
-/* Points decodable WRITE/READ_REQ headers at our regions. */
+/* Points decodable WRITE/READ_REQ headers at our regions and windows, and
+ * the key of a send-with-invalidate at one of our keys. */
 static void rewrite(uint8_t *b, size_t n)
 {
 	size_t off = 0;
@@ -70,11 +96,16 @@ static void rewrite(uint8_t *b, size_t n)
 
 		if (hl <= 0)
 			return;
-		if ((f.type == XTCP_WRITE || f.type == XTCP_READ_REQ) && (f.rkey & 7) < 4) {
-			struct xrc_mr *m = mr[f.rkey & 3];
+		if ((f.type == XTCP_WRITE || f.type == XTCP_READ_REQ) && (f.rkey & 7) < NKEYS) {
+			unsigned i = f.rkey & 7;
 
-			f.rkey = m->rkey;
-			f.raddr = (uintptr_t)m->addr + f.raddr % (2 * RSZ) - RSZ / 2;
+			f.rkey = key_of(i);
+			f.raddr = addr_of(i) + f.raddr % (2 * RSZ) - RSZ / 2;
+			xtcp_encode(hdr, &f);
+			memcpy(b + off, hdr, (size_t)hl);
+		} else if (f.type == XTCP_SEND && (f.flags & XTCP_F_INV) &&
+			   (f.inv_rkey & 7) < NKEYS) {
+			f.inv_rkey = key_of(f.inv_rkey & 7);
 			xtcp_encode(hdr, &f);
 			memcpy(b + off, hdr, (size_t)hl);
 		}
@@ -101,6 +132,15 @@ static void run_stream(uint8_t *b, size_t n)
 		return;
 	}
 	fcntl(sv[1], F_SETFL, O_NONBLOCK);
+	/* fresh windows, bound through this connection (the type-2 one
+	 * serves only it), then the stream's keys pointed at them */
+	for (int i = 0; i < 2; i++) {
+		win[i] = xrc_win_new(xrc_tcp_domain(), i ? XRC_WIN_TYPE2 : 0, err, sizeof(err));
+		assert(win[i]);
+		assert(xrc_win_bind(c, win[i], mr[3], (uint8_t *)addr_of(4 + (unsigned)i), WLEN,
+				    XRC_ACCESS_REMOTE_WRITE | XRC_ACCESS_REMOTE_READ, 20, 0) == 0);
+	}
+	rewrite(b, n);
 	for (int i = 0; i < 3; i++) {
 		struct xrc_sge s = { rbuf[i], rlen[i], NULL };
 		xrc_post_recv(c, &s, (uint64_t)i);
@@ -123,6 +163,8 @@ static void run_stream(uint8_t *b, size_t n)
 	}
 	xrc_close(c);
 	close(sv[1]);
+	for (int i = 0; i < 2; i++)
+		xrc_win_free(win[i]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
@@ -145,7 +187,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 	if (n > 1 << 20 || !(b = malloc(n ? n : 1)))
 		return 0;
 	memcpy(b, d, n);
-	rewrite(b, n);
 	run_stream(b, n);
 	free(b);
 	check_memory();

@@ -589,6 +589,369 @@ static void test_many_messages(void **state)
 	xrc_dereg(smr);
 }
 
+/* A signaled write of len bytes at src (in lmr) to raddr under rkey; its
+ * completion status. */
+static int write_st(struct xrc *c, struct xrc_mr *lmr, void *src, uint32_t len, uint64_t raddr,
+		    uint32_t rkey)
+{
+	struct xrc_wc wc;
+
+	assert_int_equal(xrc_post_write(c, &(struct xrc_sge){ src, len, lmr }, 1, raddr, rkey,
+					false, 0, 4242, XRC_SIGNALED), 0);
+	wc = next_wc(c);
+	assert_int_equal(wc.wr_id, 4242);
+	assert_int_equal(wc.op, XRC_OP_WRITE);
+	return wc.status;
+}
+
+static struct xrc_win *win_or_skip(struct xrc *c, unsigned flags)
+{
+	char err[256];
+	struct xrc_win *w = xrc_win_new(xrc_domain(c), flags, err, sizeof(err));
+
+	if (!w) {
+		print_message("SKIP: %s\n", err);
+		skip();
+	}
+	return w;
+}
+
+/* What a connection's target end does once its peer was refused: the
+ * QP goes to error, posted receives flush, the CM tells the other side. */
+static void expect_flushed(struct xrc *c, uint64_t wr_id)
+{
+	struct xrc_wc wc = next_wc(c);
+
+	assert_int_equal(wc.wr_id, wr_id);
+	assert_int_equal(wc.status, -ECONNRESET);
+	for (int i = 0; i < 500 && xrc_state(c) != XRC_DOWN; i++) {
+		xrc_poll(c, NULL, 0);
+		xrc_wait(c, 10000000);
+	}
+	assert_int_equal(xrc_state(c), XRC_DOWN);
+}
+
+/* Type-1 windows on rxe: a key bound through one QP serves RDMA writes and
+ * reads arriving on another QP of the same PD; a rebind (through any QP)
+ * replaces the key and the old one is refused with a remote access error,
+ * which fails both ends of that connection; invalidation leaves no key. */
+static void test_window_type1(void **state)
+{
+	enum { RW = XRC_ACCESS_REMOTE_WRITE | XRC_ACCESS_REMOTE_READ };
+	struct xrc *srv1, *cli1, *srv2, *cli2, *srv3, *cli3;
+	static char region[16384], local[4096], rb[64];
+	struct xrc_mr *rmr, *lmr1, *lmr2, *rbmr;
+	struct xrc_win *w;
+	struct xrc_wc wc;
+	uintptr_t base = (uintptr_t)region;
+	uint32_t k0, k1, k2;
+
+	(void)state;
+	RDMA_OR_SKIP();
+	make_pair(NULL, &srv1, &cli1);
+	make_pair(NULL, &srv2, &cli2);
+	assert_ptr_equal(xrc_domain(srv1), xrc_domain(srv2));
+	w = win_or_skip(srv1, 0);
+	rmr = reg(srv1, region, sizeof(region), XRC_ACCESS_LOCAL_WRITE);
+	rbmr = reg(srv1, rb, sizeof(rb), XRC_ACCESS_LOCAL_WRITE);
+	lmr1 = reg(cli1, local, sizeof(local), XRC_ACCESS_LOCAL_WRITE);
+	lmr2 = reg(cli2, local, sizeof(local), XRC_ACCESS_LOCAL_WRITE);
+	k0 = xrc_win_rkey(w);
+
+	assert_int_equal(xrc_win_bind(srv1, w, rmr, region + 4096, 4096, RW, 1, XRC_SIGNALED), 0);
+	k1 = xrc_win_rkey(w);
+	print_message("type-1 window: alloc key %#x, bound key %#x, region key %#x\n", k0, k1,
+		      rmr->rkey);
+	assert_int_not_equal(k1, k0);
+	wc = next_wc(srv1);
+	assert_int_equal(wc.wr_id, 1);
+	assert_int_equal(wc.op, XRC_OP_BIND);
+	assert_int_equal(wc.status, 0);
+	memset(local, 'a', 64);
+	assert_int_equal(write_st(cli1, lmr1, local, 64, base + 4096, k1), 0);
+	assert_memory_equal(region + 4096, local, 64);
+	/* through the other connection (QP) of the same domain */
+	memset(local, 'b', 64);
+	assert_int_equal(write_st(cli2, lmr2, local, 64, base + 4096 + 64, k1), 0);
+	assert_memory_equal(region + 4096 + 64, local, 64);
+	memset(local, 0, 128);
+	assert_int_equal(xrc_post_read(cli2, &(struct xrc_sge){ local, 128, lmr2 }, 1,
+				       base + 4096, k1, 2, XRC_SIGNALED), 0);
+	wc = next_wc(cli2);
+	assert_int_equal(wc.status, 0);
+	assert_int_equal(wc.op, XRC_OP_READ);
+	assert_int_equal(local[0], 'a');
+	assert_int_equal(local[64], 'b');
+
+	/* rebind through the other connection, unsignaled */
+	assert_int_equal(xrc_win_bind(srv2, w, rmr, region + 8192, 4096, RW, 3, 0), 0);
+	k2 = xrc_win_rkey(w);
+	assert_int_not_equal(k2, k1);
+	assert_int_equal(write_st(cli2, lmr2, local, 64, base + 8192, k2), 0);
+	/* the old key, on connection 1: refused, and connection 1 fails at
+	 * both ends (srv1 had a receive posted: it is flushed) */
+	assert_int_equal(xrc_post_recv(srv1, &(struct xrc_sge){ rb, sizeof(rb), rbmr }, 77), 0);
+	assert_int_equal(write_st(cli1, lmr1, local, 64, base + 4096, k1), -EREMOTEIO);
+	assert_int_equal(xrc_state(cli1), XRC_DOWN);
+	expect_flushed(srv1, 77);
+	/* connection 2 is unaffected, the window too */
+	assert_int_equal(write_st(cli2, lmr2, local, 64, base + 8192 + 64, k2), 0);
+
+	/* invalidate (a zero-length bind on rdma): its key dies */
+	assert_int_equal(xrc_win_invalidate(srv2, w, 4, XRC_SIGNALED), 0);
+	wc = next_wc(srv2);
+	assert_int_equal(wc.wr_id, 4);
+	assert_int_equal(wc.op, XRC_OP_BIND);
+	assert_int_equal(wc.status, 0);
+	assert_int_equal(write_st(cli2, lmr2, local, 64, base + 8192, k2), -EREMOTEIO);
+	assert_int_equal(xrc_state(cli2), XRC_DOWN);
+
+	/* bounds: rxe checks a window request against the region under it
+	 * (say what this device does; a fresh pair, it may fail) */
+	make_pair(NULL, &srv3, &cli3);
+	assert_int_equal(xrc_win_bind(srv3, w, rmr, region + 4096, 4096, RW, 5, 0), 0);
+	memset(region, '.', 64);
+	memset(local, 'o', 64);
+	int st = write_st(cli3, lmr2, local, 64, base, xrc_win_rkey(w));	/* one domain */
+	print_message("write outside the window, inside its region: %s (%s)\n",
+		      st ? "refused" : "accepted", region[0] == 'o' ? "landed" : "not landed");
+	xrc_close(cli1);
+	xrc_close(srv1);
+	xrc_close(cli2);
+	xrc_close(srv2);
+	xrc_close(cli3);
+	xrc_close(srv3);
+	xrc_win_free(w);
+	xrc_dereg(rmr);
+	xrc_dereg(rbmr);
+	xrc_dereg(lmr1);
+	xrc_dereg(lmr2);
+}
+
+/* Send with invalidate over rdma: a type-2 window (bound through the
+ * receiving QP, useless on any other) is invalidated by the peer, the
+ * receive reports the key, and the window binds again; a key the device
+ * cannot invalidate (a type-1 window) fails the receiver's connection. */
+static void test_send_inv(void **state)
+{
+	enum { RW = XRC_ACCESS_REMOTE_WRITE | XRC_ACCESS_REMOTE_READ };
+	struct xrc *srv, *cli, *srv2, *cli2;
+	static char region[8192], local[256], rb[4][64];
+	struct xrc_mr *rmr, *lmr, *lmr2, *rbmr;
+	struct xrc_win *w2, *w1;
+	struct xrc_wc wc;
+	uintptr_t base = (uintptr_t)region;
+	uint32_t k;
+
+	(void)state;
+	RDMA_OR_SKIP();
+	make_pair(NULL, &srv, &cli);
+	make_pair(NULL, &srv2, &cli2);
+	w2 = win_or_skip(srv, XRC_WIN_TYPE2);
+	w1 = win_or_skip(srv, 0);
+	rmr = reg(srv, region, sizeof(region), XRC_ACCESS_LOCAL_WRITE);
+	rbmr = reg(srv, rb, sizeof(rb), XRC_ACCESS_LOCAL_WRITE);
+	lmr = reg(cli, local, sizeof(local), XRC_ACCESS_LOCAL_WRITE);
+	lmr2 = reg(cli2, local, sizeof(local), XRC_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(xrc_post_recv(srv, &(struct xrc_sge){ rb[i], 64, rbmr },
+					       80 + (uint64_t)i), 0);
+	assert_int_equal(xrc_win_bind(srv, w2, rmr, region, 4096, RW, 1, 0), 0);
+	k = xrc_win_rkey(w2);
+	assert_int_equal(xrc_win_bind(srv, w2, rmr, region, 64, RW, 2, 0), -EBUSY);
+	assert_int_equal(write_st(cli, lmr, local, 64, base + 100, k), 0);
+	/* not on another connection */
+	assert_int_equal(write_st(cli2, lmr2, local, 64, base + 100, k), -EREMOTEIO);
+
+	/* empty send-with-invalidate, as RTRS sends it */
+	assert_int_equal(xrc_post_send_inv(cli, NULL, 0, k, 5, XRC_SIGNALED), 0);
+	wc = next_wc(srv);
+	assert_int_equal(wc.wr_id, 80);
+	assert_int_equal(wc.status, 0);
+	assert_int_equal(wc.op, XRC_OP_RECV);
+	assert_int_equal(wc.len, 0);
+	assert_true(wc.has_inv);
+	assert_int_equal(wc.inv_rkey, k);
+	assert_false(wc.has_imm);
+	wc = next_wc(cli);
+	assert_int_equal(wc.wr_id, 5);
+	assert_int_equal(wc.status, 0);
+	/* free again: binds anew, with a new key that works */
+	assert_int_equal(xrc_win_bind(srv, w2, rmr, region + 4096, 4096, RW, 6, XRC_SIGNALED), 0);
+	assert_int_not_equal(xrc_win_rkey(w2), k);
+	wc = next_wc(srv);
+	print_message("rebind after remote invalidation: %#x -> %#x: %d\n", k, xrc_win_rkey(w2),
+		      wc.status);
+	assert_int_equal(wc.op, XRC_OP_BIND);
+	assert_int_equal(wc.status, 0);
+	assert_int_equal(write_st(cli, lmr, local, 64, base + 4096, xrc_win_rkey(w2)), 0);
+	/* local invalidation of a type-2 window */
+	assert_int_equal(xrc_win_invalidate(srv, w2, 7, XRC_SIGNALED), 0);
+	wc = next_wc(srv);
+	assert_int_equal(wc.op, XRC_OP_BIND);
+	assert_int_equal(wc.status, 0);
+	assert_int_equal(xrc_win_bind(srv, w2, rmr, region, 4096, RW, 8, 0), 0);
+	assert_int_equal(write_st(cli, lmr, local, 64, base, xrc_win_rkey(w2)), 0);
+
+	/* a type-1 window's key cannot be invalidated remotely: the
+	 * receiver's receive fails and so does its connection */
+	assert_int_equal(xrc_win_bind(srv, w1, rmr, region, 4096, RW, 9, 0), 0);
+	assert_int_equal(xrc_post_send_inv(cli, NULL, 0, xrc_win_rkey(w1), 10, XRC_SIGNALED), 0);
+	wc = next_wc(srv);
+	print_message("send-with-invalidate of a type-1 key: receiver %d, ", wc.status);
+	assert_int_equal(wc.wr_id, 81);
+	assert_int_equal(wc.status, -EREMOTEIO);
+	assert_int_equal(xrc_state(srv), XRC_DOWN);
+	wc = next_wc(cli);
+	print_message("sender %d\n", wc.status);
+	assert_int_equal(wc.wr_id, 10);
+	xrc_close(cli);
+	xrc_close(srv);
+	xrc_close(cli2);
+	xrc_close(srv2);
+	xrc_win_free(w1);
+	xrc_win_free(w2);
+	xrc_dereg(rmr);
+	xrc_dereg(rbmr);
+	xrc_dereg(lmr);
+	xrc_dereg(lmr2);
+}
+
+/* RTRS's heartbeat (an empty write with immediate, rkey 0) consumes one
+ * receive; a write with immediate gathers two pieces of two regions; an
+ * 8-byte send with immediate (an RTRS rkey_rsp) is a RECV with has_imm. */
+static void test_zero_length_gather_imm(void **state)
+{
+	struct xrc *srv, *cli;
+	static char rb[3][64], region[256], p1[16] = "0123456", p2[16] = "abcdefg";
+	struct xrc_mr *rbmr, *rmr, *m1, *m2;
+	struct xrc_wc wc;
+
+	(void)state;
+	RDMA_OR_SKIP();
+	make_pair(NULL, &srv, &cli);
+	rbmr = reg(srv, rb, sizeof(rb), XRC_ACCESS_LOCAL_WRITE);
+	rmr = reg(srv, region, sizeof(region), XRC_ACCESS_REMOTE_WRITE);
+	m1 = reg(cli, p1, sizeof(p1), 0);
+	m2 = reg(cli, p2, sizeof(p2), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(xrc_post_recv(srv, &(struct xrc_sge){ rb[i], 64, rbmr },
+					       90 + (uint64_t)i), 0);
+	assert_int_equal(xrc_post_write(cli, NULL, 0, 0, 0, true, 0x10000003, 1, XRC_SIGNALED), 0);
+	wc = next_wc(srv);
+	assert_int_equal(wc.wr_id, 90);
+	assert_int_equal(wc.status, 0);
+	assert_int_equal(wc.op, XRC_OP_RECV_IMM);
+	assert_int_equal(wc.len, 0);
+	assert_true(wc.has_imm);
+	assert_int_equal(wc.imm, 0x10000003);
+	assert_false(wc.has_inv);
+	assert_int_equal(next_wc(cli).wr_id, 1);
+
+	struct xrc_sge g[2] = { { p1, 7, m1 }, { p2, 7, m2 } };
+	assert_int_equal(xrc_post_write(cli, g, 2, (uintptr_t)region + 10, rmr->rkey, true, 99, 2,
+					XRC_SIGNALED), 0);
+	wc = next_wc(srv);
+	assert_int_equal(wc.wr_id, 91);
+	assert_int_equal(wc.op, XRC_OP_RECV_IMM);
+	assert_int_equal(wc.len, 14);
+	assert_int_equal(wc.imm, 99);
+	assert_memory_equal(region + 10, "0123456abcdefg", 14);
+	assert_int_equal(next_wc(cli).wr_id, 2);
+
+	memcpy(p1, "\x04\x00\x01\x00\xdc\x03\x00\x00", 8);	/* rkey_rsp buf_id 1 rkey 0x3dc */
+	assert_int_equal(xrc_post_send_imm(cli, &(struct xrc_sge){ p1, 8, m1 }, 1, 0x20000001, 3,
+					   XRC_SIGNALED), 0);
+	wc = next_wc(srv);
+	assert_int_equal(wc.wr_id, 92);
+	assert_int_equal(wc.op, XRC_OP_RECV);
+	assert_int_equal(wc.len, 8);
+	assert_true(wc.has_imm);
+	assert_int_equal(wc.imm, 0x20000001);
+	assert_memory_equal(rb[2], p1, 8);
+	assert_int_equal(next_wc(cli).wr_id, 3);
+	xrc_close(cli);
+	xrc_close(srv);
+	xrc_dereg(rbmr);
+	xrc_dereg(rmr);
+	xrc_dereg(m1);
+	xrc_dereg(m2);
+}
+
+/* An RTRS IO connection's depths: the whole send queue (4096) posted at
+ * once -- sends and writes, unsignaled but the last -- and 2048 receives. */
+static void test_deep_queues(void **state)
+{
+	enum { SQ = 4096, RQ = 2048 };
+	const struct xrc_opts o = { .sq_depth = SQ - 1, .rq_depth = RQ };
+	struct xrc *srv, *cli;
+	static char region[RQ * 8], msgs[RQ][8], rbuf[RQ][8];
+	struct xrc_mr *rmr, *rbmr, *smr;
+	struct xrc_wc wc[32];
+	int recvd = 0, sdone = 0;
+
+	(void)state;
+	RDMA_OR_SKIP();
+	make_pair(&o, &srv, &cli);
+	assert_int_equal(xrc_sq_depth(cli), SQ);
+	rmr = reg(srv, region, sizeof(region), XRC_ACCESS_REMOTE_WRITE);
+	rbmr = reg(srv, rbuf, sizeof(rbuf), XRC_ACCESS_LOCAL_WRITE);
+	smr = reg(cli, msgs, sizeof(msgs), 0);
+	for (int i = 0; i < RQ; i++)
+		assert_int_equal(xrc_post_recv(srv, &(struct xrc_sge){ rbuf[i], 8, rbmr }, (uint64_t)i),
+				 0);
+	assert_int_equal(xrc_post_recv(srv, &(struct xrc_sge){ rbuf[0], 8, rbmr }, 0), -ENOBUFS);
+	for (int i = 0; i < SQ; i++) {
+		struct xrc_sge s = { msgs[i / 2], 8, smr };
+		unsigned fl = i == SQ - 1 ? XRC_SIGNALED : 0;
+
+		memcpy(msgs[i / 2], &i, sizeof(i));
+		if (i % 2)
+			assert_int_equal(xrc_post_write(cli, &s, 1, (uintptr_t)region + (i / 2) * 8,
+							rmr->rkey, false, 0, (uint64_t)i, fl), 0);
+		else
+			assert_int_equal(xrc_post_send(cli, &s, 1, (uint64_t)i, fl), 0);
+	}
+	assert_int_equal(xrc_post_send(cli, &(struct xrc_sge){ msgs[0], 8, smr }, 1, 9999, 0),
+			 -ENOBUFS);
+	for (int round = 0; (recvd < RQ || !sdone) && round < 20000; round++) {
+		int n = xrc_poll(srv, wc, 32);
+
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++) {
+			int v;
+
+			assert_int_equal(wc[i].status, 0);
+			assert_int_equal(wc[i].wr_id, (uint64_t)recvd);
+			memcpy(&v, rbuf[recvd], sizeof(v));
+			assert_int_equal(v, recvd * 2);
+			recvd++;
+		}
+		int m = xrc_poll(cli, wc, 32);
+		assert_true(m >= 0);
+		for (int i = 0; i < m; i++) {
+			assert_int_equal(wc[i].status, 0);
+			assert_int_equal(wc[i].wr_id, SQ - 1);
+			sdone = 1;
+		}
+		if (!n && !m)
+			xrc_wait(srv, 1000000);
+	}
+	assert_int_equal(recvd, RQ);
+	assert_true(sdone);
+	for (int i = 1; i < SQ; i += 2) {
+		int v;
+
+		memcpy(&v, region + (i / 2) * 8, sizeof(v));
+		assert_int_equal(v, i);
+	}
+	xrc_close(cli);
+	xrc_close(srv);
+	xrc_dereg(rmr);
+	xrc_dereg(rbmr);
+	xrc_dereg(smr);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -603,6 +966,10 @@ int main(void)
 		cmocka_unit_test(test_flush_on_disconnect),
 		cmocka_unit_test(test_recv_too_small),
 		cmocka_unit_test(test_many_messages),
+		cmocka_unit_test(test_window_type1),
+		cmocka_unit_test(test_send_inv),
+		cmocka_unit_test(test_zero_length_gather_imm),
+		cmocka_unit_test(test_deep_queues),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

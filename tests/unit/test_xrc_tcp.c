@@ -1,5 +1,6 @@
 /* The tcp:// reliable-connection backend over loopback: handshake, the verbs
- * operations, the target's key/bounds/access checks, back-pressure, flush. */
+ * operations, the target's key/bounds/access checks, back-pressure, flush,
+ * memory windows, send with invalidate, zero-length writes, deep queues. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -689,6 +690,404 @@ static void test_ipv6(void **state)
 	xrc_listener_close(l);
 }
 
+/* A signaled write of len bytes of src to raddr under rkey; its status. */
+static int write_st(struct xrc *a, struct xrc *b, void *src, uint32_t len, uint64_t raddr,
+		    uint32_t rkey)
+{
+	struct xrc_sge s = { src, len, NULL };
+	struct xrc_wc wc;
+
+	assert_int_equal(xrc_post_write(a, &s, 1, raddr, rkey, false, 0, 4242, XRC_SIGNALED), 0);
+	get_wc(a, b, &wc);
+	assert_int_equal(wc.wr_id, 4242);
+	assert_int_equal(wc.op, XRC_OP_WRITE);
+	return wc.status;
+}
+
+static int read_st(struct xrc *a, struct xrc *b, void *dst, uint32_t len, uint64_t raddr,
+		   uint32_t rkey)
+{
+	struct xrc_sge s = { dst, len, NULL };
+	struct xrc_wc wc;
+
+	assert_int_equal(xrc_post_read(a, &s, 1, raddr, rkey, 4343, XRC_SIGNALED), 0);
+	get_wc(a, b, &wc);
+	assert_int_equal(wc.wr_id, 4343);
+	assert_int_equal(wc.op, XRC_OP_READ);
+	return wc.status;
+}
+
+static struct xrc_win *win_new(struct xrc *c, unsigned flags)
+{
+	char err[256];
+	struct xrc_win *w = xrc_win_new(xrc_domain(c), flags, err, sizeof(err));
+
+	if (!w)
+		fail_msg("window: %s", err);
+	return w;
+}
+
+/* Rebinding replaces the key: the old one is refused (-EREMOTEIO at the
+ * initiator, both ends stay up, memory untouched), the new one works
+ * within the window's bounds and access only; invalidate leaves no key. */
+static void test_window_bind_rebind(void **state)
+{
+	enum { RW = XRC_ACCESS_REMOTE_WRITE | XRC_ACCESS_REMOTE_READ };
+	struct xrc_opts o = { .sq_depth = 4 };
+	struct xrc *a, *b;
+	char err[256], mem[8192], src[64], rd[64];
+	struct xrc_mr *mr;
+	struct xrc_win *w;
+	struct xrc_stats st;
+	uint32_t k0, k1, k2, k3;
+	uintptr_t base = (uintptr_t)mem;
+
+	(void)state;
+	pair_opts(&a, &b, NULL, &o);
+	memset(mem, '.', sizeof(mem));
+	memset(src, 'A', sizeof(src));
+	mr = xrc_reg(xrc_domain(b), mem, sizeof(mem), XRC_ACCESS_LOCAL_WRITE, err, sizeof(err));
+	assert_non_null(mr);
+	w = win_new(b, 0);
+	k0 = xrc_win_rkey(w);
+	/* never bound: its key grants nothing */
+	assert_int_equal(write_st(a, b, src, 8, base, k0), -EREMOTEIO);
+
+	assert_int_equal(xrc_win_bind(b, w, mr, mem + 1024, 1024, RW, 1, XRC_SIGNALED), 0);
+	k1 = xrc_win_rkey(w);	/* known as soon as the post returns */
+	assert_int_not_equal(k1, k0);
+	assert_int_not_equal(k1, mr->rkey);
+	expect_wc(b, a, 1, XRC_OP_BIND, 0);
+	assert_int_equal(write_st(a, b, src, 64, base + 1024, k1), 0);
+	assert_memory_equal(mem + 1024, src, 64);
+	assert_int_equal(read_st(a, b, rd, 64, base + 1024, k1), 0);
+	assert_memory_equal(rd, src, 64);
+	/* the window's bounds, not the region's */
+	assert_int_equal(write_st(a, b, src, 8, base + 1020, k1), -EREMOTEIO);
+	assert_int_equal(write_st(a, b, src, 8, base + 2044, k1), -EREMOTEIO);
+	assert_int_equal(mem[1019], '.');
+	assert_int_equal(mem[2048], '.');
+	/* the region's own key has no remote access */
+	assert_int_equal(write_st(a, b, src, 8, base, mr->rkey), -EREMOTEIO);
+
+	/* rebind, unsignaled, over another range with write access only */
+	assert_int_equal(xrc_win_bind(b, w, mr, mem + 4096, 512, XRC_ACCESS_REMOTE_WRITE, 2, 0),
+			 0);
+	k2 = xrc_win_rkey(w);
+	assert_int_not_equal(k2, k1);
+	assert_int_equal(write_st(a, b, src, 8, base + 1024, k1), -EREMOTEIO);
+	assert_int_equal(write_st(a, b, src, 8, base + 4096 + 504, k2), 0);
+	assert_int_equal(read_st(a, b, rd, 8, base + 4096, k2), -EREMOTEIO);	/* no READ */
+	assert_int_equal(xrc_state(a), XRC_UP);
+	assert_int_equal(xrc_state(b), XRC_UP);
+
+	/* invalidate: no key of it is valid, and it can be bound again */
+	assert_int_equal(xrc_win_invalidate(b, w, 3, XRC_SIGNALED), 0);
+	expect_wc(b, a, 3, XRC_OP_BIND, 0);	/* 2 was unsignaled */
+	assert_int_equal(write_st(a, b, src, 8, base + 4096, k2), -EREMOTEIO);
+	assert_int_equal(write_st(a, b, src, 8, base + 4096, xrc_win_rkey(w)), -EREMOTEIO);
+	assert_int_equal(xrc_win_bind(b, w, mr, mem, 8192, RW, 4, XRC_SIGNALED), 0);
+	expect_wc(b, a, 4, XRC_OP_BIND, 0);
+	k3 = xrc_win_rkey(w);
+	assert_int_equal(write_st(a, b, src, 8, base + 8184, k3), 0);
+
+	/* binds take send-queue slots, freed when polled */
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(xrc_win_bind(b, w, mr, mem, 64, RW, 10 + i,
+					      i == 3 ? XRC_SIGNALED : 0), 0);
+	assert_int_equal(xrc_win_bind(b, w, mr, mem, 64, RW, 14, 0), -ENOBUFS);
+	expect_wc(b, a, 13, XRC_OP_BIND, 0);
+	assert_int_equal(xrc_win_bind(b, w, mr, mem, 64, RW, 15, 0), 0);
+
+	/* refused at post time: empty, outside the region, local rights,
+	 * inline, no region */
+	assert_int_equal(xrc_win_bind(b, w, mr, mem, 0, RW, 9, 0), -EINVAL);
+	assert_int_equal(xrc_win_bind(b, w, mr, mem + 8000, 256, RW, 9, 0), -EINVAL);
+	assert_int_equal(xrc_win_bind(b, w, mr, (void *)(base - 1), 16, RW, 9, 0), -EINVAL);
+	assert_int_equal(xrc_win_bind(b, w, mr, mem, 16, XRC_ACCESS_LOCAL_WRITE, 9, 0), -EINVAL);
+	assert_int_equal(xrc_win_bind(b, w, mr, mem, 16, RW, 9, XRC_INLINE), -EINVAL);
+	assert_int_equal(xrc_win_bind(b, w, NULL, mem, 16, RW, 9, 0), -EINVAL);
+
+	/* deregistering the region kills the window over it */
+	k3 = xrc_win_rkey(w);
+	assert_int_equal(write_st(a, b, src, 8, base, k3), 0);
+	xrc_dereg(mr);
+	assert_int_equal(write_st(a, b, src, 8, base, k3), -EREMOTEIO);
+	xrc_get_stats(a, &st);
+	assert_int_equal(st.remote_errors, 9);
+	xrc_win_free(w);
+	xrc_win_free(NULL);
+	xrc_close(a);
+	xrc_close(b);
+}
+
+/* A type-1 window's key works on every connection of the domain -- also
+ * after the connection it was bound through is gone; a type-2 window's
+ * only on its own, where the peer may invalidate it. */
+static void test_window_shared_and_type2(void **state)
+{
+	enum { RW = XRC_ACCESS_REMOTE_WRITE | XRC_ACCESS_REMOTE_READ };
+	struct xrc *a1, *b1, *a2, *b2;
+	char err[256], mem[4096], src[32], rb[2][32];
+	struct xrc_mr *mr;
+	struct xrc_win *w1, *w2;
+	struct xrc_wc wc;
+	uintptr_t base = (uintptr_t)mem;
+	uint32_t k2;
+
+	(void)state;
+	pair(&a1, &b1);
+	pair(&a2, &b2);
+	memset(src, 'S', sizeof(src));
+	mr = xrc_reg(xrc_domain(b1), mem, sizeof(mem), 0, err, sizeof(err));
+	assert_non_null(mr);
+	w1 = win_new(b1, 0);
+	w2 = win_new(b1, XRC_WIN_TYPE2);
+	assert_int_equal(xrc_win_bind(b1, w1, mr, mem, 1024, RW, 1, 0), 0);
+	assert_int_equal(xrc_win_bind(b1, w2, mr, mem + 2048, 1024, RW, 2, 0), 0);
+	k2 = xrc_win_rkey(w2);
+
+	assert_int_equal(write_st(a1, b1, src, 32, base, xrc_win_rkey(w1)), 0);
+	assert_int_equal(write_st(a2, b2, src, 32, base + 100, xrc_win_rkey(w1)), 0);
+	assert_memory_equal(mem + 100, src, 32);
+	assert_int_equal(write_st(a1, b1, src, 32, base + 2048, k2), 0);
+	assert_int_equal(write_st(a2, b2, src, 32, base + 2048, k2), -EREMOTEIO);
+	/* a valid type-2 window must be invalidated before it is bound again */
+	assert_int_equal(xrc_win_bind(b1, w2, mr, mem + 2048, 64, RW, 3, 0), -EBUSY);
+
+	/* the peer invalidates it: the receiver sees the key, the window dies
+	 * and may be bound again */
+	struct xrc_sge r = { rb[0], 32, NULL };
+	assert_int_equal(xrc_post_recv(b1, &r, 50), 0);
+	assert_int_equal(xrc_post_send_inv(a1, NULL, 0, k2, 5, XRC_SIGNALED), 0);
+	get_wc(b1, a1, &wc);
+	assert_int_equal(wc.wr_id, 50);
+	assert_int_equal(wc.op, XRC_OP_RECV);
+	assert_int_equal(wc.status, 0);
+	assert_int_equal(wc.len, 0);
+	assert_true(wc.has_inv);
+	assert_int_equal(wc.inv_rkey, k2);
+	assert_false(wc.has_imm);
+	expect_wc(a1, b1, 5, XRC_OP_SEND, 0);
+	assert_int_equal(write_st(a1, b1, src, 32, base + 2048, k2), -EREMOTEIO);
+	assert_int_equal(xrc_win_bind(b1, w2, mr, mem + 2048, 64, RW, 3, 0), 0);
+	assert_int_not_equal(xrc_win_rkey(w2), k2);
+	assert_int_equal(write_st(a1, b1, src, 32, base + 2048, xrc_win_rkey(w2)), 0);
+
+	/* the connection it was bound through goes: the type-1 key lives on,
+	 * the type-2 window dies with it and can only be freed */
+	xrc_close(a1);
+	xrc_close(b1);
+	assert_int_equal(write_st(a2, b2, src, 32, base + 200, xrc_win_rkey(w1)), 0);
+	assert_memory_equal(mem + 200, src, 32);
+	assert_int_equal(xrc_win_bind(b2, w2, mr, mem + 2048, 64, RW, 3, 0), -EBUSY);
+	/* and a type-1 window rebinds through any connection */
+	assert_int_equal(xrc_win_bind(b2, w1, mr, mem + 512, 64, RW, 4, 0), 0);
+	assert_int_equal(write_st(a2, b2, src, 32, base + 512, xrc_win_rkey(w1)), 0);
+	xrc_win_free(w1);
+	xrc_win_free(w2);
+	xrc_dereg(mr);
+	xrc_close(a2);
+	xrc_close(b2);
+}
+
+/* Send with invalidate: reported with the key; a window valid for the
+ * connection (type 1 too) is invalidated, any other key only reported;
+ * the connection carries on.  Send with an 8-byte immediate message (an
+ * RTRS rkey_rsp) arrives as RECV with has_imm. */
+static void test_send_inv(void **state)
+{
+	enum { RW = XRC_ACCESS_REMOTE_WRITE };
+	struct xrc *a, *b;
+	char err[256], mem[1024], src[8] = "rkeyrsp", rb[4][16];
+	struct xrc_mr *mr;
+	struct xrc_win *w;
+	struct xrc_wc wc;
+	uintptr_t base = (uintptr_t)mem;
+	uint32_t k;
+
+	(void)state;
+	pair(&a, &b);
+	mr = xrc_reg(xrc_domain(b), mem, sizeof(mem), RW, err, sizeof(err));
+	assert_non_null(mr);
+	w = win_new(b, 0);
+	assert_int_equal(xrc_win_bind(b, w, mr, mem, 256, RW, 1, 0), 0);
+	k = xrc_win_rkey(w);
+	for (int i = 0; i < 4; i++) {
+		struct xrc_sge r = { rb[i], 16, NULL };
+		assert_int_equal(xrc_post_recv(b, &r, 60 + (uint64_t)i), 0);
+	}
+	struct xrc_sge s8 = { src, 8, NULL };
+	assert_int_equal(xrc_post_send_inv(a, &s8, 1, k, 1, 0), 0);
+	assert_int_equal(xrc_post_send_inv(a, NULL, 0, mr->rkey, 2, 0), 0);
+	assert_int_equal(xrc_post_send_inv(a, NULL, 0, 0x0abcdef1, 3, 0), 0);
+	assert_int_equal(xrc_post_send_imm(a, &s8, 1, 0x20000007, 4, XRC_SIGNALED), 0);
+	get_wc(b, a, &wc);
+	assert_int_equal(wc.wr_id, 60);
+	assert_int_equal(wc.len, 8);
+	assert_memory_equal(rb[0], "rkeyrsp", 8);
+	assert_true(wc.has_inv);
+	assert_int_equal(wc.inv_rkey, k);
+	get_wc(b, a, &wc);
+	assert_true(wc.has_inv);
+	assert_int_equal(wc.inv_rkey, mr->rkey);
+	get_wc(b, a, &wc);
+	assert_true(wc.has_inv);
+	assert_int_equal(wc.inv_rkey, 0x0abcdef1);
+	get_wc(b, a, &wc);
+	assert_int_equal(wc.wr_id, 63);
+	assert_int_equal(wc.op, XRC_OP_RECV);
+	assert_int_equal(wc.status, 0);
+	assert_int_equal(wc.len, 8);
+	assert_true(wc.has_imm);
+	assert_int_equal(wc.imm, 0x20000007);
+	assert_false(wc.has_inv);
+	expect_wc(a, b, 4, XRC_OP_SEND, 0);
+	/* the window is dead, the region's key is not */
+	assert_int_equal(write_st(a, b, src, 8, base, k), -EREMOTEIO);
+	assert_int_equal(write_st(a, b, src, 8, base, mr->rkey), 0);
+	assert_int_equal(xrc_state(a), XRC_UP);
+	assert_int_equal(xrc_state(b), XRC_UP);
+	xrc_win_free(w);
+	xrc_dereg(mr);
+	xrc_close(a);
+	xrc_close(b);
+}
+
+/* RTRS's heartbeat: a zero-length write with immediate, rkey and address 0.
+ * No key check, one receive consumed.  And a write with immediate
+ * gathering two pieces of two regions. */
+static void test_zero_length_and_gather(void **state)
+{
+	struct xrc *a, *b;
+	char err[256], rb[2][16], mem[256], p1[8] = "0123456", p2[8] = "abcdefg", rd[4];
+	struct xrc_mr *m1, *m2, *dst;
+	struct xrc_wc wc;
+	struct xrc_stats st;
+
+	(void)state;
+	pair(&a, &b);
+	for (int i = 0; i < 2; i++) {
+		struct xrc_sge r = { rb[i], 16, NULL };
+		assert_int_equal(xrc_post_recv(b, &r, 70 + (uint64_t)i), 0);
+	}
+	assert_int_equal(xrc_post_write(a, NULL, 0, 0, 0, true, 0x10000001, 1, XRC_SIGNALED), 0);
+	get_wc(b, a, &wc);
+	assert_int_equal(wc.wr_id, 70);
+	assert_int_equal(wc.op, XRC_OP_RECV_IMM);
+	assert_int_equal(wc.status, 0);
+	assert_int_equal(wc.len, 0);
+	assert_true(wc.has_imm);
+	assert_int_equal(wc.imm, 0x10000001);
+	expect_wc(a, b, 1, XRC_OP_WRITE, 0);
+	/* exactly one receive went: the next message takes the second */
+	struct xrc_sge s = { p1, 4, NULL };
+	assert_int_equal(xrc_post_send(a, &s, 1, 2, 0), 0);
+	expect_wc(b, a, 71, XRC_OP_RECV, 0);
+	/* without imm, and a zero-length read, under nonsense keys */
+	assert_int_equal(xrc_post_write(a, NULL, 0, 12345, 0xdeadbeef, false, 0, 3,
+					XRC_SIGNALED), 0);
+	expect_wc(a, b, 3, XRC_OP_WRITE, 0);
+	assert_int_equal(read_st(a, b, rd, 0, 0, 0x0badc0de), 0);
+	xrc_get_stats(b, &st);
+	assert_int_equal(st.remote_errors, 0);
+
+	/* gather from two regions, with immediate */
+	m1 = xrc_reg(xrc_domain(a), p1, sizeof(p1), 0, err, sizeof(err));
+	m2 = xrc_reg(xrc_domain(a), p2, sizeof(p2), 0, err, sizeof(err));
+	dst = xrc_reg(xrc_domain(b), mem, sizeof(mem), XRC_ACCESS_REMOTE_WRITE, err, sizeof(err));
+	struct xrc_sge g[2] = { { p1, 7, m1 }, { p2, 7, m2 } };
+	struct xrc_sge r = { rb[0], 16, NULL };
+	assert_int_equal(xrc_post_recv(b, &r, 72), 0);
+	assert_int_equal(xrc_post_write(a, g, 2, (uintptr_t)mem + 10, dst->rkey, true, 99, 4,
+					XRC_SIGNALED), 0);
+	get_wc(b, a, &wc);
+	assert_int_equal(wc.wr_id, 72);
+	assert_int_equal(wc.op, XRC_OP_RECV_IMM);
+	assert_int_equal(wc.len, 14);
+	assert_int_equal(wc.imm, 99);
+	assert_memory_equal(mem + 10, "0123456abcdefg", 14);
+	expect_wc(a, b, 4, XRC_OP_WRITE, 0);
+	xrc_dereg(m1);
+	xrc_dereg(m2);
+	xrc_dereg(dst);
+	xrc_close(a);
+	xrc_close(b);
+}
+
+/* RTRS IO connections: queue_depth*4+1 sends (sq_depth 4096 after
+ * rounding for queue_depth 512... 1023) and 2048 receives. */
+static void test_deep_queues(void **state)
+{
+	enum { SQ = 4096, RQ = 2048 };
+	struct xrc_opts o = { .sq_depth = SQ - 1, .rq_depth = RQ };
+	struct xrc *a, *b;
+	char err[256];
+	static char region[RQ * 8], msgs[RQ][8], rbuf[RQ][8];
+	struct xrc_mr *mr;
+	struct xrc_wc wc[64];
+	int recvd = 0, sdone = 0;
+
+	(void)state;
+	pair_opts(&a, &b, &o, &o);
+	assert_int_equal(xrc_sq_depth(a), SQ);
+	mr = xrc_reg(xrc_domain(b), region, sizeof(region), XRC_ACCESS_REMOTE_WRITE, err,
+		     sizeof(err));
+	assert_non_null(mr);
+	for (int i = 0; i < RQ; i++) {
+		struct xrc_sge r = { rbuf[i], 8, NULL };
+		assert_int_equal(xrc_post_recv(b, &r, (uint64_t)i), 0);
+	}
+	struct xrc_sge r = { rbuf[0], 8, NULL };
+	assert_int_equal(xrc_post_recv(b, &r, 0), -ENOBUFS);
+	/* the whole send queue at once: sends and writes alternate */
+	for (int i = 0; i < SQ; i++) {
+		struct xrc_sge s = { msgs[i / 2], 8, NULL };
+		unsigned fl = i == SQ - 1 ? XRC_SIGNALED : 0;
+
+		memcpy(msgs[i / 2], &i, sizeof(i));
+		if (i % 2)
+			assert_int_equal(xrc_post_write(a, &s, 1, (uintptr_t)region + (i / 2) * 8,
+							mr->rkey, false, 0, (uint64_t)i, fl), 0);
+		else
+			assert_int_equal(xrc_post_send(a, &s, 1, (uint64_t)i, fl), 0);
+	}
+	struct xrc_sge s = { msgs[0], 8, NULL };
+	assert_int_equal(xrc_post_send(a, &s, 1, 9999, 0), -ENOBUFS);
+	while (recvd < RQ || !sdone) {
+		int n = xrc_poll(b, wc, 64);
+
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++) {
+			int v;
+
+			assert_int_equal(wc[i].status, 0);
+			assert_int_equal(wc[i].wr_id, (uint64_t)recvd);
+			memcpy(&v, rbuf[recvd], sizeof(v));
+			assert_int_equal(v, recvd * 2);
+			recvd++;
+		}
+		n = xrc_poll(a, wc, 64);
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++) {
+			assert_int_equal(wc[i].status, 0);
+			assert_int_equal(wc[i].wr_id, SQ - 1);
+			sdone = 1;
+		}
+		if (!n)
+			xrc_wait(a, XTIME_NS_PER_MS);
+	}
+	for (int i = 1; i < SQ; i += 2) {
+		int v;
+
+		memcpy(&v, region + (i / 2) * 8, sizeof(v));
+		assert_int_equal(v, i);
+	}
+	xrc_dereg(mr);
+	xrc_close(a);
+	xrc_close(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -704,6 +1103,11 @@ int main(void)
 		cmocka_unit_test(test_many_messages),
 		cmocka_unit_test(test_garbage_client),
 		cmocka_unit_test(test_ipv6),
+		cmocka_unit_test(test_window_bind_rebind),
+		cmocka_unit_test(test_window_shared_and_type2),
+		cmocka_unit_test(test_send_inv),
+		cmocka_unit_test(test_zero_length_and_gather),
+		cmocka_unit_test(test_deep_queues),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
