@@ -1,0 +1,61 @@
+/* rtrs-server -- export files and block devices over RTRS/RNBD, the Linux
+ * kernel's rnbd-server protocol, over rdma:// and tcp://. */
+#include "cmd.h"
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <getopt.h>
+#include <string.h>
+
+static const struct cmd cmds[] = {
+	{ "serve",  cmd_serve,
+	  "[-l URI]... [-e NAME=PATH[:ro]]... [-c CONFIG.yaml] [--queue-depth N]\n"
+	  "                     [--chunk-size SIZE] [--always-invalidate on|off] [--allow ADDR|SESSION]...\n"
+	  "                     [--hb-interval MS] [--hb-missed N] [--ctl PATH] [-v]",
+	  "export files and block devices until SIGINT/SIGTERM (the default command)" },
+	{ "status", cmd_status, "[--ctl PATH] [-o text|yaml|json]",
+	  "sessions, paths, counters and exports of a running server" },
+};
+
+static const struct cli_tool tool = {
+	PROG, cmds, sizeof(cmds) / sizeof(cmds[0]), 6, 18,
+	"\nWithout a command, the options are serve's: rtrs-server -e disk=/dev/ram0.\n"
+	"URI: rdma://HOST[:PORT] tcp://HOST[:PORT] or HOST[:PORT] (auto); port 1234.\n"
+	"See rtrs-server(8).\n"
+};
+
+void cmd_usage(FILE *f, const char *name)
+{
+	cli_usage(&tool, f, name);
+}
+
+int fail(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, PROG ": %s\n", msg);
+	return EXIT_FAIL;
+}
+
+int bad_option(const char *cmd, const char *optstring, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	if (optopt && !strncmp(arg, "--", 2))
+		return usage_error(cmd, strchr(arg, '=') ? "option '%s' takes no value" :
+				   "option '%s' needs a value", arg);
+	return cli_bad_option(PROG, cmd, optstring, argv);
+}
+
+int main(int argc, char **argv)
+{
+	xlog_init(PROG);
+	/* serve is the default: options straight after the program name */
+	if (argc >= 2 && argv[1][0] == '-' && strcmp(argv[1], "-h") && strcmp(argv[1], "--help"))
+		return cmd_serve(argc, argv);
+	return cli_main(&tool, argc, argv);
+}

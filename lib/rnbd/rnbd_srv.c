@@ -1,0 +1,657 @@
+/* RNBD server: exports, sessions and their devices, and the IO path (the
+ * kernel's rnbd-srv.c over files and block devices).  See rnbd_srv.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "rnbd/rnbd_srv.h"
+#include "rnbd/rnbd_wire.h"
+
+#define ERR(...) snprintf(err, errlen, __VA_ARGS__)
+
+/* What OPEN_RSP announces beyond the device's own geometry. */
+#define RNBD_SRV_MAX_SEGMENTS	128u	/* rtrs-clt.c RTRS_MAX_SEGMENTS, as the kernel server sends */
+#define RNBD_SRV_MAX_DISCARD	(UINT32_MAX >> 9)	/* bi_size is 32 bits of bytes */
+#define ZERO_BUF		(64u << 10)
+
+struct export {
+	char name[RNBD_NAME_MAX];
+	char *path;
+	int fd;
+	bool ro, blockdev, discard;
+	uint64_t size;
+	uint32_t lbs, pbs, discard_gran;
+	unsigned opens;
+	unsigned writers;		/* open_write_cnt */
+	uint64_t reads, read_bytes, writes, write_bytes, flushes, discards, errors;
+};
+
+struct rnbd_srv {
+	struct export **ex;		/* pointers: sessions hold them */
+	unsigned nex, cap;
+	uint32_t max_io;
+};
+
+struct sess_dev {
+	bool used;
+	uint8_t mode;
+	struct export *ex;
+};
+
+struct rnbd_sess {
+	struct rnbd_srv *r;
+	uint8_t ver;			/* negotiated in SESS_INFO */
+	struct sess_dev *devs;		/* indexed by device_id */
+	unsigned ndevs;
+};
+
+struct rnbd_srv *rnbd_srv_new(uint32_t max_io_size, char *err, size_t errlen)
+{
+	struct rnbd_srv *r = calloc(1, sizeof(*r));
+
+	if (!r) {
+		ERR("out of memory");
+		return NULL;
+	}
+	r->max_io = max_io_size;
+	return r;
+}
+
+void rnbd_srv_free(struct rnbd_srv *r)
+{
+	if (!r)
+		return;
+	for (unsigned i = 0; i < r->nex; i++) {
+		close(r->ex[i]->fd);
+		free(r->ex[i]->path);
+		free(r->ex[i]);
+	}
+	free(r->ex);
+	free(r);
+}
+
+/* --- exports ------------------------------------------------------------- */
+
+int rnbd_export_parse(const char *spec, char *name, size_t namelen, char *path, size_t pathlen,
+		      bool *ro, char *err, size_t errlen)
+{
+	const char *eq = strchr(spec, '=');
+	size_t n, pl;
+
+	if (!eq) {
+		ERR("'%s' is not NAME=PATH[:ro]", spec);
+		return -EINVAL;
+	}
+	n = (size_t)(eq - spec);
+	if (n == 0 || n >= RNBD_NAME_MAX || n >= namelen) {
+		ERR("'%s': the name must be 1 to %u bytes", spec, RNBD_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	memcpy(name, spec, n);
+	name[n] = '\0';
+	pl = strlen(eq + 1);
+	*ro = false;
+	if (pl >= 3 && (!strcmp(eq + 1 + pl - 3, ":ro") || !strcmp(eq + 1 + pl - 3, ":rw"))) {
+		*ro = eq[1 + pl - 2] == 'r' && eq[1 + pl - 1] == 'o';
+		pl -= 3;
+	}
+	if (pl == 0 || pl >= pathlen) {
+		ERR("'%s': %s", spec, pl ? "path too long" : "no path");
+		return -EINVAL;
+	}
+	memcpy(path, eq + 1, pl);
+	path[pl] = '\0';
+	return 0;
+}
+
+static struct export *export_find(struct rnbd_srv *r, const char *name)
+{
+	for (unsigned i = 0; i < r->nex; i++)
+		if (!strcmp(r->ex[i]->name, name))
+			return r->ex[i];
+	return NULL;
+}
+
+/* A sysfs number of the block device's queue, or 0. */
+static uint64_t bdev_queue_attr(dev_t rdev, const char *attr)
+{
+	char p[128], buf[32];
+	unsigned long long v = 0;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "/sys/dev/block/%u:%u/queue/%s", major(rdev), minor(rdev), attr);
+	f = fopen(p, "re");
+	if (!f)
+		return 0;
+	if (fgets(buf, sizeof(buf), f))
+		v = strtoull(buf, NULL, 10);
+	fclose(f);
+	return v;
+}
+
+static int export_geometry(struct export *e, const struct stat *st, char *err, size_t errlen)
+{
+	if (S_ISBLK(st->st_mode)) {
+		int lbs = 512;
+		unsigned int pbs = 512;
+
+		e->blockdev = true;
+		if (ioctl(e->fd, BLKGETSIZE64, &e->size) < 0) {
+			ERR("%s: BLKGETSIZE64: %s", e->path, strerror(errno));
+			return -errno;
+		}
+		if (ioctl(e->fd, BLKSSZGET, &lbs) < 0 || lbs < 512 || lbs > 32768)
+			lbs = 512;
+		if (ioctl(e->fd, BLKPBSZGET, &pbs) < 0 || pbs < (unsigned)lbs || pbs > 32768)
+			pbs = (unsigned)lbs;
+		e->lbs = (uint32_t)lbs;
+		e->pbs = pbs;
+		e->discard = !e->ro && bdev_queue_attr(st->st_rdev, "discard_max_bytes") > 0;
+		e->discard_gran = (uint32_t)bdev_queue_attr(st->st_rdev, "discard_granularity");
+		if (!e->discard_gran)
+			e->discard_gran = e->lbs;
+		return 0;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		ERR("%s: not a regular file or a block device", e->path);
+		return -EINVAL;
+	}
+	e->size = (uint64_t)st->st_size;
+	/* a file behaves like a disk of 512-byte sectors over 4 KiB pages */
+	e->lbs = 512;
+	e->pbs = 4096;
+	e->discard_gran = 4096;
+	/* hole punching, probed past the end where it changes nothing */
+	e->discard = !e->ro && fallocate(e->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+					 (off_t)((e->size + 4095) & ~4095ull), 4096) == 0;
+	return 0;
+}
+
+int rnbd_srv_export(struct rnbd_srv *r, const char *name, const char *path, bool ro,
+		    char *err, size_t errlen)
+{
+	struct export *e;
+	struct stat st;
+	int rc;
+
+	if (!name[0] || strlen(name) >= RNBD_NAME_MAX || strchr(name, '=')) {
+		ERR("export name '%s': 1 to %u bytes, no '='", name, RNBD_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	if (export_find(r, name)) {
+		ERR("export name '%s' given twice", name);
+		return -EEXIST;
+	}
+	if (r->nex == r->cap) {
+		unsigned nc = r->cap ? r->cap * 2 : 8;
+		struct export **ne = realloc(r->ex, nc * sizeof(*ne));
+
+		if (!ne) {
+			ERR("out of memory");
+			return -ENOMEM;
+		}
+		r->ex = ne;
+		r->cap = nc;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		ERR("out of memory");
+		return -ENOMEM;
+	}
+	snprintf(e->name, sizeof(e->name), "%s", name);
+	e->ro = ro;
+	e->path = strdup(path);
+	if (!e->path) {
+		ERR("out of memory");
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	e->fd = open(path, (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+	if (e->fd < 0) {
+		rc = -errno;
+		ERR("%s: %s", path, strerror(errno));
+		goto out_free_path;
+	}
+	if (fstat(e->fd, &st) < 0) {
+		rc = -errno;
+		ERR("%s: %s", path, strerror(errno));
+		goto out_close;
+	}
+	rc = export_geometry(e, &st, err, errlen);
+	if (rc < 0)
+		goto out_close;
+	if (e->size < 512) {
+		ERR("%s: empty (a device needs at least one 512-byte sector)", path);
+		rc = -EINVAL;
+		goto out_close;
+	}
+	r->ex[r->nex++] = e;
+	return 0;
+out_close:
+	close(e->fd);
+out_free_path:
+	free(e->path);
+out_free:
+	free(e);
+	return rc;
+}
+
+/* --- sessions ------------------------------------------------------------ */
+
+static int sess_ev(void *ctx, struct rtrs_srv_sess *s, enum rtrs_srv_ev ev)
+{
+	struct rnbd_srv *r = ctx;
+	struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
+
+	switch (ev) {
+	case RTRS_SRV_SESS_UP:
+		rs = calloc(1, sizeof(*rs));
+		if (!rs)
+			return -ENOMEM;
+		rs->r = r;
+		rtrs_srv_sess_set_priv(s, rs);
+		xlog_info("session '%s' up", rtrs_srv_sess_name(s));
+		return 0;
+	case RTRS_SRV_SESS_DOWN:
+		if (!rs)
+			return 0;
+		/* destroy_sess: the session's mappings go with it */
+		for (unsigned i = 0; i < rs->ndevs; i++) {
+			struct sess_dev *d = &rs->devs[i];
+
+			if (!d->used)
+				continue;
+			rnbd_put_open_perm(d->mode, &d->ex->writers);
+			d->ex->opens--;
+		}
+		free(rs->devs);
+		free(rs);
+		rtrs_srv_sess_set_priv(s, NULL);
+		xlog_info("session '%s' down", rtrs_srv_sess_name(s));
+		return 0;
+	}
+	return 0;
+}
+
+static struct sess_dev *dev_get(struct rnbd_sess *rs, uint32_t id)
+{
+	return id < rs->ndevs && rs->devs[id].used ? &rs->devs[id] : NULL;
+}
+
+/* The smallest free device id (xa_alloc). */
+static int dev_alloc(struct rnbd_sess *rs, uint32_t *id)
+{
+	for (uint32_t i = 0; i < rs->ndevs; i++)
+		if (!rs->devs[i].used) {
+			*id = i;
+			return 0;
+		}
+	{
+		unsigned nn = rs->ndevs ? rs->ndevs * 2 : 4;
+		struct sess_dev *nd = realloc(rs->devs, nn * sizeof(*nd));
+
+		if (!nd)
+			return -ENOMEM;
+		memset(nd + rs->ndevs, 0, (nn - rs->ndevs) * sizeof(*nd));
+		*id = rs->ndevs;
+		rs->devs = nd;
+		rs->ndevs = nn;
+	}
+	return 0;
+}
+
+static void fill_open_rsp(const struct rnbd_srv *r, const struct export *e, uint32_t id,
+			  uint8_t *out)
+{
+	struct rnbd_open_rsp m = {
+		.device_id = id,
+		.nsectors = e->size >> 9,
+		.max_hw_sectors = r->max_io >> 9,
+		/* linux 6.1 has no WRITE_SAME any more (its server sends 0);
+		 * from 6.8 the field is max_write_zeroes_sectors, which a 6.1
+		 * client would misread: keep it 0 */
+		.max_write_same_sectors = 0,
+		.max_discard_sectors = e->discard ? RNBD_SRV_MAX_DISCARD : 0,
+		.discard_granularity = e->discard ? e->discard_gran : 0,
+		.discard_alignment = 0,
+		.physical_block_size = (uint16_t)e->pbs,
+		.logical_block_size = (uint16_t)e->lbs,
+		.max_segments = RNBD_SRV_MAX_SEGMENTS,
+		.secure_discard = 0,
+		.obsolete_rotational = 0,
+		/* a volatile cache that FLUSH and FUA make durable (fdatasync) */
+		.cache_policy = RNBD_WRITEBACK | RNBD_FUA,
+	};
+
+	rnbd_open_rsp_encode(&m, out);
+}
+
+/* process_msg_open.  The answer is the READ's data. */
+static int do_open(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen, const void *usr,
+		   uint32_t usrlen)
+{
+	struct rnbd_srv *r = rs->r;
+	struct rnbd_open m;
+	struct export *e;
+	uint32_t id;
+	int rc;
+
+	if (dir != RTRS_READ || datalen < RNBD_OPEN_RSP_LEN)
+		return -EINVAL;
+	rc = rnbd_open_decode(usr, usrlen, &m);
+	if (rc < 0)
+		return -EINVAL;
+	/* find_srv_sess_dev: opening a name twice gives the same device */
+	for (uint32_t i = 0; i < rs->ndevs; i++)
+		if (rs->devs[i].used && !strcmp(rs->devs[i].ex->name, m.dev_name)) {
+			fill_open_rsp(r, rs->devs[i].ex, i, data);
+			return 0;
+		}
+	e = export_find(r, m.dev_name);
+	if (!e) {
+		xlog_info("OPEN of '%s': no such export", m.dev_name);
+		return -ENOENT;
+	}
+	if (e->ro && m.access_mode != RNBD_ACCESS_RO)
+		return -EROFS;
+	rc = rnbd_check_open_perm(m.access_mode, &e->writers);
+	if (rc < 0) {
+		xlog_info("OPEN of '%s' %s refused: %u writer(s) already", e->name,
+			  rnbd_access_mode_str(m.access_mode), e->writers);
+		return rc;
+	}
+	if (dev_alloc(rs, &id) < 0) {
+		rnbd_put_open_perm(m.access_mode, &e->writers);
+		return -ENOMEM;
+	}
+	rs->devs[id] = (struct sess_dev){ true, m.access_mode, e };
+	e->opens++;
+	fill_open_rsp(r, e, id, data);
+	return 0;
+}
+
+static int do_close(struct rnbd_sess *rs, const void *usr, uint32_t usrlen)
+{
+	struct rnbd_close m;
+	struct sess_dev *d;
+
+	if (rnbd_close_decode(usr, usrlen, &m) < 0)
+		return -EINVAL;
+	d = dev_get(rs, m.device_id);
+	if (!d)
+		return 0;	/* process_msg_close: an unknown id is no error */
+	rnbd_put_open_perm(d->mode, &d->ex->writers);
+	d->ex->opens--;
+	d->used = false;
+	return 0;
+}
+
+static int do_sess_info(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen,
+			const void *usr, uint32_t usrlen)
+{
+	struct rnbd_sess_info m;
+
+	if (dir != RTRS_READ || datalen < RNBD_SESS_INFO_LEN ||
+	    rnbd_sess_info_decode(usr, usrlen, &m) < 0)
+		return -EINVAL;
+	rs->ver = rnbd_negotiate_ver(m.ver);
+	m.ver = rs->ver;
+	rnbd_sess_info_rsp_encode(&m, data);
+	return 0;
+}
+
+/* --- IO ------------------------------------------------------------------ */
+
+static int rw_full(int fd, void *buf, uint64_t len, uint64_t off, bool wr)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = wr ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;	/* the file shrank under us */
+		p += n;
+		off += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+static int sync_dev(struct export *e)
+{
+	e->flushes++;
+	return fdatasync(e->fd) < 0 ? -errno : 0;
+}
+
+static int discard(struct export *e, uint64_t off, uint64_t len)
+{
+	if (!e->discard)
+		return -EOPNOTSUPP;
+	e->discards++;
+	if (e->blockdev) {
+		uint64_t range[2] = { off, len };
+
+		return ioctl(e->fd, BLKDISCARD, range) < 0 ? -errno : 0;
+	}
+	return fallocate(e->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+			 (off_t)len) < 0 ? -errno : 0;
+}
+
+/* WRITE_ZEROES (op 5 from linux 6.8), or with data linux 6.1's WRITE_SAME:
+ * the given block repeated over the range. */
+static int write_zeroes(struct export *e, uint64_t off, uint64_t len, const uint8_t *pat,
+			uint32_t patlen)
+{
+	static const uint8_t zeros[ZERO_BUF];
+	int rc;
+
+	if (!patlen) {
+		if (e->blockdev) {
+			uint64_t range[2] = { off, len };
+
+			if (ioctl(e->fd, BLKZEROOUT, range) == 0)
+				return 0;
+		} else if (fallocate(e->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+				     (off_t)len) == 0) {
+			return 0;
+		}
+		pat = zeros;
+		patlen = ZERO_BUF;
+	} else if (len % patlen) {
+		return -EINVAL;
+	}
+	while (len) {
+		uint32_t n = len < patlen ? (uint32_t)len : patlen;
+
+		rc = rw_full(e->fd, (void *)pat, n, off, true);
+		if (rc < 0)
+			return rc;
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* process_rdma + the block layer's checks: a request never reaches past
+ * the device's end (bio_check_eod: -EIO). */
+static int do_io(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen, const void *usr,
+		 uint32_t usrlen)
+{
+	struct rnbd_io m;
+	struct sess_dev *d;
+	struct export *e;
+	uint64_t off, len;
+	uint32_t op, fl;
+	bool write, past;
+	int rc = 0;
+
+	if (rnbd_io_decode(usr, usrlen, &m) < 0)
+		return -EINVAL;
+	d = dev_get(rs, m.device_id);
+	if (!d)
+		return -ENOTCONN;	/* "I/O request on session ... for unknown device id" */
+	e = d->ex;
+	op = rnbd_op(m.rw);
+	fl = rnbd_flags(m.rw);
+	len = m.bi_size;
+	off = m.sector << 9;
+	past = m.sector > (UINT64_MAX >> 9) || off > e->size || len > e->size - off;
+	write = op == RNBD_OP_WRITE || op == RNBD_OP_DISCARD || op == RNBD_OP_SECURE_ERASE ||
+		op == RNBD_OP_WRITE_ZEROES;
+	if (write && (e->ro || d->mode == RNBD_ACCESS_RO))
+		return -EROFS;
+	if (op != RNBD_OP_FLUSH && past)
+		return -EIO;
+	switch (op) {
+	case RNBD_OP_READ:
+		if (dir != RTRS_READ || len > datalen)
+			return -EINVAL;
+		rc = rw_full(e->fd, data, len, off, false);
+		/* the client gets its whole buffer: no stale bytes of an
+		 * earlier request behind a short read */
+		if (!rc && len < datalen)
+			memset((uint8_t *)data + len, 0, datalen - len);
+		if (!rc) {
+			e->reads++;
+			e->read_bytes += len;
+		}
+		break;
+	case RNBD_OP_WRITE:
+		if (dir != RTRS_WRITE || len > datalen)
+			return -EINVAL;
+		if (fl & RNBD_F_PREFLUSH)
+			rc = sync_dev(e);
+		if (!rc)
+			rc = rw_full(e->fd, data, len, off, true);
+		if (!rc && (fl & RNBD_F_FUA))
+			rc = sync_dev(e);
+		if (!rc) {
+			e->writes++;
+			e->write_bytes += len;
+		}
+		break;
+	case RNBD_OP_FLUSH:
+		rc = sync_dev(e);
+		break;
+	case RNBD_OP_DISCARD:
+		rc = (off | len) & 511 ? -EINVAL : discard(e, off, len);
+		break;
+	case RNBD_OP_WRITE_ZEROES:
+		if ((off | len) & 511 || (dir == RTRS_WRITE && datalen && (datalen & 511)))
+			return -EINVAL;
+		rc = write_zeroes(e, off, len, data, dir == RTRS_WRITE ? datalen : 0);
+		if (!rc && (fl & RNBD_F_FUA))
+			rc = sync_dev(e);
+		break;
+	default:		/* SECURE_ERASE: secure_discard is 0 */
+		return -EOPNOTSUPP;
+	}
+	if (rc < 0)
+		e->errors++;
+	return rc;
+}
+
+/* rnbd_srv_rdma_ev: every message is answered at once. */
+static int rdma_ev(void *ctx, struct rtrs_srv_sess *s, struct rtrs_srv_op *op, int dir, void *data,
+		   uint32_t datalen, const void *usr, uint32_t usrlen)
+{
+	struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
+	int rc;
+
+	(void)ctx;
+	if (!rs)
+		return -ENODEV;
+	switch (rnbd_msg_type(usr, usrlen)) {
+	case RNBD_MSG_IO:
+		rc = do_io(rs, dir, data, datalen, usr, usrlen);
+		break;
+	case RNBD_MSG_OPEN:
+		rc = do_open(rs, dir, data, datalen, usr, usrlen);
+		break;
+	case RNBD_MSG_CLOSE:
+		rc = do_close(rs, usr, usrlen);
+		break;
+	case RNBD_MSG_SESS_INFO:
+		rc = do_sess_info(rs, dir, data, datalen, usr, usrlen);
+		break;
+	default:
+		/* "Received unexpected message type" */
+		return -EINVAL;
+	}
+	rtrs_srv_resp(op, rc);
+	return 0;
+}
+
+void rnbd_srv_rtrs_ops(struct rtrs_srv_ops *ops)
+{
+	ops->sess_ev = sess_ev;
+	ops->rdma_ev = rdma_ev;
+}
+
+/* --- introspection ------------------------------------------------------- */
+
+unsigned rnbd_srv_exports(const struct rnbd_srv *r) { return r->nex; }
+
+int rnbd_srv_export_get(const struct rnbd_srv *r, unsigned idx, struct rnbd_export_info *ei)
+{
+	const struct export *e;
+
+	if (idx >= r->nex)
+		return -ENOENT;
+	e = r->ex[idx];
+	*ei = (struct rnbd_export_info){
+		.name = e->name, .path = e->path, .ro = e->ro, .blockdev = e->blockdev,
+		.size = e->size, .lbs = e->lbs, .pbs = e->pbs, .discard = e->discard,
+		.write_zeroes = !e->ro, .opens = e->opens, .writers = e->writers,
+		.reads = e->reads, .read_bytes = e->read_bytes, .writes = e->writes,
+		.write_bytes = e->write_bytes, .flushes = e->flushes, .discards = e->discards,
+		.errors = e->errors,
+	};
+	return 0;
+}
+
+unsigned rnbd_srv_sess_devs(const struct rtrs_srv_sess *s)
+{
+	const struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
+	unsigned n = 0;
+
+	for (unsigned i = 0; rs && i < rs->ndevs; i++)
+		n += rs->devs[i].used;
+	return n;
+}
+
+int rnbd_srv_sess_dev_get(const struct rtrs_srv_sess *s, unsigned idx, struct rnbd_dev_info *di)
+{
+	const struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
+
+	for (unsigned i = 0; rs && i < rs->ndevs; i++) {
+		if (!rs->devs[i].used || idx--)
+			continue;
+		di->device_id = i;
+		di->export = rs->devs[i].ex->name;
+		di->access_mode = rs->devs[i].mode;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+uint8_t rnbd_srv_sess_ver(const struct rtrs_srv_sess *s)
+{
+	const struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
+
+	return rs ? rs->ver : 0;
+}

@@ -1,0 +1,927 @@
+/* RTRS server engine, part 1: listeners, connection requests (the kernel's
+ * rtrs_rdma_connect), sessions and paths, the INFO exchange
+ * (process_info_req), the loop and teardown.  Requests, responses and
+ * heartbeats are in rtrs_srv_io.c.  See rtrs_srv.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/xtime.h"
+#include "rtrs/rtrs_srv_pri.h"
+
+#define ERR(...) snprintf(err, errlen, __VA_ARGS__)
+
+static const char hex[] = "0123456789abcdef";
+
+/* "xxxxxxxx-xxxx-..." for the log: uuids are raw bytes on the wire. */
+static const char *uuid_str(const uint8_t u[16], char buf[37])
+{
+	char *p = buf;
+
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*p++ = '-';
+		*p++ = hex[u[i] >> 4];
+		*p++ = hex[u[i] & 15];
+	}
+	*p = '\0';
+	return buf;
+}
+
+void rtrs_srv_opts_default(struct rtrs_srv_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->queue_depth = RTRS_DEFAULT_QUEUE_DEPTH;
+	o->chunk_size = RTRS_DEFAULT_CHUNK_SIZE;
+	o->always_invalidate = true;
+	o->hb_interval_ms = RTRS_HB_INTERVAL_MS;
+	o->hb_missed_max = RTRS_HB_MISSED_MAX;
+}
+
+uint32_t srv_chunk_size(const struct rtrs_srv *srv)
+{
+	return srv->o.chunk_size;
+}
+
+const char *rtrs_srv_path_state_str(enum rtrs_srv_path_state st)
+{
+	switch (st) {
+	case RTRS_SRV_CONNECTING:
+		return "connecting";
+	case RTRS_SRV_CONNECTED:
+		return "connected";
+	case RTRS_SRV_CLOSING:
+		return "closing";
+	}
+	return "?";
+}
+
+struct rtrs_srv *rtrs_srv_new(const struct rtrs_srv_opts *o, const struct rtrs_srv_ops *ops,
+			      void *ctx, char *err, size_t errlen)
+{
+	struct rtrs_srv *srv;
+
+	if (!ops || !ops->rdma_ev) {
+		ERR("no request handler");
+		errno = EINVAL;
+		return NULL;
+	}
+	srv = calloc(1, sizeof(*srv));
+	if (!srv) {
+		ERR("out of memory");
+		return NULL;
+	}
+	if (o)
+		srv->o = *o;
+	else
+		rtrs_srv_opts_default(&srv->o);
+	if (!srv->o.queue_depth)
+		srv->o.queue_depth = RTRS_DEFAULT_QUEUE_DEPTH;
+	if (!srv->o.chunk_size)
+		srv->o.chunk_size = RTRS_DEFAULT_CHUNK_SIZE;
+	if (rtrs_check_geometry(srv->o.queue_depth, srv->o.chunk_size) < 0) {
+		ERR("queue depth %u with chunk size %u: not a geometry RTRS can address "
+		    "(depth 1..65535, chunk a power of two >= 8192, depth x chunk <= 256 MiB)",
+		    srv->o.queue_depth, srv->o.chunk_size);
+		free(srv);
+		errno = EINVAL;
+		return NULL;
+	}
+	srv->ops = *ops;
+	srv->ctx = ctx;
+	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (srv->epfd < 0) {
+		ERR("epoll: %s", strerror(errno));
+		free(srv);
+		return NULL;
+	}
+	srv->now = xtime_ns();
+	return srv;
+}
+
+int rtrs_srv_listen(struct rtrs_srv *srv, const struct xuri *u, char *err, size_t errlen)
+{
+	struct srv_listener *sl;
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct xrc_opts xo = { .timeout_ns = 5000000000ull };
+
+	if (srv->nlsn >= SRV_MAX_LISTENERS) {
+		ERR("at most %d listeners", SRV_MAX_LISTENERS);
+		return -ENOSPC;
+	}
+	if (u->scheme != XURI_TCP && u->scheme != XURI_RDMA) {
+		ERR("%s://: RTRS runs over rdma:// or tcp://", xuri_scheme_name(u->scheme));
+		return -EPROTONOSUPPORT;
+	}
+	sl = &srv->lsn[srv->nlsn];
+	sl->l = xrc_listen(u, &xo, err, errlen);
+	if (!sl->l)
+		return errno ? -errno : -EIO;
+	sl->uri = *u;
+	sl->uri.port = xrc_listener_port(sl->l);
+	ev.data.u64 = 0;
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, xrc_listener_fd(sl->l), &ev) < 0) {
+		int e = errno;
+
+		ERR("epoll: %s", strerror(e));
+		xrc_listener_close(sl->l);
+		return -e;
+	}
+	return (int)srv->nlsn++;
+}
+
+unsigned rtrs_srv_listeners(const struct rtrs_srv *srv) { return srv->nlsn; }
+
+const struct xuri *rtrs_srv_listener_uri(const struct rtrs_srv *srv, unsigned idx)
+{
+	return idx < srv->nlsn ? &srv->lsn[idx].uri : NULL;
+}
+
+int rtrs_srv_fd(const struct rtrs_srv *srv) { return srv->epfd; }
+
+/* --- sessions and paths -------------------------------------------------- */
+
+static bool sess_live(const struct rtrs_srv_sess *s)
+{
+	for (const struct srv_path *p = s->paths; p; p = p->next)
+		if (p->state != RTRS_SRV_CLOSING)
+			return true;
+	return false;
+}
+
+/* get_or_create_srv: a session whose paths are all closing is not joined
+ * (the kernel's refcount_inc_not_zero); a new one takes its uuid. */
+static struct rtrs_srv_sess *sess_find(struct rtrs_srv *srv, const uint8_t uuid[16])
+{
+	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next)
+		if (!memcmp(s->paths_uuid, uuid, 16) && !s->dying && (s->npaths == 0 || sess_live(s)))
+			return s;
+	return NULL;
+}
+
+static struct rtrs_srv_sess *sess_new(struct rtrs_srv *srv, const uint8_t uuid[16])
+{
+	struct rtrs_srv_sess *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->srv = srv;
+	memcpy(s->paths_uuid, uuid, 16);
+	/* The chunk pool: queue_depth buffers of chunk_size, allocated once
+	 * per session as the kernel does (seed 002: "memory allocated once on
+	 * server at session establishment"), shared by all its paths. */
+	s->chunks_len = (size_t)srv->o.queue_depth * srv->o.chunk_size;
+	s->chunks = mmap(NULL, s->chunks_len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s->chunks == MAP_FAILED) {
+		free(s);
+		return NULL;
+	}
+	s->next = srv->sessions;
+	srv->sessions = s;
+	return s;
+}
+
+static void sess_free(struct rtrs_srv_sess *s)
+{
+	struct rtrs_srv_sess **pp = &s->srv->sessions;
+
+	while (*pp && *pp != s)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = s->next;
+	munmap(s->chunks, s->chunks_len);
+	free(s);
+}
+
+static struct srv_path *path_find(struct rtrs_srv_sess *s, const uint8_t uuid[16])
+{
+	for (struct srv_path *p = s->paths; p; p = p->next)
+		if (!memcmp(p->sess_uuid, uuid, 16) && p->state != RTRS_SRV_CLOSING)
+			return p;
+	return NULL;
+}
+
+/* The host part of "ADDR:PORT" / "[ADDR]:PORT". */
+static void host_of(const char *peer, char *out, size_t len)
+{
+	const char *c = strrchr(peer, ':');
+	size_t n = c ? (size_t)(c - peer) : strlen(peer);
+
+	if (n >= 2 && peer[0] == '[' && peer[n - 1] == ']') {
+		peer++;
+		n -= 2;
+	}
+	snprintf(out, len, "%.*s", (int)n, peer);
+}
+
+static bool wildcard(const char *host)
+{
+	return !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !host[0];
+}
+
+/* __is_path_w_addr_exists: another live path of the session between the
+ * same two addresses.  We know our own address only from a listener bound
+ * to one; behind a wildcard listener two paths to different local
+ * addresses cannot be told apart, so the rule is not applied there. */
+static bool path_addr_exists(const struct rtrs_srv_sess *s, const char *peer_host,
+			     const char *local_host)
+{
+	if (!local_host[0])
+		return false;
+	for (const struct srv_path *p = s->paths; p; p = p->next)
+		if (p->state != RTRS_SRV_CLOSING && !strcmp(p->peer_host, peer_host) &&
+		    !strcmp(p->local_host, local_host))
+			return true;
+	return false;
+}
+
+static struct srv_path *path_new(struct rtrs_srv_sess *s, const struct rtrs_conn_req *cr,
+				 const char *peer, unsigned li)
+{
+	struct rtrs_srv *srv = s->srv;
+	struct srv_path *p = calloc(1, sizeof(*p)), **pp;
+
+	if (!p)
+		return NULL;
+	p->con = calloc(cr->cid_num, sizeof(*p->con));
+	p->ops = calloc(srv->o.queue_depth, sizeof(*p->ops));
+	if (!p->con || !p->ops) {
+		free(p->con);
+		free(p->ops);
+		free(p);
+		return NULL;
+	}
+	p->sess = s;
+	p->state = RTRS_SRV_CONNECTING;
+	memcpy(p->sess_uuid, cr->sess_uuid, 16);
+	snprintf(p->peer, sizeof(p->peer), "%s", peer);
+	host_of(peer, p->peer_host, sizeof(p->peer_host));
+	if (!wildcard(srv->lsn[li].uri.host))
+		snprintf(p->local_host, sizeof(p->local_host), "%s", srv->lsn[li].uri.host);
+	p->listener = li;
+	p->scheme = srv->lsn[li].uri.scheme;
+	p->cid_num = cr->cid_num;
+	p->recon_cnt = cr->recon_cnt;
+	p->created_ns = srv->now;
+	p->hb.latency_ns = -1;
+	p->bindq_tail = &p->bindq;
+	p->bound_tail = &p->bound;
+	for (uint32_t i = 0; i < srv->o.queue_depth; i++) {
+		p->ops[i].path = p;
+		p->ops[i].buf_id = i;
+	}
+	/* arrival order, for status */
+	for (pp = &s->paths; *pp; pp = &(*pp)->next)
+		;
+	*pp = p;
+	s->npaths++;
+	return p;
+}
+
+/* The session's chunks in this path's domain: one region for all of them,
+ * or with always_invalidate one region and one window per chunk (rxe
+ * checks a window's requests against the bounds of the region under it,
+ * xrc.h), plus the small control area for INFO_REQ/INFO_RSP. */
+static int path_mem(struct srv_path *p, struct xrc_dom *d, char *err, size_t errlen)
+{
+	struct rtrs_srv *srv = p->sess->srv;
+	uint32_t qd = srv->o.queue_depth, cs = srv->o.chunk_size;
+	unsigned acc = XRC_ACCESS_LOCAL_WRITE | XRC_ACCESS_REMOTE_WRITE;
+
+	p->dom = d;
+	p->info_len = RTRS_INFO_RSP_HDR_LEN + RTRS_SG_DESC_LEN * (srv->o.always_invalidate ? qd : 1);
+	p->ctl_len = RTRS_INFO_REQ_LEN + p->info_len;
+	p->ctl = calloc(1, p->ctl_len);
+	if (!p->ctl) {
+		ERR("out of memory");
+		return -ENOMEM;
+	}
+	p->ctl_mr = xrc_reg(d, p->ctl, p->ctl_len, XRC_ACCESS_LOCAL_WRITE, err, errlen);
+	if (!p->ctl_mr)
+		return -ENOMEM;
+	if (!srv->o.always_invalidate) {
+		p->chunks_mr = xrc_reg(d, p->sess->chunks, p->sess->chunks_len, acc, err, errlen);
+		return p->chunks_mr ? 0 : -ENOMEM;
+	}
+	p->keys = calloc(qd, sizeof(*p->keys));
+	if (!p->keys) {
+		ERR("out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < qd; i++) {
+		p->keys[i].mr = xrc_reg(d, p->sess->chunks + (size_t)i * cs, cs, acc, err, errlen);
+		if (!p->keys[i].mr)
+			return -ENOMEM;
+		p->keys[i].win = xrc_win_new(d, 0, err, errlen);
+		if (!p->keys[i].win)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Connections, windows, registrations: everything that ties the path to
+ * the transport.  The path itself stays until its requests are answered. */
+static void path_teardown(struct srv_path *p)
+{
+	struct rtrs_srv *srv = p->sess->srv;
+	uint32_t qd = srv->o.queue_depth;
+
+	for (unsigned i = 0; i < p->cid_num; i++) {
+		struct srv_con *c = p->con[i];
+
+		if (!c)
+			continue;
+		/* answered requests that waited for room are done with */
+		for (struct rtrs_srv_op *op = c->wait; op; op = op->next) {
+			op->waiting = false;
+			op->busy = false;
+		}
+		epoll_ctl(srv->epfd, EPOLL_CTL_DEL, xrc_fd(c->x), NULL);
+		xrc_close(c->x);
+		free(c);
+		p->con[i] = NULL;
+	}
+	if (p->keys) {
+		for (uint32_t i = 0; i < qd; i++)
+			xrc_win_free(p->keys[i].win);
+		for (uint32_t i = 0; i < qd; i++)
+			xrc_dereg(p->keys[i].mr);
+		free(p->keys);
+		p->keys = NULL;
+	}
+	xrc_dereg(p->chunks_mr);
+	p->chunks_mr = NULL;
+	xrc_dereg(p->ctl_mr);
+	p->ctl_mr = NULL;
+	free(p->ctl);
+	p->ctl = NULL;
+	p->cid_up = 0;
+}
+
+void srv_path_close(struct srv_path *p, const char *why)
+{
+	char u[37];
+
+	if (p->state == RTRS_SRV_CLOSING)
+		return;
+	p->state = RTRS_SRV_CLOSING;
+	p->why = why;
+	p->info_pending = false;
+	p->sess->srv->reap = true;
+	if (why) {
+		p->sess->srv->closed++;
+		xlog_info("path %s of session '%s' (%s) closed: %s", p->peer,
+			  p->sess->sessname[0] ? p->sess->sessname : "?",
+			  uuid_str(p->sess_uuid, u), why);
+	}
+}
+
+/* Frees a closing path whose requests are all answered; the session's last
+ * established path going takes the session down (rtrs_srv_sess_down, after
+ * the kernel's wait for in-flight requests). */
+static void path_reap(struct srv_path *p)
+{
+	struct rtrs_srv_sess *s = p->sess;
+	struct rtrs_srv *srv = s->srv;
+	struct srv_path **pp;
+
+	if (!p->torn) {
+		path_teardown(p);
+		p->torn = true;
+	}
+	if (p->st.inflight)
+		return;
+	for (pp = &s->paths; *pp && *pp != p; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = p->next;
+	s->npaths--;
+	if (p->established && --s->paths_up == 0 && srv->ops.sess_ev)
+		srv->ops.sess_ev(srv->ctx, s, RTRS_SRV_SESS_DOWN);
+	free(p->con);
+	free(p->ops);
+	free(p);
+}
+
+/* --- connection requests ------------------------------------------------- */
+
+static void reject(struct rtrs_srv *srv, struct xrc_req *rq, int e, const char *why)
+{
+	struct rtrs_conn_rsp r = { .err = (int16_t)e };
+	uint8_t buf[RTRS_CONN_RSP_LEN];
+
+	xlog_info("connection request from %s refused (%s): %s", xrc_req_peer(rq), strerror(-e),
+		  why);
+	rtrs_conn_rsp_encode(&r, buf);
+	xrc_reject(rq, buf, sizeof(buf));
+	srv->rejected++;
+	srv->reap = true;	/* a session made for it may be left empty */
+}
+
+static struct xrc_opts con_opts(const struct rtrs_srv *srv, uint16_t cid, uint32_t info_len)
+{
+	uint32_t qd = srv->o.queue_depth;
+	/* rtrs-srv.c create_con: per request a bind (always_invalidate), the
+	 * data write, a send-with-invalidate and the response; plus the
+	 * heartbeat and its answer and INFO_RSP.  Receives: one per request
+	 * in flight, on connection 0 at least the kernel's 512 for
+	 * heartbeats and session messages. */
+	struct xrc_opts o = {
+		.sq_depth = qd * (srv->o.always_invalidate ? 4 : 3) + 3,
+		.rq_depth = cid ? qd + 1 : (qd > RTRS_SERVICE_CON_QUEUE_DEPTH ? qd :
+					    RTRS_SERVICE_CON_QUEUE_DEPTH) + 2,
+		.max_send = info_len > 65536 ? info_len : 65536,
+		.timeout_ns = 30000000000ull,
+	};
+
+	return o;
+}
+
+static int post_recv_empty(struct srv_con *c, unsigned n)
+{
+	struct xrc_sge sg = { NULL, 0, NULL };
+
+	for (unsigned i = 0; i < n; i++) {
+		int rc = xrc_post_recv(c->x, &sg, 0);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
+{
+	struct rtrs_conn_req cr;
+	struct rtrs_conn_rsp rsp = { 0 };
+	uint8_t rbuf[RTRS_CONN_RSP_LEN];
+	char peer[64], host[64], err[256];
+	struct rtrs_srv_sess *s;
+	struct srv_path *p;
+	struct srv_con *c;
+	struct xrc_opts xo;
+	struct xrc *x;
+	size_t len;
+	const void *pd = xrc_req_data(rq, &len);
+	int rc = rtrs_conn_req_decode(pd, len, &cr);
+
+	snprintf(peer, sizeof(peer), "%s", xrc_req_peer(rq));
+	host_of(peer, host, sizeof(host));
+	/* rtrs_rdma_connect: a malformed request is refused with -ECONNRESET */
+	if (rc < 0)
+		return reject(srv, rq, -ECONNRESET,
+			      rc == -EPROTO ? "bad magic" :
+			      rc == -EPROTONOSUPPORT ? "unsupported major version" :
+			      rc == -EMSGSIZE ? "short conn_req" : "cid or cid_num out of range");
+	if (srv->o.allow && srv->o.allow(srv->o.allow_ctx ? srv->o.allow_ctx : srv->ctx, host, NULL) < 0)
+		return reject(srv, rq, -EACCES, "not in the allow list");
+	s = sess_find(srv, cr.paths_uuid);
+	if (!s) {
+		if (!cr.first_conn)
+			return reject(srv, rq, -ENXIO, "not the first connection of an unknown session");
+		s = sess_new(srv, cr.paths_uuid);
+		if (!s)
+			return reject(srv, rq, -ENOMEM, "no memory for the session's chunks");
+	}
+	p = path_find(s, cr.sess_uuid);
+	if (p) {
+		if (p->state != RTRS_SRV_CONNECTING)
+			return reject(srv, rq, -ECONNRESET, "path already established");
+		if (cr.cid_num != p->cid_num)
+			return reject(srv, rq, -ECONNRESET, "cid_num differs from the path's");
+		if (p->con[cr.cid])
+			return reject(srv, rq, -ECONNRESET, "connection already exists");
+	} else {
+		if (s->npaths >= RTRS_MAX_PATHS_NUM)
+			return reject(srv, rq, -ECONNRESET, "too many paths");
+		if (path_addr_exists(s, host, wildcard(srv->lsn[li].uri.host) ? "" :
+				     srv->lsn[li].uri.host))
+			return reject(srv, rq, -EEXIST, "a path between these addresses exists");
+		p = path_new(s, &cr, peer, li);
+		if (!p)
+			return reject(srv, rq, -ENOMEM, "out of memory");
+	}
+	rsp.queue_depth = (uint16_t)srv->o.queue_depth;
+	rsp.max_hdr_size = RTRS_MAX_HDR_SIZE;
+	rsp.max_io_size = srv->o.chunk_size - RTRS_MAX_HDR_SIZE;
+	rsp.flags = srv->o.always_invalidate ? RTRS_MSG_NEW_RKEY_F : 0;
+	rtrs_conn_rsp_encode(&rsp, rbuf);
+	xo = con_opts(srv, cr.cid,
+		      RTRS_INFO_RSP_HDR_LEN + RTRS_SG_DESC_LEN *
+		      (srv->o.always_invalidate ? srv->o.queue_depth : 1));
+	x = xrc_accept(rq, rbuf, sizeof(rbuf), &xo, err, sizeof(err));
+	if (!x) {
+		xlog_info("accepting %s: %s", peer, err);
+		if (!p->cid_up)
+			srv_path_close(p, NULL);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		xrc_close(x);
+		srv_path_close(p, "out of memory");
+		return;
+	}
+	c->path = p;
+	c->x = x;
+	c->cid = cr.cid;
+	c->sq_cap = xrc_sq_depth(x);
+	c->wait_tail = &c->wait;
+	p->con[cr.cid] = c;
+	p->cid_up++;
+	{
+		struct epoll_event ev = { .events = EPOLLIN };
+
+		if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, xrc_fd(x), &ev) < 0) {
+			srv_path_close(p, "epoll failed");
+			return;
+		}
+	}
+	if (!p->dom) {
+		rc = path_mem(p, xrc_domain(x), err, sizeof(err));
+		if (rc < 0) {
+			xlog_warn("path %s: registering the session's chunks: %s", peer, err);
+			srv_path_close(p, "memory registration failed");
+			return;
+		}
+	} else if (xrc_domain(x) != p->dom) {
+		srv_path_close(p, "connections of one path on different devices");
+		return;
+	}
+	if (cr.cid == 0) {
+		/* post_recv_info_req: one buffer for INFO_REQ; the rest of
+		 * connection 0's receives follow it (post_recv_sess) */
+		struct xrc_sge sg = { p->ctl, RTRS_INFO_REQ_LEN, p->ctl_mr };
+
+		rc = xrc_post_recv(x, &sg, 0);
+		snprintf(p->peer, sizeof(p->peer), "%s", peer);
+	} else {
+		/* The kernel posts these at INFO_REQ; posting them now lets a
+		 * request that comes too early be seen (and refused) instead of
+		 * stalling the stream. */
+		rc = post_recv_empty(c, srv->o.queue_depth);
+	}
+	if (rc < 0)
+		srv_path_close(p, "posting receives failed");
+}
+
+/* --- the INFO exchange --------------------------------------------------- */
+
+/* Another session's path already uses the name (the kernel's
+ * exist_pathname: -EPERM). */
+static bool name_taken(const struct rtrs_srv *srv, const struct rtrs_srv_sess *self,
+		       const char *name)
+{
+	for (const struct rtrs_srv_sess *s = srv->sessions; s; s = s->next) {
+		if (s == self || !memcmp(s->paths_uuid, self->paths_uuid, 16))
+			continue;
+		for (const struct srv_path *p = s->paths; p; p = p->next)
+			if (p->state != RTRS_SRV_CLOSING && !strcmp(p->sessname, name))
+				return true;
+	}
+	return false;
+}
+
+/* INFO_RSP on connection 0, once it is up: with always_invalidate the
+ * chunk windows are bound first, on the same send queue, so the keys it
+ * announces are live when the client reads them (process_info_req chains
+ * its REG_MRs before the send the same way). */
+static void info_send(struct srv_path *p)
+{
+	struct rtrs_srv_sess *s = p->sess;
+	struct rtrs_srv *srv = s->srv;
+	struct srv_con *c = p->con[0];
+	uint32_t qd = srv->o.queue_depth, cs = srv->o.chunk_size, nd;
+	struct xrc_sge sg = { p->ctl + RTRS_INFO_REQ_LEN, p->info_len, p->ctl_mr };
+	struct rtrs_sg_desc *d;
+	int rc;
+
+	if (!c || xrc_state(c->x) != XRC_UP ||
+	    c->sq_used + c->sq_unsig + (qd - p->bind_next) + 1 > c->sq_cap)
+		return;		/* again from the loop */
+	if (srv->o.always_invalidate && p->bind_next < qd && srv_io_bind_all(p) < 0)
+		return srv_path_close(p, "binding the chunk windows failed");
+	d = calloc(srv->o.always_invalidate ? qd : 1, sizeof(*d));
+	if (!d)
+		return srv_path_close(p, "out of memory");
+	if (srv->o.always_invalidate) {
+		for (uint32_t i = 0; i < qd; i++)
+			d[i] = (struct rtrs_sg_desc){ (uintptr_t)s->chunks + (uint64_t)i * cs,
+						      xrc_win_rkey(p->keys[i].win), cs };
+		nd = qd;
+	} else {
+		d[0] = (struct rtrs_sg_desc){ (uintptr_t)s->chunks, p->chunks_mr->rkey,
+					      (uint32_t)s->chunks_len };
+		nd = 1;
+	}
+	rc = rtrs_info_rsp_encode(p->ctl + RTRS_INFO_REQ_LEN, p->info_len, d, (uint16_t)nd);
+	free(d);
+	if (rc < 0)
+		return srv_path_close(p, "INFO_RSP does not fit");
+	rc = xrc_post_send(c->x, &sg, 1, WR_ID(WR_INFO, c->sq_unsig + 1), XRC_SIGNALED);
+	if (rc < 0)
+		return srv_path_close(p, "sending INFO_RSP failed");
+	c->sq_used += c->sq_unsig + 1;
+	c->sq_unsig = 0;
+	p->info_pending = false;
+}
+
+void srv_info_req(struct srv_con *c, const void *buf, uint32_t len)
+{
+	struct srv_path *p = c->path;
+	struct rtrs_srv_sess *s = p->sess;
+	struct rtrs_srv *srv = s->srv;
+	struct rtrs_info_req m;
+	int rc;
+
+	if (c->cid != 0 || p->state != RTRS_SRV_CONNECTING)
+		return srv_path_close(p, "unexpected SEND");
+	/* the client sends INFO_REQ once all its connections are up */
+	if (p->cid_up != p->cid_num)
+		return srv_path_close(p, "INFO_REQ before all connections");
+	rc = rtrs_info_req_decode(buf, len, &m);
+	if (rc < 0)
+		return srv_path_close(p, rc == -EINVAL ? "INFO_REQ pathname empty or with '/' or '.'"
+					      : "malformed INFO_REQ");
+	if (name_taken(srv, s, m.pathname))
+		return srv_path_close(p, "session name used by another session (-EPERM)");
+	if (srv->o.allow && srv->o.allow(srv->o.allow_ctx ? srv->o.allow_ctx : srv->ctx, p->peer_host,
+					 m.pathname) < 0)
+		return srv_path_close(p, "not in the allow list");
+	snprintf(p->sessname, sizeof(p->sessname), "%s", m.pathname);
+	if (!s->sessname[0])
+		snprintf(s->sessname, sizeof(s->sessname), "%s", m.pathname);
+	if (post_recv_empty(c, RTRS_SERVICE_CON_QUEUE_DEPTH) < 0)
+		return srv_path_close(p, "posting receives failed");
+	p->state = RTRS_SRV_CONNECTED;
+	p->up_ns = srv->now;
+	rtrs_hb_init(&p->hb, srv->o.hb_interval_ms, srv->o.hb_missed_max, srv->now);
+	p->info_pending = true;
+	info_send(p);
+	if (p->state != RTRS_SRV_CONNECTED)
+		return;
+	/* rtrs_srv_sess_up: the first established path brings the session up */
+	p->established = true;
+	if (++s->paths_up == 1 && srv->ops.sess_ev &&
+	    srv->ops.sess_ev(srv->ctx, s, RTRS_SRV_SESS_UP) < 0) {
+		/* never up, so no DOWN either */
+		p->established = false;
+		s->paths_up--;
+		srv_path_close(p, "refused by the layer above");
+	} else
+		xlog_info("path %s of session '%s' connected (%u connections)", p->peer,
+			  p->sessname, p->cid_num);
+}
+
+/* --- the loop ------------------------------------------------------------ */
+
+static int poll_listeners(struct rtrs_srv *srv)
+{
+	char err[256];
+	int n = 0;
+
+	for (unsigned i = 0; i < srv->nlsn; i++) {
+		struct xrc_req *rq;
+
+		while ((rq = xrc_get_request(srv->lsn[i].l, err, sizeof(err)))) {
+			on_request(srv, i, rq);
+			n++;
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			xlog_err("listener %u: %s", i, err);
+			return -errno;
+		}
+	}
+	return n;
+}
+
+static int poll_con(struct srv_con *c)
+{
+	struct srv_path *p = c->path;
+	struct xrc_wc wc[SRV_WC_BATCH];
+	struct xrc_stats st;
+	int n, total = 0;
+
+	for (int round = 0; round < 8; round++) {
+		n = xrc_poll(c->x, wc, SRV_WC_BATCH);
+		if (n <= 0)
+			break;
+		total += n;
+		for (int i = 0; i < n && p->state != RTRS_SRV_CLOSING; i++)
+			srv_io_wc(c, &wc[i]);
+		if (p->state == RTRS_SRV_CLOSING || n < SRV_WC_BATCH)
+			break;
+	}
+	if (p->state == RTRS_SRV_CLOSING)
+		return total;
+	if (xrc_state(c->x) == XRC_DOWN) {
+		srv_path_close(p, "connection lost");
+		return total + 1;
+	}
+	/* A request under a dead key: over rdma the QP errors out (and we see
+	 * XRC_DOWN); tcp refuses it and carries on, so we close the path the
+	 * way an RC connection would go down. */
+	xrc_get_stats(c->x, &st);
+	if (st.remote_errors != c->remote_errors) {
+		c->remote_errors = st.remote_errors;
+		srv_path_close(p, "the client wrote or read through an invalid key");
+		return total + 1;
+	}
+	if (c->wait)
+		srv_io_flush_waiting(c);
+	return total;
+}
+
+int rtrs_srv_poll(struct rtrs_srv *srv, uint64_t now)
+{
+	int work, rc;
+
+	srv->now = now;
+	rc = poll_listeners(srv);
+	if (rc < 0)
+		return rc;
+	work = rc;
+	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next) {
+		for (struct srv_path *p = s->paths; p; p = p->next) {
+			if (p->state == RTRS_SRV_CLOSING)
+				continue;
+			for (unsigned i = 0; i < p->cid_num && p->state != RTRS_SRV_CLOSING; i++)
+				if (p->con[i])
+					work += poll_con(p->con[i]);
+			if (p->state == RTRS_SRV_CLOSING)
+				continue;
+			if (p->info_pending) {
+				info_send(p);
+				work += !p->info_pending;
+			}
+			if (srv_io_binds_ready(p) && !p->bound) {
+				srv_io_binds(p);
+				work++;
+			}
+			if (p->state == RTRS_SRV_CONNECTING &&
+			    now - p->created_ns >= RTRS_SRV_CONNECT_TIMEOUT_NS)
+				srv_path_close(p, "no INFO_REQ within 30 s");
+			else if (p->state == RTRS_SRV_CONNECTED && now >= rtrs_hb_next(&p->hb))
+				srv_io_hb(p, now);
+		}
+	}
+	if (srv->reap) {
+		struct rtrs_srv_sess *s, *sn;
+
+		srv->reap = false;
+		for (s = srv->sessions; s; s = sn) {
+			struct srv_path *p, *pn;
+
+			sn = s->next;
+			for (p = s->paths; p; p = pn) {
+				pn = p->next;
+				if (p->state == RTRS_SRV_CLOSING) {
+					path_reap(p);
+					work++;
+				}
+			}
+			for (p = s->paths; p; p = p->next)
+				if (p->state == RTRS_SRV_CLOSING)
+					srv->reap = true;	/* requests still out */
+			if (!s->paths)
+				sess_free(s);
+			else if (!sess_live(s))
+				s->dying = true;
+		}
+	}
+	return work;
+}
+
+int rtrs_srv_arm(struct rtrs_srv *srv)
+{
+	if (srv->reap)
+		return 1;
+	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next) {
+		for (struct srv_path *p = s->paths; p; p = p->next) {
+			if (p->state == RTRS_SRV_CLOSING)
+				continue;
+			if (p->info_pending && p->con[0] && xrc_state(p->con[0]->x) == XRC_UP)
+				return 1;
+			if (srv_io_binds_ready(p) && !p->bound)
+				return 1;
+			for (unsigned i = 0; i < p->cid_num; i++) {
+				struct srv_con *c = p->con[i];
+				bool out;
+
+				if (!c)
+					continue;
+				if (xrc_arm(c->x) != 0)
+					return 1;
+				/* tcp: bytes waiting for room in the socket */
+				out = xrc_tx_pending(c->x);
+				if (out != c->epoll_out) {
+					struct epoll_event ev = {
+						.events = EPOLLIN | (out ? EPOLLOUT : 0) };
+
+					epoll_ctl(srv->epfd, EPOLL_CTL_MOD, xrc_fd(c->x), &ev);
+					c->epoll_out = out;
+				}
+			}
+		}
+	}
+	return 0;
+}
+
+uint64_t rtrs_srv_next_timer(const struct rtrs_srv *srv)
+{
+	uint64_t t = UINT64_MAX;
+
+	for (const struct rtrs_srv_sess *s = srv->sessions; s; s = s->next)
+		for (const struct srv_path *p = s->paths; p; p = p->next) {
+			uint64_t d = UINT64_MAX;
+
+			if (p->state == RTRS_SRV_CONNECTING)
+				d = p->created_ns + RTRS_SRV_CONNECT_TIMEOUT_NS;
+			else if (p->state == RTRS_SRV_CONNECTED)
+				d = rtrs_hb_next(&p->hb);
+			if (d < t)
+				t = d;
+		}
+	return t;
+}
+
+void rtrs_srv_free(struct rtrs_srv *srv)
+{
+	if (!srv)
+		return;
+	while (srv->sessions) {
+		struct rtrs_srv_sess *s = srv->sessions;
+
+		while (s->paths) {
+			struct srv_path *p = s->paths;
+
+			srv_path_close(p, NULL);
+			p->st.inflight = 0;	/* whatever is out is abandoned */
+			path_reap(p);
+		}
+		sess_free(s);
+	}
+	for (unsigned i = 0; i < srv->nlsn; i++)
+		xrc_listener_close(srv->lsn[i].l);
+	close(srv->epfd);
+	free(srv);
+}
+
+/* --- introspection -------------------------------------------------------- */
+
+void rtrs_srv_sess_set_priv(struct rtrs_srv_sess *s, void *priv) { s->priv = priv; }
+void *rtrs_srv_sess_priv(const struct rtrs_srv_sess *s) { return s->priv; }
+const char *rtrs_srv_sess_name(const struct rtrs_srv_sess *s) { return s->sessname; }
+uint32_t rtrs_srv_sess_queue_depth(const struct rtrs_srv_sess *s) { return s->srv->o.queue_depth; }
+unsigned rtrs_srv_sess_paths(const struct rtrs_srv_sess *s) { return s->npaths; }
+
+struct rtrs_srv_sess *rtrs_srv_sess_next(const struct rtrs_srv *srv,
+					 const struct rtrs_srv_sess *prev)
+{
+	return prev ? prev->next : srv->sessions;
+}
+
+int rtrs_srv_path_get(const struct rtrs_srv_sess *s, unsigned idx, struct rtrs_srv_path_info *pi)
+{
+	const struct srv_path *p = s->paths;
+
+	while (p && idx--)
+		p = p->next;
+	if (!p)
+		return -ENOENT;
+	memset(pi, 0, sizeof(*pi));
+	pi->state = p->state;
+	snprintf(pi->sessname, sizeof(pi->sessname), "%s", p->sessname);
+	memcpy(pi->sess_uuid, p->sess_uuid, 16);
+	snprintf(pi->peer, sizeof(pi->peer), "%s", p->peer);
+	pi->transport = xuri_scheme_name(p->scheme);
+	pi->listener = p->listener;
+	pi->cid_num = p->cid_num;
+	pi->cid_up = p->cid_up;
+	pi->recon_cnt = p->recon_cnt;
+	pi->hb_latency_ns = p->state == RTRS_SRV_CONNECTED ? p->hb.latency_ns : -1;
+	pi->up_ns = p->up_ns;
+	pi->stats = p->st;
+	return 0;
+}
+
+void rtrs_srv_get_info(const struct rtrs_srv *srv, struct rtrs_srv_info *in)
+{
+	memset(in, 0, sizeof(*in));
+	in->queue_depth = srv->o.queue_depth;
+	in->chunk_size = srv->o.chunk_size;
+	in->max_io_size = srv->o.chunk_size - RTRS_MAX_HDR_SIZE;
+	in->always_invalidate = srv->o.always_invalidate;
+	for (const struct rtrs_srv_sess *s = srv->sessions; s; s = s->next) {
+		in->sessions++;
+		in->paths += s->npaths;
+	}
+	in->rejected = srv->rejected;
+	in->closed = srv->closed;
+}

@@ -1,0 +1,146 @@
+/* Inside the RTRS server engine: the objects rtrs_srv.c (sessions, paths,
+ * connection setup, the loop) and rtrs_srv_io.c (requests, responses,
+ * heartbeats) share.  Not for users of rtrs_srv.h. */
+#ifndef XPRT_RTRS_SRV_PRI_H
+#define XPRT_RTRS_SRV_PRI_H
+
+#include "rtrs/rtrs_hb.h"
+#include "rtrs/rtrs_srv.h"
+#include "rtrs/rtrs_wire.h"
+#include "xprt/xrc.h"
+
+#define SRV_MAX_LISTENERS	16
+#define SRV_WC_BATCH		32
+
+/* wr_id of our signaled sends: the kind in the top byte, and how many
+ * send-queue slots the completion gives back in the low 32 bits (an RC send
+ * queue completes in order, so a signaled completion frees every slot
+ * posted before it). */
+enum wr_kind { WR_RSP = 1, WR_HB, WR_INFO, WR_BIND };
+#define WR_ID(kind, n)		((uint64_t)(kind) << 56 | (uint32_t)(n))
+#define WR_SLOTS(id)		((uint32_t)(id))
+
+struct srv_path;
+
+/* One request from its arrival until its response is posted. */
+struct rtrs_srv_op {
+	struct srv_path *path;
+	struct srv_con *con;		/* where it arrived, where it is answered */
+	struct rtrs_srv_op *next;	/* in con->wait, or path->bindq/bound */
+	uint32_t buf_id;
+	uint32_t off;			/* where its message is in the chunk */
+	int dir;			/* RTRS_READ / RTRS_WRITE */
+	int err;			/* the answer, once given */
+	bool busy;			/* between arrival and response */
+	bool waiting;			/* answered, queued for send-queue room */
+	struct rtrs_rdma_read rd;	/* READ: flags, sg_cnt, the client's buffer */
+};
+
+struct srv_con {
+	struct srv_path *path;
+	struct xrc *x;
+	uint16_t cid;
+	bool epoll_out;			/* registered for EPOLLOUT (tcp backlog) */
+	uint32_t sq_cap, sq_used;	/* our own count of send-queue slots */
+	uint32_t sq_unsig;		/* posted since the last signaled one */
+	uint64_t remote_errors;		/* xrc's count when last looked at */
+	struct rtrs_srv_op *wait, **wait_tail;	/* answers waiting for room */
+};
+
+struct srv_chunk_key {			/* always_invalidate: per chunk, per path */
+	struct xrc_mr *mr;		/* the chunk alone (rxe checks windows
+					 * against the region's bounds) */
+	struct xrc_win *win;
+};
+
+struct srv_path {
+	struct rtrs_srv_sess *sess;
+	struct srv_path *next;		/* in sess->paths */
+	enum rtrs_srv_path_state state;
+	uint8_t sess_uuid[16];
+	char sessname[RTRS_NAME_MAX + 1];
+	char peer[64];			/* first connection's "ADDR:PORT" */
+	char peer_host[64];		/* its address alone: the -EEXIST rule */
+	char local_host[256];		/* the listener's host; "" for a wildcard */
+	unsigned listener;
+	enum xuri_scheme scheme;
+	uint16_t cid_num, cid_up, recon_cnt;
+	bool established;		/* counted in sess->paths_up */
+	bool info_pending;		/* INFO_RSP waits for connection 0 */
+	bool torn;			/* transport side released (closing) */
+	uint32_t bind_next;		/* always_invalidate: chunks bound so far */
+	/* always_invalidate: requests waiting for their chunk's new key
+	 * (bindq), and those whose binds are posted on connection 0 (bound,
+	 * dispatched when the batch completes) */
+	struct rtrs_srv_op *bindq, **bindq_tail, *bound, **bound_tail;
+	uint32_t info_len;
+	struct srv_con **con;		/* cid_num entries */
+	struct xrc_dom *dom;
+	struct xrc_mr *chunks_mr;	/* always_invalidate off: all chunks */
+	struct srv_chunk_key *keys;	/* always_invalidate on: queue_depth */
+	uint8_t *ctl;			/* INFO_REQ receive + INFO_RSP send */
+	size_t ctl_len;
+	struct xrc_mr *ctl_mr;
+	struct rtrs_srv_op *ops;	/* queue_depth, indexed by buf_id */
+	struct rtrs_hb hb;
+	uint64_t created_ns, up_ns;
+	const char *why;		/* why it is closing (for the log) */
+	struct rtrs_srv_stats st;
+};
+
+struct rtrs_srv_sess {
+	struct rtrs_srv *srv;
+	struct rtrs_srv_sess *next;
+	uint8_t paths_uuid[16];
+	char sessname[RTRS_NAME_MAX + 1];
+	uint8_t *chunks;		/* queue_depth * chunk_size, anonymous */
+	size_t chunks_len;
+	struct srv_path *paths;
+	unsigned npaths, paths_up;
+	bool dying;			/* no live path left: not joinable */
+	void *priv;
+};
+
+struct srv_listener {
+	struct xrc_listener *l;
+	struct xuri uri;		/* with the bound port */
+};
+
+struct rtrs_srv {
+	struct rtrs_srv_opts o;
+	struct rtrs_srv_ops ops;
+	void *ctx;
+	int epfd;
+	struct srv_listener lsn[SRV_MAX_LISTENERS];
+	unsigned nlsn;
+	struct rtrs_srv_sess *sessions;
+	uint64_t now;
+	bool reap;			/* a path is closing: tidy up in the loop */
+	uint64_t rejected, closed;
+};
+
+/* rtrs_srv.c */
+void srv_path_close(struct srv_path *p, const char *why);
+/* INFO_REQ arrived on c (connection 0, connecting): process_info_req. */
+void srv_info_req(struct srv_con *c, const void *buf, uint32_t len);
+uint32_t srv_chunk_size(const struct rtrs_srv *srv);
+
+/* rtrs_srv_io.c */
+/* One completion of connection c; c's path is CONNECTING or CONNECTED. */
+void srv_io_wc(struct srv_con *c, const struct xrc_wc *wc);
+/* Posts answers that waited for send-queue room or for the connection. */
+void srv_io_flush_waiting(struct srv_con *c);
+/* always_invalidate: posts the binds of waiting requests on connection 0
+ * when its send queue is empty (see rtrs_srv_io.c). */
+void srv_io_binds(struct srv_path *p);
+/* Whether srv_io_binds() has something it could do now. */
+bool srv_io_binds_ready(const struct srv_path *p);
+/* Heartbeat tick of a connected path. */
+void srv_io_hb(struct srv_path *p, uint64_t now);
+/* always_invalidate: binds every chunk's window once (keys for INFO_RSP).
+ * 0 or -errno. */
+int srv_io_bind_all(struct srv_path *p);
+/* Posts a response or queues it; for rtrs_srv_resp and rdma_ev errors. */
+int srv_io_answer(struct rtrs_srv_op *op, int err);
+
+#endif

@@ -1,0 +1,138 @@
+/* The RNBD server over the RTRS server (tcp:// on loopback, the scripted
+ * client of rtrs_srv_harness.h): export specs, access modes, read-only
+ * exports and mappings, bounds, flush/FUA/discard/write-zeroes, device
+ * lifetime with the session. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "rtrs_srv_harness.h"
+
+static void test_exports(void **state)
+{
+	struct rnbd_srv *r;
+	char err[256], name[256], path[4096], f[64];
+	bool ro;
+
+	(void)state;
+	assert_int_equal(rnbd_export_parse("d=/x/y:ro", name, sizeof(name), path, sizeof(path), &ro,
+					   err, sizeof(err)), 0);
+	assert_string_equal(name, "d");
+	assert_string_equal(path, "/x/y");
+	assert_true(ro);
+	assert_int_equal(rnbd_export_parse("dev/ram0=/dev/ram0", name, sizeof(name), path,
+					   sizeof(path), &ro, err, sizeof(err)), 0);
+	assert_string_equal(name, "dev/ram0");
+	assert_false(ro);
+	assert_int_equal(rnbd_export_parse("noequals", name, sizeof(name), path, sizeof(path), &ro,
+					   err, sizeof(err)), -EINVAL);
+	assert_int_equal(rnbd_export_parse("=/x", name, sizeof(name), path, sizeof(path), &ro, err,
+					   sizeof(err)), -EINVAL);
+	assert_int_equal(rnbd_export_parse("a=", name, sizeof(name), path, sizeof(path), &ro, err,
+					   sizeof(err)), -EINVAL);
+	assert_int_equal(rnbd_export_parse("a=:ro", name, sizeof(name), path, sizeof(path), &ro,
+					   err, sizeof(err)), -EINVAL);
+	r = rnbd_srv_new(126976, err, sizeof(err));
+	assert_int_equal(rnbd_srv_export(r, "x", "/nonexistent/file", false, err, sizeof(err)),
+			 -ENOENT);
+	assert_non_null(strstr(err, "/nonexistent/file"));
+	assert_int_equal(rnbd_srv_export(r, "x", "/tmp", true, err, sizeof(err)), -EINVAL);
+	make_file(f, 0);
+	assert_int_equal(rnbd_srv_export(r, "x", f, false, err, sizeof(err)), -EINVAL);
+	assert_int_equal(truncate(f, 4096), 0);
+	assert_int_equal(rnbd_srv_export(r, "x", f, false, err, sizeof(err)), 0);
+	assert_int_equal(rnbd_srv_export(r, "x", f, true, err, sizeof(err)), -EEXIST);
+	assert_int_equal(rnbd_srv_exports(r), 1);
+	rnbd_srv_free(r);
+	unlink(f);
+}
+
+static void test_rnbd_rules(void **state)
+{
+	struct tsrv *s = srv_start(8, 64 << 10, false, 0);
+	uint32_t dev, dev2;
+	struct tclt *a = good_session(s, 40, "a", 2, RNBD_ACCESS_RW, &dev);
+	struct tclt *b = clt_new(s, 41), *c;
+	struct rnbd_open_rsp r;
+	uint8_t buf[4096];
+
+	(void)state;
+	memset(buf, 1, sizeof(buf));
+	assert_int_equal(clt_connect(b, 2), 0);
+	assert_int_equal(clt_info(b, "b"), 0);
+	assert_int_equal(rnbd_sess_info(b), 0);
+	/* rw once, migration a second writer, then no more */
+	assert_int_equal(rnbd_open(b, "disk", RNBD_ACCESS_RW, &r), -EPERM);
+	assert_int_equal(rnbd_open(b, "disk", RNBD_ACCESS_MIGRATION, &r), 0);
+	dev2 = r.device_id;
+	assert_int_equal(rnbd_close(b, dev2), 0);
+	assert_int_equal(rnbd_open(b, "disk", RNBD_ACCESS_RO, &r), 0);
+	dev2 = r.device_id;
+	/* a ro mapping does not write */
+	assert_int_equal(rnbd_io(b, 1, 3, dev2, RNBD_OP_WRITE, 0, buf, 512, 0), -EROFS);
+	/* read-only export: no rw open, no writes */
+	assert_int_equal(rnbd_open(b, "rodisk", RNBD_ACCESS_RW, &r), -EROFS);
+	assert_int_equal(rnbd_open(b, "rodisk", RNBD_ACCESS_RO, &r), 0);
+	assert_int_equal(r.max_discard_sectors, 0);
+	assert_int_equal(rnbd_io(b, 1, 3, r.device_id, RNBD_OP_WRITE, 0, buf, 512, 0), -EROFS);
+	assert_int_equal(rnbd_io(b, 1, 3, r.device_id, RNBD_OP_READ, 0, NULL, 512, 0), 0);
+	/* no such export; names are matched exactly (no paths) */
+	assert_int_equal(rnbd_open(b, "nope", RNBD_ACCESS_RO, &r), -ENOENT);
+	assert_int_equal(rnbd_open(b, "/disk", RNBD_ACCESS_RO, &r), -ENOENT);
+	/* bounds: the last sector is fine, one more is not */
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE, DEV_SIZE / 512 - 1, buf, 512, 0), 0);
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE, DEV_SIZE / 512 - 1, buf, 1024, 0),
+			 -EIO);
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_READ, DEV_SIZE / 512, NULL, 512, 0), -EIO);
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_READ, UINT64_MAX / 256, NULL, 512, 0), -EIO);
+	/* a READ longer than the client's buffer is malformed */
+	{
+		struct rnbd_io m = { .device_id = dev, .rw = RNBD_OP_READ, .bi_size = 4096 };
+		uint8_t u[RNBD_IO_LEN];
+
+		rnbd_io_encode(&m, u);
+		assert_int_equal(clt_read(a, 1, 3, 0, 512, u, sizeof(u)), -EINVAL);
+	}
+	/* flush, FUA write, discard, write-zeroes */
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_FLUSH, 0, NULL, 0, 0), 0);
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE | RNBD_F_FUA, 8, buf, 4096, 0), 0);
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE_ZEROES, 8, NULL, 2048, 0), 0);
+	assert_int_equal(rnbd_io(a, 1, 4, dev, RNBD_OP_READ, 8, NULL, 4096, 0), 0);
+	{
+		uint8_t z[2048] = { 0 };
+
+		assert_memory_equal(a->mem, z, 2048);
+		assert_memory_equal(a->mem + 2048, buf, 2048);
+	}
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_SECURE_ERASE, 0, NULL, 4096, 0), -EOPNOTSUPP);
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE_ZEROES, 0, NULL, 100, 0), -EINVAL);
+	/* unknown op and flags are malformed */
+	assert_int_equal(rnbd_io(a, 1, 3, dev, 7, 0, NULL, 0, 0), -EINVAL);
+	/* a session going takes its writer with it */
+	clt_close(a);
+	wait_sessions(s, 1);
+	c = clt_new(s, 42);
+	assert_int_equal(clt_connect(c, 1), 0);
+	assert_int_equal(clt_info(c, "c"), 0);
+	assert_int_equal(rnbd_open(c, "disk", RNBD_ACCESS_RW, &r), 0);
+	/* the same name twice in a session is the same device */
+	assert_int_equal(rnbd_open(c, "disk", RNBD_ACCESS_RW, &r), 0);
+	assert_int_equal(r.device_id, 0);
+	clt_close(c);
+	clt_close(b);
+	wait_sessions(s, 0);
+	srv_stop(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_exports),
+		cmocka_unit_test(test_rnbd_rules),
+	};
+
+	xlog_init("test_rnbd_srv");	/* XPRT_LOG=info: why paths close */
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,404 @@
+/* The RTRS server engine with RNBD on top, over tcp:// on loopback, driven
+ * by a scripted client built from the wire codecs and xrc alone (no
+ * rtrs_clt): connection requests and their rejections, the INFO exchange,
+ * requests and responses with always_invalidate off and on, every rule of
+ * doc/rtrs-design.md "Rules the server enforces" (after each violation the
+ * path is closed and a well-behaved session on the same server still
+ * works), heartbeats, several paths of one session.  The RNBD layer's own
+ * rules are in test_rnbd_srv.c; the harness in rtrs_srv_harness.h. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "rtrs_srv_harness.h"
+
+/* --- tests ------------------------------------------------------------- */
+
+static void test_connect_info_io(void **state)
+{
+	struct tsrv *s = srv_start(8, 64 << 10, false, 0);
+	uint32_t dev;
+	struct tclt *t = good_session(s, 1, "sessa", 3, RNBD_ACCESS_RW, &dev);
+	struct rtrs_srv_sess *ss;
+	struct rtrs_srv_path_info pi;
+	struct rnbd_export_info ei;
+	struct rnbd_dev_info di;
+
+	(void)state;
+	assert_int_equal(t->g.queue_depth, 8);
+	assert_int_equal(t->g.chunk_size, 64 << 10);
+	assert_int_equal(t->flags, 0);
+	check_io(t, dev, 0, 1);
+	check_io(t, dev, 100, 2);
+	/* a full max_io write at the very end of the device */
+	{
+		uint32_t len = t->g.chunk_size - RTRS_MAX_HDR_SIZE;
+		uint8_t *p = malloc(len);
+
+		memset(p, 0x5a, len);
+		assert_int_equal(rnbd_io(t, 2, 5, dev, RNBD_OP_WRITE, (DEV_SIZE - len) / 512, p, len,
+					 0), 0);
+		assert_int_equal(rnbd_io(t, 1, 6, dev, RNBD_OP_READ, (DEV_SIZE - len) / 512, NULL,
+					 len, 0), 0);
+		assert_memory_equal(t->mem, p, len);
+		free(p);
+	}
+	/* what status shows */
+	pthread_mutex_lock(&s->mu);
+	ss = rtrs_srv_sess_next(s->srv, NULL);
+	assert_non_null(ss);
+	assert_string_equal(rtrs_srv_sess_name(ss), "sessa");
+	assert_int_equal(rtrs_srv_sess_paths(ss), 1);
+	assert_int_equal(rtrs_srv_path_get(ss, 0, &pi), 0);
+	assert_int_equal(pi.state, RTRS_SRV_CONNECTED);
+	assert_int_equal(pi.cid_num, 3);
+	assert_int_equal(pi.cid_up, 3);
+	assert_string_equal(pi.transport, "tcp");
+	assert_int_equal(pi.stats.writes, 3);
+	assert_int_equal(pi.stats.reads, 5);	/* SESS_INFO, OPEN and three IO reads */
+	assert_int_equal(pi.stats.inflight, 0);
+	assert_int_equal(rnbd_srv_sess_devs(ss), 1);
+	assert_int_equal(rnbd_srv_sess_dev_get(ss, 0, &di), 0);
+	assert_string_equal(di.export, "disk");
+	assert_int_equal(rnbd_srv_export_get(s->rnbd, 0, &ei), 0);
+	assert_int_equal(ei.opens, 1);
+	assert_int_equal(ei.writers, 1);
+	pthread_mutex_unlock(&s->mu);
+	/* CLOSE gives the device back */
+	assert_int_equal(rnbd_close(t, dev), 0);
+	pthread_mutex_lock(&s->mu);
+	assert_int_equal(rnbd_srv_export_get(s->rnbd, 0, &ei), 0);
+	assert_int_equal(ei.opens, 0);
+	assert_int_equal(ei.writers, 0);
+	pthread_mutex_unlock(&s->mu);
+	/* IO to a closed device: -ENOTCONN, as the kernel */
+	assert_int_equal(rnbd_io(t, 1, 3, dev, RNBD_OP_READ, 0, NULL, 512, 0), -ENOTCONN);
+	clt_close(t);
+	wait_sessions(s, 0);
+	srv_stop(s);
+}
+
+static void test_always_invalidate(void **state)
+{
+	struct tsrv *s = srv_start(8, 64 << 10, true, 0);
+	uint32_t dev, k0;
+	struct tclt *t = good_session(s, 2, "inv", 2, RNBD_ACCESS_RW, &dev);
+	uint8_t junk[64] = { 0 };
+
+	(void)state;
+	assert_int_equal(t->flags, RTRS_MSG_NEW_RKEY_F);
+	/* every chunk its own key */
+	assert_true(t->rb[0].rkey != t->rb[7].rkey);
+	check_io(t, dev, 8, 3);
+	k0 = t->rb[3].rkey;
+	check_io(t, dev, 16, 4);
+	assert_true(t->rb[3].rkey != k0);	/* replaced by the last request */
+	/* the old key is dead: a write through it closes the path */
+	t->rb[3].rkey = k0;
+	assert_int_equal(clt_post(t, 1, 3, 0, junk, sizeof(junk), rtrs_imm_make(RTRS_IO_REQ_IMM,
+			 rtrs_io_req_payload(8, 3, 60))), 0);
+	expect_closed(t);
+	clt_close(t);
+	wait_sessions(s, 0);
+	t = good_session(s, 3, "inv2", 2, RNBD_ACCESS_RW, &dev);
+	check_io(t, dev, 24, 5);
+	clt_close(t);
+	srv_stop(s);
+}
+
+/* Connection requests the server must refuse, each with its errno. */
+static void test_conn_req_rules(void **state)
+{
+	struct tsrv *s = srv_start(6, 64 << 10, false, 0);
+	uint32_t dev;
+	struct tclt *good = good_session(s, 10, "good", 2, RNBD_ACCESS_RW, &dev);
+	struct tclt *t = clt_new(s, 11);
+	struct rtrs_conn_req r;
+	uint8_t raw[RTRS_CONN_REQ_LEN];
+
+	(void)state;
+	t->cid_num = 2;
+	r = conn_req(t, 0, true);
+	rtrs_conn_req_encode(&r, raw);
+	raw[2] ^= 0xff;					/* magic */
+	assert_int_equal(clt_connect_raw(t, 0, raw, NULL), -ECONNRESET);
+	rtrs_conn_req_encode(&r, raw);
+	raw[5] = 3;					/* major version 3 */
+	assert_int_equal(clt_connect_raw(t, 0, raw, NULL), -ECONNRESET);
+	r.cid = 2;					/* cid >= cid_num */
+	assert_int_equal(clt_connect_raw(t, 0, NULL, &r), -ECONNRESET);
+	r.cid = 0;
+	r.cid_num = 4097;				/* cid_num > 4096 */
+	assert_int_equal(clt_connect_raw(t, 0, NULL, &r), -ECONNRESET);
+	r = conn_req(t, 0, false);			/* unknown session, not first */
+	assert_int_equal(clt_connect_raw(t, 0, NULL, &r), -ENXIO);
+	/* a second path of the good session between the same addresses */
+	{
+		struct tclt *dup = clt_new(s, 10);
+
+		uuid_fill(dup->sess_uuid, 77);
+		dup->cid_num = 2;
+		r = conn_req(dup, 0, false);
+		assert_int_equal(clt_connect_raw(dup, 0, NULL, &r), -EEXIST);
+		clt_close(dup);
+	}
+	/* connections of one path must agree */
+	r = conn_req(t, 0, true);
+	assert_int_equal(clt_connect_raw(t, 0, NULL, &r), 0);
+	r.cid = 0;
+	assert_int_equal(clt_connect_raw(t, 1, NULL, &r), -ECONNRESET);	/* cid taken */
+	r.cid = 1;
+	r.cid_num = 3;
+	assert_int_equal(clt_connect_raw(t, 1, NULL, &r), -ECONNRESET);	/* other cid_num */
+	assert_true(srv_info(s).rejected >= 8);
+	clt_close(t);
+	check_io(good, dev, 0, 7);
+	clt_close(good);
+	srv_stop(s);
+}
+
+enum violation {
+	V_NAME_DOT, V_NAME_SLASH, V_NAME_EMPTY, V_NAME_TAKEN, V_INFO_EARLY, V_REQ_EARLY,
+	V_BUF_ID, V_OFFSET, V_USR_LEN, V_SG_CNT, V_READ_LEN, V_TYPE, V_SEND, V_MISC, V_MAX
+};
+
+/* One violation on a fresh path; the path is closed, the good session
+ * carries on. */
+static void violate(struct tsrv *s, struct tclt *good, uint32_t gdev, enum violation v)
+{
+	struct tclt *t = clt_new(s, 100 + v);
+	uint8_t m[64];
+	uint32_t qd = 6, imm;
+
+	memset(m, 0, sizeof(m));
+	switch (v) {
+	case V_NAME_DOT:
+	case V_NAME_SLASH:
+	case V_NAME_EMPTY:
+	case V_NAME_TAKEN:
+		assert_int_equal(clt_connect(t, 2), 0);
+		assert_int_equal(clt_info(t, v == V_NAME_DOT ? "a.b" : v == V_NAME_SLASH ? "a/b" :
+					  v == V_NAME_EMPTY ? "" : "good"), -ENOTCONN);
+		break;
+	case V_INFO_EARLY:
+		/* INFO_REQ before the path's every connection is up */
+		t->cid_num = 2;
+		{
+			struct rtrs_conn_req r = conn_req(t, 0, true);
+
+			assert_int_equal(clt_connect_raw(t, 0, NULL, &r), 0);
+		}
+		assert_int_equal(clt_info(t, "early"), -ENOTCONN);
+		break;
+	case V_REQ_EARLY:
+		assert_int_equal(clt_connect(t, 2), 0);
+		assert_int_equal(xrc_post_write(t->con[1].x, NULL, 0, 0, 0, true,
+						rtrs_imm_make(RTRS_IO_REQ_IMM, 8), 0, 0), 0);
+		break;
+	default:
+		assert_int_equal(clt_connect(t, 2), 0);
+		assert_int_equal(clt_info(t, "bad"), 0);
+		break;
+	}
+	switch (v) {
+	case V_BUF_ID:		/* buffer id 7 >= queue depth 6 (3 bits carry it) */
+		rtrs_rdma_write_encode(&(struct rtrs_rdma_write){ 0 }, m);
+		imm = rtrs_imm_make(RTRS_IO_REQ_IMM, rtrs_io_req_payload(8, 7, 0));
+		assert_int_equal(clt_post(t, 1, 0, 0, m, 4, imm), 0);
+		break;
+	case V_OFFSET:		/* message offset beyond the chunk */
+		imm = rtrs_imm_make(RTRS_IO_REQ_IMM, rtrs_io_req_payload(qd, 0, 70000));
+		assert_int_equal(clt_post(t, 1, 0, 0, m, 4, imm), 0);
+		break;
+	case V_USR_LEN:		/* usr_len 100 in front of a message at 16 */
+		rtrs_rdma_write_encode(&(struct rtrs_rdma_write){ 100 }, m + 16);
+		imm = rtrs_imm_make(RTRS_IO_REQ_IMM, rtrs_io_req_payload(qd, 0, 16));
+		assert_int_equal(clt_post(t, 1, 0, 0, m, 20, imm), 0);
+		break;
+	case V_SG_CNT:		/* a READ naming two buffers */
+	case V_READ_LEN: {	/* a READ longer than its data area */
+		uint8_t *p = m + 32;
+
+		p[0] = RTRS_MSG_READ;
+		p[6] = v == V_SG_CNT ? 2 : 1;
+		p[8 + 12] = v == V_SG_CNT ? 16 : 64;	/* desc len */
+		imm = rtrs_imm_make(RTRS_IO_REQ_IMM, rtrs_io_req_payload(qd, 0, 32));
+		assert_int_equal(clt_post(t, 1, 0, 0, m, 64, imm), 0);
+		break;
+	}
+	case V_TYPE:		/* neither READ nor WRITE */
+		m[0] = RTRS_MSG_RKEY_RSP;
+		imm = rtrs_imm_make(RTRS_IO_REQ_IMM, rtrs_io_req_payload(qd, 0, 0));
+		assert_int_equal(clt_post(t, 1, 0, 0, m, 8, imm), 0);
+		break;
+	case V_SEND: {		/* a SEND after the INFO exchange */
+		struct xrc_sge sg = { m, 8, NULL };
+
+		assert_int_equal(xrc_post_send(t->con[0].x, &sg, 1, 0, 0), 0);
+		break;
+	}
+	case V_MISC:
+		/* what does not close a path: a request the layer above
+		 * refuses (an empty WRITE carries no RNBD message: -EINVAL) ... */
+		rtrs_rdma_write_encode(&(struct rtrs_rdma_write){ 0 }, m);
+		imm = rtrs_imm_make(RTRS_IO_REQ_IMM, rtrs_io_req_payload(qd, 0, 0));
+		assert_int_equal(clt_post(t, 1, 0, 0, m, 4, imm), 0);
+		assert_int_equal(clt_rsp(t, 1, 0), -EINVAL);
+		/* ... an immediate of an unknown type (ignored, as the kernel) */
+		assert_int_equal(xrc_post_write(t->con[0].x, NULL, 0, 0, 0, true,
+						rtrs_imm_make(5, 0), 0, 0), 0);
+		assert_int_equal(clt_post(t, 1, 0, 0, m, 4, imm), 0);
+		assert_int_equal(clt_rsp(t, 1, 0), -EINVAL);
+		/* then one that does: usr_len beyond the data */
+		rtrs_rdma_write_encode(&(struct rtrs_rdma_write){ 1 }, m);
+		assert_int_equal(clt_post(t, 1, 0, 0, m, 4, imm), 0);
+		break;
+	default:
+		break;
+	}
+	expect_closed(t);
+	clt_close(t);
+	check_io(good, gdev, 8 * (v + 1), (unsigned)v);
+}
+
+static void violations(bool inval)
+{
+	struct tsrv *s = srv_start(6, 64 << 10, inval, 0);
+	uint32_t dev;
+	struct tclt *good = good_session(s, 20, "good", 2, RNBD_ACCESS_RW, &dev);
+
+	for (int v = 0; v < V_MAX; v++) {
+		print_message("violation %d\n", v);
+		violate(s, good, dev, (enum violation)v);
+	}
+	assert_true(srv_info(s).closed >= V_MAX);
+	wait_sessions(s, 1);
+	clt_close(good);
+	srv_stop(s);
+}
+
+static void test_violations(void **state)
+{
+	(void)state;
+	violations(false);
+}
+
+/* The same with a key per chunk, replaced on every request. */
+static void test_violations_inval(void **state)
+{
+	(void)state;
+	violations(true);
+}
+
+static void test_heartbeats(void **state)
+{
+	struct tsrv *s = srv_start(8, 64 << 10, false, 100);
+	uint32_t dev, dev2;
+	struct tclt *alive = good_session(s, 30, "alive", 1, RNBD_ACCESS_RW, &dev);
+	struct tclt *silent = good_session(s, 31, "silent", 1, RNBD_ACCESS_RO, &dev2);
+	struct xrc_wc wc;
+	uint64_t end = xtime_ns() + XTIME_NS_PER_S;
+
+	(void)state;
+	/* alive answers the server's beats (clt_next does) and sends its own */
+	while (xtime_ns() < end) {
+		assert_int_equal(xrc_post_write(alive->con[0].x, NULL, 0, 0, 0, true,
+						RTRS_IMM_HB_MSG, 0, 0), 0);
+		assert_int_equal(clt_next(alive, 0, &wc), 0);
+		/* the server's HB_ACK */
+		assert_true(wc.has_imm);
+		assert_int_equal(wc.imm, RTRS_IMM_HB_ACK);
+	}
+	/* silent never answered: about (2 + 2) * 100 ms later it is gone */
+	expect_closed(silent);
+	check_io(alive, dev, 0, 9) ;
+	clt_close(silent);
+	clt_close(alive);
+	srv_stop(s);
+}
+
+/* One session over two paths (two listeners, so two address pairs):
+ * chunks are the session's, keys the path's; a path going leaves the
+ * session and its open device to the other. */
+static void test_multipath(void **state)
+{
+	struct tsrv *s = srv_start(16, 64 << 10, false, 0);
+	uint32_t dev;
+	struct tclt *a = good_session(s, 50, "mp", 4, RNBD_ACCESS_RW, &dev);
+	struct tclt *p2 = clt_new(s, 50);
+	struct tclt *other = clt_new(s, 52);
+	struct rtrs_srv_sess *ss;
+	uint8_t pat[4096];
+
+	(void)state;
+	p2->second = true;
+	uuid_fill(p2->sess_uuid, 999);
+	p2->cid_num = 2;
+	for (unsigned i = 0; i < 2; i++) {
+		struct rtrs_conn_req r = conn_req(p2, i, false);
+
+		assert_int_equal(clt_connect_raw(p2, i, NULL, &r), 0);
+	}
+	assert_int_equal(clt_info(p2, "mp"), 0);
+	assert_true(p2->rb[0].rkey != a->rb[0].rkey);
+	/* another session may not take the name */
+	assert_int_equal(clt_connect(other, 1), 0);
+	assert_int_equal(clt_info(other, "mp"), -ENOTCONN);
+	clt_close(other);
+	for (unsigned i = 0; i < 8; i++) {
+		memset(pat, (int)i + 1, sizeof(pat));
+		assert_int_equal(rnbd_io(i & 1 ? a : p2, 1, i, dev, RNBD_OP_WRITE, 8 * i, pat,
+					 sizeof(pat), 0), 0);
+		assert_int_equal(rnbd_io(i & 1 ? p2 : a, 1, 8 + i, dev, RNBD_OP_READ, 8 * i, NULL,
+					 sizeof(pat), 0), 0);
+		assert_memory_equal((i & 1 ? p2 : a)->mem, pat, sizeof(pat));
+	}
+	pthread_mutex_lock(&s->mu);
+	ss = rtrs_srv_sess_next(s->srv, NULL);
+	assert_non_null(ss);
+	assert_null(rtrs_srv_sess_next(s->srv, ss));
+	assert_int_equal(rtrs_srv_sess_paths(ss), 2);
+	pthread_mutex_unlock(&s->mu);
+	clt_close(a);
+	check_io(p2, dev, 200, 11);
+	wait_sessions(s, 1);
+	clt_close(p2);
+	wait_sessions(s, 0);
+	srv_stop(s);
+}
+
+static void test_geometry(void **state)
+{
+	struct rtrs_srv_opts o;
+	struct rtrs_srv_ops ops = { 0 };
+	char err[256];
+
+	(void)state;
+	rnbd_srv_rtrs_ops(&ops);
+	rtrs_srv_opts_default(&o);
+	o.chunk_size = 100000;
+	assert_null(rtrs_srv_new(&o, &ops, NULL, err, sizeof(err)));
+	o.chunk_size = 1 << 20;
+	o.queue_depth = 1024;		/* 10 + 20 bits > 28 */
+	assert_null(rtrs_srv_new(&o, &ops, NULL, err, sizeof(err)));
+	assert_non_null(strstr(err, "queue depth"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_geometry),
+		cmocka_unit_test(test_connect_info_io),
+		cmocka_unit_test(test_always_invalidate),
+		cmocka_unit_test(test_conn_req_rules),
+		cmocka_unit_test(test_violations),
+		cmocka_unit_test(test_violations_inval),
+		cmocka_unit_test(test_heartbeats),
+		cmocka_unit_test(test_multipath),
+	};
+
+	xlog_init("test_rtrs_srv");	/* XPRT_LOG=info: why paths close */
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
