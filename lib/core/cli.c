@@ -31,6 +31,17 @@ int cli_bad_option(const char *prog, const char *cmd, const char *optstring, cha
 {
 	const char *arg = argv[optind - 1];
 
+	/* A known long option (getopt_long sets optopt to its value, which
+	 * need not be in optstring): either its value is missing or it was
+	 * given one it does not take. */
+	if (optopt && arg[0] == '-' && arg[1] == '-') {
+		const char *eq = strchr(arg, '=');
+
+		if (eq)
+			return cli_usage_error(prog, cmd, "option '%.*s' takes no value",
+					       (int)(eq - arg), arg);
+		return cli_usage_error(prog, cmd, "option '%s' needs a value", arg);
+	}
 	if (optopt) {
 		const char *p = strchr(optstring, optopt);
 

@@ -29,6 +29,13 @@ load xprobe_helpers
 	[[ $stderr == "xprobe ping: invalid option '--bogus'"* ]]
 }
 
+@test "a long option without its value, or with one it does not take, is named" {
+	run_xprobe 2 ping tcp://127.0.0.1:1 --prio
+	[[ $stderr == "xprobe ping: option '--prio' needs a value"* ]]
+	run_xprobe 2 ping --quiet=yes tcp://127.0.0.1:1
+	[[ $stderr == "xprobe ping: option '--quiet' takes no value"* ]]
+}
+
 # --- devices -----------------------------------------------------------------
 
 @test "devices lists the transports and says whether RDMA exists" {
