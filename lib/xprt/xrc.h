@@ -244,7 +244,11 @@ void xrc_dereg(struct xrc_mr *mr);
  * request against the bounds of the region under the window, not of the
  * window: a window key reaches the whole region.  Bind windows over a
  * region of exactly the window's size when the bounds matter (RTRS: one
- * region per chunk). */
+ * region per chunk).  rxe also appears to run a bind again when it
+ * retransmits requests posted before it on the same queue, and a second
+ * run of a bind fails and takes the connection down: post binds on a
+ * connection whose send queue is otherwise empty (rtrs_srv batches them on
+ * its service connection and waits for the batch before using the keys). */
 
 enum { XRC_WIN_TYPE2 = 1 };	/* xrc_win_new() flags */
 
