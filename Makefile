@@ -118,6 +118,7 @@ check-tsan:
 bench: tools benches
 	$(Q)bench/run
 	$(Q)bench/xprobe-run
+	$(Q)bench/ibcache-run
 
 install: tools
 	install -d $(DESTDIR)$(PREFIX)/bin

@@ -248,6 +248,31 @@ int gfcc_reasm_input(struct gfcc_reasm *r, const void *buf, size_t len)
 	return e;
 }
 
+int gfcc_reasm_input_hdr(struct gfcc_reasm *r, const void *hdr, size_t len, const void *res)
+{
+	struct gfcc_res rs = { 0 };
+	struct gfcc_dseg d;
+	int e;
+
+	if (r->mode != GFCC_RA_UDP || !hdr)
+		e = -EINVAL;
+	else if ((e = gfcc_dseg_decode(hdr, len, &d)) != 0)
+		;
+	else if (d.id != r->id || d.qkey != r->qkey)
+		e = -EPROTO;
+	else if (d.seg == 0 && len < GFCC_DSEG_LEN + GFCC_RES_LEN)
+		e = -EMSGSIZE;
+	else if (d.seg == 0 && !res)
+		e = -EINVAL;
+	else if (d.seg == 0 && (e = gfcc_res_decode(res, GFCC_RES_LEN, &rs)) != 0)
+		;
+	else
+		e = accept(r, d.seg, d.npage, NULL, len - GFCC_DSEG_LEN, &rs);
+	if (e < 0)
+		r->rejected++;
+	return e;
+}
+
 int gfcc_reasm_placed(struct gfcc_reasm *r, size_t len, const void *res)
 {
 	int e = input(r, NULL, len, true, res);

@@ -92,7 +92,10 @@ int gfcc_seg_pieces(const struct gfcc_layout *l, uint32_t seg, enum gfcc_prefix 
  * Set up for one request before it is sent (pool entries reuse it: init
  * resets everything).  Three ways in:
  *   GFCC_RA_UDP    datagrams in any order, each with its data-segment
- *                  header; page pieces are copied into place
+ *                  header; page pieces are copied into place -- or are
+ *                  there already, when the caller had the kernel scatter
+ *                  the datagram where its segment goes
+ *                  (gfcc_reasm_input_hdr)
  *   GFCC_RA_UD     UD payloads (GRH already stripped) copied out of a
  *                  receive ring; the segment index is the arrival order
  *   GFCC_RA_PLACED UD with receive WRs posted per gfcc_seg_pieces(
@@ -159,6 +162,12 @@ enum { GFCC_RA_NEW = 0, GFCC_RA_DUP = 1, GFCC_RA_DONE = 2 };
  *   -EALREADY  UD: the reply is already complete (over UDP a late copy
  *              of a segment is just a duplicate) */
 int gfcc_reasm_input(struct gfcc_reasm *r, const void *buf, size_t len);
+/* GFCC_RA_UDP, a datagram the caller had the kernel scatter into place
+ * (its payload already where gfcc_seg_pieces() puts segment hdr.seg):
+ * hdr is its 16-byte segment header, len the whole datagram's length,
+ * res (read for segment 0 only) the 32 bytes of the response.  Same
+ * results as gfcc_reasm_input(), nothing copied. */
+int gfcc_reasm_input_hdr(struct gfcc_reasm *r, const void *hdr, size_t len, const void *res);
 /* GFCC_RA_PLACED: the next receive completed with `len` payload bytes
  * (byte_len less the GRH); `res` is the response buffer, read for the
  * first only.  Same results. */

@@ -13,10 +13,22 @@ struct xdg_ops {
 	void (*close)(struct xdg *d);
 	struct xdg_addr *(*resolve)(struct xdg *d, const struct xuri *peer, char *err,
 				    size_t errlen);
-	int (*send_batch)(struct xdg *d, const struct xdg_msg *m, int n, unsigned flags);
+	int (*send_batch)(struct xdg *d, const struct xdg_dgram *m, int n, unsigned flags);
 	int (*poll)(struct xdg *d, struct xdg_wc *wc, int n);
 	int (*fd)(const struct xdg *d);
 	int (*wait)(struct xdg *d, uint64_t timeout_ns);
+	/* per-request endpoints (xdg.h); NULL: not supported */
+	uint32_t (*path_mtu)(struct xdg *d, const struct xdg_addr *to);
+	int (*connect)(struct xdg *d, const struct xdg_addr *peer);
+	int (*set_qkey)(struct xdg *d, uint32_t qkey);
+	int (*reset)(struct xdg *d, uint32_t qkey);
+	struct xdg_addr *(*import)(struct xdg *d, const struct xdg_addr *a, char *err,
+				   size_t errlen);
+	struct xdg_mem *(*mem_reg)(struct xdg *d, void *buf, size_t len, char *err,
+				   size_t errlen);
+	void (*mem_dereg)(struct xdg_mem *m);
+	int (*post_recv)(struct xdg *d, const struct xdg_rwr *w, int n);
+	int (*recv_sg)(struct xdg *d, const struct xdg_rwr *w, int n, struct xdg_wc *wc);
 };
 
 struct xdg {
@@ -29,6 +41,12 @@ struct xdg {
 
 struct xdg_addr {
 	char str[80];
+	const struct xdg_ops *ops;	/* the backend it belongs to (xdg_addr_import) */
+};
+
+/* What xdg_mem_reg() returns; the backend's own object embeds it first. */
+struct xdg_mem {
+	const struct xdg_ops *ops;
 };
 
 /* The LRU list of both backends' sender caches (xdg.h, lifetime of

@@ -52,6 +52,7 @@
 struct udaddr {
 	struct xdg_addr base;
 	struct ibv_ah *ah;
+	struct ibv_ah_attr attr;	/* what it was made from (xdg_addr_import) */
 	uint32_t qpn, qkey;
 	union ibv_gid gid;
 	bool pinned;		/* from xdg_resolve(): never reused */
@@ -71,9 +72,15 @@ struct tx_slot {
 	bool sig;
 };
 
+struct udmem {
+	struct xdg_mem base;
+	struct ibv_mr *mr;
+};
+
 struct udep {
 	struct xdg base;
 	struct xdg_opts o;
+	bool user_rx;		/* the caller posts receives (xdg_post_recv) */
 	struct rdma_event_channel *ech;
 	struct rdma_cm_id *id;
 	struct ibv_context *ctx;
@@ -169,6 +176,8 @@ static struct udaddr *addr_get(struct udep *d, struct ibv_ah_attr *attr, uint32_
 		d->nsrc++;
 	}
 	a->ah = ah;
+	a->attr = *attr;
+	a->base.ops = &xdg_ud_ops;
 	a->qpn = qpn;
 	a->qkey = qkey;
 	a->gid = *g;
@@ -304,6 +313,12 @@ static struct xdg *ud_open(const struct xuri *u, const struct xdg_opts *o, char 
 	uint32_t active;
 	int rc;
 
+	if (o->user_rx && o->rx_sge > 32) {
+		snprintf(err, errlen, "ud://%s:%u: at most 32 scatter entries per receive", u->host,
+			 u->port);
+		errno = EINVAL;
+		return NULL;
+	}
 	if (xrdma_prepare(u, true, &ss, us, sizeof(us), err, errlen))
 		return NULL;
 	d = calloc(1, sizeof(*d));
@@ -315,6 +330,7 @@ static struct xdg *ud_open(const struct xuri *u, const struct xdg_opts *o, char 
 	d->base.ops = &xdg_ud_ops;
 	d->base.scheme = XURI_UD;
 	d->o = *o;
+	d->user_rx = o->user_rx;
 	d->qkey = o->qkey ? o->qkey : RDMA_UDP_QKEY;
 	d->wk.ep = d->wk.more = -1;
 
@@ -352,7 +368,8 @@ static struct xdg *ud_open(const struct xuri *u, const struct xdg_opts *o, char 
 	qa.qp_type = IBV_QPT_UD;
 	qa.cap.max_send_wr = o->tx_depth;
 	qa.cap.max_recv_wr = o->rx_depth;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	qa.cap.max_send_sge = 2;	/* an inline header and its payload */
+	qa.cap.max_recv_sge = o->user_rx && o->rx_sge ? o->rx_sge : 1;
 	qa.cap.max_inline_data = 64;
 	step = "ibv_create_qp";
 	d->qp = ibv_create_qp(d->pd->pd, &qa);
@@ -368,25 +385,31 @@ static struct xdg *ud_open(const struct xuri *u, const struct xdg_opts *o, char 
 		goto fail;
 
 	step = "receive ring";
-	d->rx_stride = (GRH_LEN + d->base.mtu + 63) & ~63u;
-	d->rxbuf = aligned_alloc(64, (size_t)d->rx_stride * o->rx_depth);
 	d->txbuf = aligned_alloc(64, (size_t)d->base.mtu * o->tx_depth + 64);
-	d->rx_repost = calloc(o->rx_depth, sizeof(*d->rx_repost));
 	d->tx = calloc(o->tx_depth, sizeof(*d->tx));
-	if (!d->rxbuf || !d->txbuf || !d->rx_repost || !d->tx) {
+	if (!d->txbuf || !d->tx) {
 		rc = -ENOMEM;
 		goto fail;
 	}
-	d->rxmr = ibv_reg_mr(d->pd->pd, d->rxbuf, (size_t)d->rx_stride * o->rx_depth,
-			     IBV_ACCESS_LOCAL_WRITE);
-	if (!d->rxmr)
-		goto fail_errno;
 	d->txmr = ibv_reg_mr(d->pd->pd, d->txbuf, (size_t)d->base.mtu * o->tx_depth + 64, 0);
 	if (!d->txmr)
 		goto fail_errno;
-	for (uint32_t i = 0; i < o->rx_depth; i++)
-		if ((rc = post_rx(d, i)))
+	if (!d->user_rx) {
+		d->rx_stride = (GRH_LEN + d->base.mtu + 63) & ~63u;
+		d->rxbuf = aligned_alloc(64, (size_t)d->rx_stride * o->rx_depth);
+		d->rx_repost = calloc(o->rx_depth, sizeof(*d->rx_repost));
+		if (!d->rxbuf || !d->rx_repost) {
+			rc = -ENOMEM;
 			goto fail;
+		}
+		d->rxmr = ibv_reg_mr(d->pd->pd, d->rxbuf, (size_t)d->rx_stride * o->rx_depth,
+				     IBV_ACCESS_LOCAL_WRITE);
+		if (!d->rxmr)
+			goto fail_errno;
+		for (uint32_t i = 0; i < o->rx_depth; i++)
+			if ((rc = post_rx(d, i)))
+				goto fail;
+	}
 	d->sig_every = o->tx_depth / 2 ? o->tx_depth / 2 : 1;
 
 	/* listening makes peers' SIDR requests arrive on our channel */
@@ -520,7 +543,7 @@ destroy_id:
 	return a ? &a->base : NULL;
 }
 
-static int ud_send_batch(struct xdg *xd, const struct xdg_msg *m, int n, unsigned flags)
+static int ud_send_batch(struct xdg *xd, const struct xdg_dgram *m, int n, unsigned flags)
 {
 	struct udep *d = (struct udep *)xd;
 	struct ibv_send_wr wr[16], *bad;
@@ -533,7 +556,7 @@ static int ud_send_batch(struct xdg *xd, const struct xdg_msg *m, int n, unsigne
 		uint32_t unsig = d->unsig;
 
 		for (; k < 16 && done + k < n; k++) {
-			const struct xdg_msg *x = &m[done + k];
+			const struct xdg_dgram *x = &m[done + k];
 			const struct udaddr *a = (const struct udaddr *)x->to;
 			uint64_t seq = d->tx_head + (uint64_t)k;
 			struct tx_slot *s;
@@ -554,20 +577,22 @@ static int ud_send_batch(struct xdg *xd, const struct xdg_msg *m, int n, unsigne
 			wr[k].next = &wr[k + 1];
 			wr[k].wr.ud.ah = a->ah;
 			wr[k].wr.ud.remote_qpn = a->qpn;
-			wr[k].wr.ud.remote_qkey = a->qkey;
+			wr[k].wr.ud.remote_qkey = x->qkey ? x->qkey : a->qkey;
 			if (sig)
 				wr[k].send_flags |= IBV_SEND_SIGNALED;
-			if (x->len <= d->max_inline) {
+			if (!x->hlen && x->len <= d->max_inline) {
 				wr[k].send_flags |= IBV_SEND_INLINE;
 				sge[k].addr = (uintptr_t)x->buf;
 			} else {
 				uint8_t *slot = d->txbuf + (seq % d->o.tx_depth) * d->base.mtu;
 
-				memcpy(slot, x->buf, x->len);
+				if (x->hlen)
+					memcpy(slot, x->hdr, x->hlen);
+				memcpy(slot + x->hlen, x->buf, x->len);
 				sge[k].addr = (uintptr_t)slot;
 				sge[k].lkey = d->txmr->lkey;
 			}
-			sge[k].length = x->len;
+			sge[k].length = x->len + x->hlen;
 		}
 		if (!k)
 			break;
@@ -586,7 +611,7 @@ static int ud_send_batch(struct xdg *xd, const struct xdg_msg *m, int n, unsigne
 			/* in use until this send completes (lru_victim) */
 			((struct udaddr *)m[done + i].to)->tx_last = first + (uint64_t)i + 1;
 			d->base.stats.tx_pkts++;
-			d->base.stats.tx_bytes += m[done + i].len;
+			d->base.stats.tx_bytes += m[done + i].len + m[done + i].hlen;
 		}
 		done += k;
 	}
@@ -636,6 +661,21 @@ static int ud_poll(struct xdg *xd, struct xdg_wc *out, int n)
 				got++;
 				continue;
 			}
+			if (d->user_rx) {
+				/* the bytes are already where the caller wanted them */
+				*o = (struct xdg_wc){ .op = XDG_OP_RECV, .wr_id = w->wr_id & ~RX_BIT,
+					.status = xrdma_wc_errno(w->status),
+					.len = w->status == IBV_WC_SUCCESS && w->byte_len >= GRH_LEN
+						? w->byte_len - GRH_LEN : 0 };
+				if (w->status == IBV_WC_SUCCESS) {
+					d->base.stats.rx_pkts++;
+					d->base.stats.rx_bytes += o->len;
+				} else if (w->status == IBV_WC_LOC_LEN_ERR) {
+					d->base.stats.rx_truncated++;
+				}
+				got++;
+				continue;
+			}
 			uint32_t idx = (uint32_t)(w->wr_id & ~RX_BIT);
 			uint8_t *buf = d->rxbuf + (size_t)idx * d->rx_stride;
 			struct ibv_ah_attr aa;
@@ -680,6 +720,173 @@ static int ud_wait(struct xdg *xd, uint64_t timeout_ns)
 	return xrdma_waker_wait(&((struct udep *)xd)->wk, timeout_ns);
 }
 
+/* --- per-request endpoints (xdg.h) ----------------------------------------- */
+
+/* Every completion queued is dropped; the send ring is empty again. */
+static void cq_discard(struct udep *d)
+{
+	struct ibv_wc wc[32];
+
+	xrdma_cq_drain_events(d->cch);
+	while (ibv_poll_cq(d->cq, 32, wc) > 0)
+		;
+	d->tx_tail = d->tx_head;
+	d->unsig = 0;
+	d->nrepost = 0;
+}
+
+static int ud_reset(struct xdg *xd, uint32_t qkey)
+{
+	struct udep *d = (struct udep *)xd;
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+	int rc;
+
+	/* RESET drops every posted work request without a completion, so a
+	 * reply's leftover receive WRs cannot catch the next request's
+	 * datagrams (seed 004 3.2.3: "受信WRがすべて完了していない時はQPを
+	 * リセットする") */
+	if (ibv_modify_qp(d->qp, &a, IBV_QP_STATE))
+		return -errno;
+	cq_discard(d);
+	if (qkey)
+		d->qkey = qkey;
+	if ((rc = qp_up(d)))
+		return rc;
+	if (!d->user_rx)
+		for (uint32_t i = 0; i < d->o.rx_depth; i++)
+			if ((rc = post_rx(d, i)))
+				return rc;
+	return 0;
+}
+
+static int ud_set_qkey(struct xdg *xd, uint32_t qkey)
+{
+	struct udep *d = (struct udep *)xd;
+	struct ibv_qp_attr a = { .qkey = qkey };
+
+	if (qkey == d->qkey)
+		return 0;
+	/* The IB spec lets a UD QP change its Q_Key RTS->RTS, so the seed's
+	 * worry (3.2: "qkey の設定にはQPのリセットが必要") does not apply
+	 * where the device follows it; a reset where it does not. */
+	if (!ibv_modify_qp(d->qp, &a, IBV_QP_QKEY)) {
+		d->qkey = qkey;
+		return 0;
+	}
+	return ud_reset(xd, qkey);
+}
+
+static struct xdg_addr *ud_import(struct xdg *xd, const struct xdg_addr *from, char *err,
+				  size_t errlen)
+{
+	struct udep *d = (struct udep *)xd;
+	const struct udaddr *f = (const struct udaddr *)from;
+	struct ibv_ah_attr attr = f->attr;
+	struct udaddr *a = addr_get(d, &attr, f->qpn, f->qkey);
+
+	if (!a) {
+		snprintf(err, errlen, "%s: ibv_create_ah: %s", f->base.str, strerror(errno));
+		return NULL;
+	}
+	if (!a->pinned) {
+		xdg_lru_unlink(&d->lru, &a->lru);
+		d->nsrc--;
+		a->pinned = true;
+	}
+	return &a->base;
+}
+
+static struct xdg_mem *ud_mem_reg(struct xdg *xd, void *buf, size_t len, char *err,
+				  size_t errlen)
+{
+	struct udep *d = (struct udep *)xd;
+	struct udmem *m = calloc(1, sizeof(*m));
+
+	if (!m) {
+		snprintf(err, errlen, "out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	m->base.ops = &xdg_ud_ops;
+	m->mr = ibv_reg_mr(d->pd->pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
+	if (!m->mr) {
+		int e = errno ? errno : ENOMEM;
+
+		snprintf(err, errlen, "ibv_reg_mr of %zu bytes: %s", len, strerror(e));
+		free(m);
+		errno = e;
+		return NULL;
+	}
+	return &m->base;
+}
+
+static void ud_mem_dereg(struct xdg_mem *xm)
+{
+	struct udmem *m = (struct udmem *)xm;
+
+	ibv_dereg_mr(m->mr);
+	free(m);
+}
+
+static bool sge_ok(const struct xdg_sge *g)
+{
+	const struct udmem *m = (const struct udmem *)g->mem;
+	uintptr_t a = (uintptr_t)g->addr, lo, hi;
+
+	if (!m || m->base.ops != &xdg_ud_ops || !g->len)
+		return false;
+	lo = (uintptr_t)m->mr->addr;
+	hi = lo + m->mr->length;
+	return a >= lo && a <= hi && g->len <= hi - a;
+}
+
+static int ud_post_recv(struct xdg *xd, const struct xdg_rwr *w, int n)
+{
+	struct udep *d = (struct udep *)xd;
+	uint32_t maxsge = d->o.rx_sge ? d->o.rx_sge : 1;
+	struct ibv_recv_wr wr[16], *bad;
+	struct ibv_sge sge[16 * 32];
+	int done = 0;
+
+	if (!d->user_rx)
+		return -EOPNOTSUPP;
+	for (int i = 0; i < n; i++) {
+		if (!w[i].nsge || w[i].nsge > maxsge || !w[i].sg || (w[i].wr_id & RX_BIT) ||
+		    w[i].sg[0].len < GRH_LEN)
+			return -EINVAL;
+		for (uint32_t j = 0; j < w[i].nsge; j++)
+			if (!sge_ok(&w[i].sg[j]))
+				return -EINVAL;
+	}
+	while (done < n) {
+		struct ibv_sge *g = sge;
+		int k = 0;
+
+		for (; k < 16 && done + k < n; k++) {
+			const struct xdg_rwr *x = &w[done + k];
+
+			for (uint32_t j = 0; j < x->nsge; j++)
+				g[j] = (struct ibv_sge){ .addr = (uintptr_t)x->sg[j].addr,
+					.length = x->sg[j].len,
+					.lkey = ((const struct udmem *)x->sg[j].mem)->mr->lkey };
+			wr[k] = (struct ibv_recv_wr){ .wr_id = RX_BIT | x->wr_id, .sg_list = g,
+						      .num_sge = (int)x->nsge, .next = &wr[k + 1] };
+			g += x->nsge;
+		}
+		wr[k - 1].next = NULL;
+		if (ibv_post_recv(d->qp, wr, &bad)) {
+			/* the ones before the failed WR are posted */
+			int e = errno ? errno : ENOMEM;
+
+			for (int j = 0; j < k && &wr[j] != bad; j++)
+				done++;
+			return done ? done : (e == ENOMEM ? -ENOBUFS : -e);
+		}
+		done += k;
+	}
+	return done;
+}
+
 const struct xdg_ops xdg_ud_ops = {
 	.open = ud_open,
 	.close = ud_close,
@@ -688,4 +895,10 @@ const struct xdg_ops xdg_ud_ops = {
 	.poll = ud_poll,
 	.fd = ud_fd,
 	.wait = ud_wait,
+	.set_qkey = ud_set_qkey,
+	.reset = ud_reset,
+	.import = ud_import,
+	.mem_reg = ud_mem_reg,
+	.mem_dereg = ud_mem_dereg,
+	.post_recv = ud_post_recv,
 };

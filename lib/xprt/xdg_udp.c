@@ -56,8 +56,10 @@ struct udp_addr {
 struct udp_ep {
 	struct xdg base;
 	int fd, family;
+	bool connected;			/* xdg_connect(): ICMP errors come back */
 	uint32_t rx_depth, tx_depth;
-	uint8_t *ring;			/* rx_depth * mtu */
+	uint32_t rxsz;			/* bytes per receive buffer */
+	uint8_t *ring;			/* rx_depth * rxsz */
 	struct mmsghdr *rmsg;
 	struct iovec *riov;
 	struct sockaddr_storage *rsa;
@@ -156,6 +158,7 @@ static struct udp_addr *addr_get(struct udp_ep *e, const struct sockaddr *sa, so
 		e->nsrc++;
 	}
 	a->key = k;
+	a->base.ops = &xdg_udp_ops;
 	memcpy(&a->sa, sa, sl);
 	a->sl = sl;
 	a->pinned = false;
@@ -164,6 +167,15 @@ static struct udp_addr *addr_get(struct udp_ep *e, const struct sockaddr *sa, so
 	e->hash[h] = a;
 	xdg_lru_front(&e->lru, &a->lru);
 	return a;
+}
+
+static void addr_pin(struct udp_ep *e, struct udp_addr *a)
+{
+	if (!a->pinned) {
+		xdg_lru_unlink(&e->lru, &a->lru);
+		e->nsrc--;
+		a->pinned = true;
+	}
 }
 
 static struct xdg_addr *udp_resolve(struct xdg *d, const struct xuri *peer, char *err,
@@ -191,15 +203,33 @@ static struct xdg_addr *udp_resolve(struct xdg *d, const struct xuri *peer, char
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (!a->pinned) {
-		xdg_lru_unlink(&e->lru, &a->lru);
-		e->nsrc--;
-		a->pinned = true;
-	}
+	addr_pin(e, a);
 	return &a->base;
 }
 
-static int udp_send_batch(struct xdg *d, const struct xdg_msg *m, int n, unsigned flags)
+static struct xdg_addr *udp_import(struct xdg *d, const struct xdg_addr *from, char *err,
+				   size_t errlen)
+{
+	struct udp_ep *e = UE(d);
+	const struct udp_addr *f = (const struct udp_addr *)from;
+	struct udp_addr *a;
+
+	if (f->sa.ss_family != e->family) {
+		ERR("%s: another address family than this endpoint's", f->base.str);
+		errno = EAFNOSUPPORT;
+		return NULL;
+	}
+	a = addr_get(e, (const struct sockaddr *)&f->sa, f->sl);
+	if (!a) {
+		ERR("%s: out of memory", f->base.str);
+		errno = ENOMEM;
+		return NULL;
+	}
+	addr_pin(e, a);
+	return &a->base;
+}
+
+static int udp_send_batch(struct xdg *d, const struct xdg_dgram *m, int n, unsigned flags)
 {
 	struct udp_ep *e = UE(d);
 	uint32_t room = e->tx_depth - (e->txc_tail - e->txc_head);
@@ -212,9 +242,15 @@ static int udp_send_batch(struct xdg *d, const struct xdg_msg *m, int n, unsigne
 	for (int i = 0; i < cnt; i++) {
 		const struct udp_addr *a = (const struct udp_addr *)m[i].to;
 
-		e->siov[i] = (struct iovec){ (void *)m[i].buf, m[i].len };
+		struct iovec *v = &e->siov[2 * i];
+		size_t nv = 0;
+
+		/* a header in front of the payload: one datagram, no copy */
+		if (m[i].hlen)
+			v[nv++] = (struct iovec){ (void *)m[i].hdr, m[i].hlen };
+		v[nv++] = (struct iovec){ (void *)m[i].buf, m[i].len };
 		e->smsg[i].msg_hdr = (struct msghdr){ .msg_name = (void *)&a->sa,
-			.msg_namelen = a->sl, .msg_iov = &e->siov[i], .msg_iovlen = 1 };
+			.msg_namelen = a->sl, .msg_iov = v, .msg_iovlen = nv };
 	}
 	do
 		sent = sendmmsg(e->fd, e->smsg, (unsigned)cnt, MSG_DONTWAIT);
@@ -223,7 +259,7 @@ static int udp_send_batch(struct xdg *d, const struct xdg_msg *m, int n, unsigne
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
 	for (int i = 0; i < sent; i++) {
 		d->stats.tx_pkts++;
-		d->stats.tx_bytes += m[i].len;
+		d->stats.tx_bytes += m[i].len + m[i].hlen;
 		if (flags & XDG_SIGNALED)
 			e->txc[e->txc_tail++ % e->tx_depth] = m[i].wr_id;
 	}
@@ -238,7 +274,7 @@ static int rx_batch(struct udp_ep *e, uint32_t first, uint32_t vlen, struct xdg_
 	int n, k = 0;
 
 	for (uint32_t i = first; i < first + vlen; i++) {
-		e->riov[i] = (struct iovec){ e->ring + (size_t)i * d->mtu, d->mtu };
+		e->riov[i] = (struct iovec){ e->ring + (size_t)i * e->rxsz, e->rxsz };
 		e->rmsg[i].msg_hdr = (struct msghdr){ .msg_name = &e->rsa[i],
 			.msg_namelen = sizeof(e->rsa[i]), .msg_iov = &e->riov[i], .msg_iovlen = 1,
 			.msg_control = e->rctl + (size_t)i * CTL_LEN, .msg_controllen = CTL_LEN };
@@ -247,6 +283,11 @@ static int rx_batch(struct udp_ep *e, uint32_t first, uint32_t vlen, struct xdg_
 		n = recvmmsg(e->fd, e->rmsg + first, vlen, MSG_DONTWAIT, NULL);
 	while (n < 0 && errno == EINTR);
 	*more = n == (int)vlen;
+	if (n < 0 && errno == ECONNREFUSED && e->connected) {
+		/* the ICMP port unreachable a connected socket reports */
+		wc[0] = (struct xdg_wc){ .op = XDG_OP_RECV, .status = -ECONNREFUSED };
+		return 1;
+	}
 	for (int i = 0; i < n; i++) {
 		struct msghdr *h = &e->rmsg[first + i].msg_hdr;
 
@@ -300,7 +341,114 @@ static int udp_poll(struct xdg *d, struct xdg_wc *wc, int n)
 	return k;
 }
 
+static int udp_recv_sg(struct xdg *d, const struct xdg_rwr *w, int n, struct xdg_wc *wc)
+{
+	struct udp_ep *e = UE(d);
+	struct iovec iov[64 * 8];
+	struct mmsghdr mm[8];
+	int got = 0;
+
+	/* eight at a time: what one call's stack holds */
+	while (got < n) {
+		int k = n - got < 8 ? n - got : 8, r;
+		struct iovec *v = iov;
+
+		for (int i = 0; i < k; i++) {
+			const struct xdg_rwr *x = &w[got + i];
+
+			for (uint32_t j = 0; j < x->nsge; j++)
+				v[j] = (struct iovec){ x->sg[j].addr, x->sg[j].len };
+			mm[i].msg_hdr = (struct msghdr){ .msg_iov = v, .msg_iovlen = x->nsge };
+			v += x->nsge;
+		}
+		do
+			r = recvmmsg(e->fd, mm, (unsigned)k, MSG_DONTWAIT, NULL);
+		while (r < 0 && errno == EINTR);
+		if (r < 0) {
+			if (errno == ECONNREFUSED && e->connected) {
+				wc[got] = (struct xdg_wc){ .op = XDG_OP_RECV, .status = -ECONNREFUSED,
+							   .wr_id = w[got].wr_id };
+				return got + 1;
+			}
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			return got ? got : -errno;
+		}
+		for (int i = 0; i < r; i++) {
+			bool cut = mm[i].msg_hdr.msg_flags & MSG_TRUNC;
+
+			wc[got + i] = (struct xdg_wc){ .op = XDG_OP_RECV, .wr_id = w[got + i].wr_id,
+						       .len = mm[i].msg_len,
+						       .status = cut ? -EMSGSIZE : 0 };
+			if (cut)
+				d->stats.rx_truncated++;
+			d->stats.rx_pkts++;
+			d->stats.rx_bytes += mm[i].msg_len;
+		}
+		got += r;
+		if (r < k)
+			break;
+	}
+	return got;
+}
+
 static int udp_fd(const struct xdg *d) { return ((const struct udp_ep *)d)->fd; }
+
+static uint32_t udp_path_mtu(struct xdg *d, const struct xdg_addr *to)
+{
+	const struct udp_addr *a = (const struct udp_addr *)to;
+	bool v6 = a->sa.ss_family == AF_INET6;
+	int fd = socket(a->sa.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0), mtu = 0;
+	socklen_t l = sizeof(mtu);
+	uint32_t hdr = v6 ? 48 : 28, pm;
+
+	/* the route's MTU, which is what a connected socket reports */
+	if (fd < 0 || connect(fd, (const struct sockaddr *)&a->sa, a->sl) < 0 ||
+	    getsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_MTU : IP_MTU, &mtu, &l) < 0 ||
+	    mtu <= (int)hdr) {
+		if (fd >= 0)
+			close(fd);
+		return d->mtu;
+	}
+	close(fd);
+	pm = (uint32_t)mtu - hdr;
+	return pm < d->mtu ? pm : d->mtu;
+}
+
+static int udp_connect(struct xdg *d, const struct xdg_addr *peer)
+{
+	struct udp_ep *e = UE(d);
+	const struct udp_addr *a = (const struct udp_addr *)peer;
+	struct sockaddr un = { .sa_family = AF_UNSPEC };
+	int rc;
+
+	rc = a ? connect(e->fd, (const struct sockaddr *)&a->sa, a->sl)
+	       : connect(e->fd, &un, sizeof(un));
+	if (rc < 0)
+		return -errno;
+	e->connected = a != NULL;
+	return 0;
+}
+
+/* Reads and drops what waits on the socket, and a pending socket error. */
+static int udp_reset(struct xdg *d, uint32_t qkey)
+{
+	struct udp_ep *e = UE(d);
+	int n, soerr;
+	socklen_t l = sizeof(soerr);
+
+	(void)qkey;
+	do {
+		for (uint32_t i = 0; i < e->rx_depth; i++) {
+			e->riov[i] = (struct iovec){ e->ring + (size_t)i * e->rxsz, e->rxsz };
+			e->rmsg[i].msg_hdr = (struct msghdr){ .msg_iov = &e->riov[i],
+							      .msg_iovlen = 1 };
+		}
+		n = recvmmsg(e->fd, e->rmsg, e->rx_depth, MSG_DONTWAIT, NULL);
+	} while (n > 0 || (n < 0 && (errno == EINTR || errno == ECONNREFUSED)));
+	getsockopt(e->fd, SOL_SOCKET, SO_ERROR, &soerr, &l);
+	return 0;
+}
 
 static int udp_wait(struct xdg *d, uint64_t timeout_ns)
 {
@@ -358,6 +506,12 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 	int one = 1, rc;
 	uint32_t mtu = o->mtu ? o->mtu : UDP_MTU_DEFAULT, rd = o->rx_depth, td = o->tx_depth;
 
+	if (o->user_rx) {
+		ERR("udp://%s:%u: caller-posted receive buffers are a ud:// feature", u->host,
+		    u->port);
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
 	if (mtu > UDP_MTU_MAX || rd > 65536 || td > 65536) {
 		ERR("udp://%s:%u: mtu over %u or rx/tx depth over 65536", u->host, u->port,
 		    UDP_MTU_MAX);
@@ -377,15 +531,16 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 	e->base = (struct xdg){ .ops = &xdg_udp_ops, .scheme = XURI_UDP, .mtu = mtu };
 	e->rx_depth = rd;
 	e->tx_depth = td;
+	e->rxsz = o->rx_size && o->rx_size < mtu ? o->rx_size : mtu;
 	e->family = ai->ai_family;
 	e->fd = -1;
-	e->ring = malloc((size_t)rd * mtu);
+	e->ring = malloc((size_t)rd * e->rxsz);
 	e->rmsg = calloc(rd, sizeof(*e->rmsg));
 	e->riov = calloc(rd, sizeof(*e->riov));
 	e->rsa = calloc(rd, sizeof(*e->rsa));
 	e->rctl = calloc(rd, CTL_LEN);
 	e->smsg = calloc(td, sizeof(*e->smsg));
-	e->siov = calloc(td, sizeof(*e->siov));
+	e->siov = calloc(2 * (size_t)td, sizeof(*e->siov));
 	e->txc = calloc(td, sizeof(*e->txc));
 	if (!e->ring || !e->rmsg || !e->riov || !e->rsa || !e->rctl || !e->smsg || !e->siov ||
 	    !e->txc)
@@ -417,5 +572,16 @@ out_close:
 }
 
 const struct xdg_ops xdg_udp_ops = {
-	udp_open, udp_close, udp_resolve, udp_send_batch, udp_poll, udp_fd, udp_wait,
+	.open = udp_open,
+	.close = udp_close,
+	.resolve = udp_resolve,
+	.send_batch = udp_send_batch,
+	.poll = udp_poll,
+	.fd = udp_fd,
+	.wait = udp_wait,
+	.path_mtu = udp_path_mtu,
+	.connect = udp_connect,
+	.reset = udp_reset,
+	.import = udp_import,
+	.recv_sg = udp_recv_sg,
 };

@@ -16,4 +16,6 @@ bats_require_minimum_version 1.5.0
 	[[ $output == *"received intact"* ]]
 	[[ $output == *"No RDMA device found"* || $output == *ACTIVE* ]]
 	[[ $output == *"5 sent, 5 received"* ]]
+	# a sparse peer copy lacks pages 100-199: those, and only those, from the origin
+	[[ $output == *"byte-exact: 1948 pages from the peer, 100 from the origin"* ]]
 }

@@ -12,8 +12,8 @@
 #   netns_restore I        path I carries traffic again
 #   netns_shape I RATE     token bucket of RATE (tc syntax, e.g. 200mbit) on
 #                          both ends of path I
-#   netns_drop PCT         the server drops PCT % of the UDP datagrams it
-#                          sends and receives (nftables numgen random)
+#   netns_drop PCT         every path drops PCT % of the UDP datagrams that
+#                          arrive, at both ends (nftables numgen random)
 #   netns_teardown         removes everything (teardown() calls it)
 #
 # netns_available says whether this machine lets us (root, iproute2, veth);
@@ -85,12 +85,21 @@ netns_shape() {
 	ip netns exec "$NS_SRV" tc qdisc replace dev "$(_ns_dev s "$1")" root $q
 }
 
+# Ingress at both ends: a drop in the sender's output hook would come back
+# to it as EPERM (and it would just send again), not as loss on the wire.
 netns_drop() {
 	command -v nft >/dev/null || die "nft missing: scripts/install-deps"
-	netns_srv nft -f - <<-EOF
-	table inet xtdrop {
-		chain in { type filter hook input priority 0; meta l4proto udp numgen random mod 100 < $1 drop; }
-		chain out { type filter hook output priority 0; meta l4proto udp numgen random mod 100 < $1 drop; }
+	local i
+	for ((i = 0; i < NS_PATHS; i++)); do
+		_ns_drop_rules "$NS_CLI" "$(_ns_dev c "$i")" "$1" "$i"
+		_ns_drop_rules "$NS_SRV" "$(_ns_dev s "$i")" "$1" "$i"
+	done
+}
+
+_ns_drop_rules() {	# ns dev pct path
+	ip netns exec "$1" nft -f - <<-EOF
+	table netdev xtdrop$4 {
+		chain in { type filter hook ingress device "$2" priority 0; meta l4proto udp numgen random mod 100 < $3 drop; }
 	}
 	EOF
 }

@@ -1,0 +1,629 @@
+/* FILE -> (ino, gen), pages a copy holds, and the responder's export
+ * (ibc_map.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "ibcache/ibc_map.h"
+
+#define FNV_OFF		0xcbf29ce484222325ull
+#define FNV_PRIME	0x100000001b3ull
+#define MAX_DEPTH	64
+#define RECHECK_NS	1000000000ull	/* path -> inode re-checked this often */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * FNV_PRIME;
+	return h;
+}
+
+int ibc_path_norm(const char *in, char *out, size_t len, char *err, size_t errlen)
+{
+	size_t o = 0;
+	const char *p = in;
+
+	if (!in || !*in) {
+		snprintf(err, errlen, "empty path");
+		return -EINVAL;
+	}
+	if (*in == '/') {
+		snprintf(err, errlen, "%s: must be relative to the export (no leading '/')", in);
+		return -EINVAL;
+	}
+	while (*p) {
+		const char *e = strchrnul(p, '/');
+		size_t n = (size_t)(e - p);
+
+		if (n == 2 && p[0] == '.' && p[1] == '.') {
+			snprintf(err, errlen, "%s: '..' would leave the export", in);
+			return -EINVAL;
+		}
+		if (n && !(n == 1 && p[0] == '.')) {
+			if (o + (o ? 1 : 0) + n + 1 > len || o + n + 1 > IBC_PATH_MAX) {
+				snprintf(err, errlen, "%.40s...: path too long", in);
+				return -ENAMETOOLONG;
+			}
+			if (o)
+				out[o++] = '/';
+			memcpy(out + o, p, n);
+			o += n;
+		}
+		p = *e ? e + 1 : e;
+	}
+	if (!o) {
+		snprintf(err, errlen, "%s: names the export itself, not a file in it", in);
+		return -EINVAL;
+	}
+	out[o] = 0;
+	return 0;
+}
+
+uint64_t ibc_ino(const char *normpath)
+{
+	return fnv(FNV_OFF, normpath, strlen(normpath));
+}
+
+uint64_t ibc_gen_hash(uint64_t size, uint64_t mtime_ns)
+{
+	uint8_t b[16];
+	uint64_t h;
+
+	for (int i = 0; i < 8; i++) {
+		b[i] = (uint8_t)(size >> (8 * i));
+		b[8 + i] = (uint8_t)(mtime_ns >> (8 * i));
+	}
+	h = fnv(FNV_OFF, b, sizeof(b));
+	return h ? h : 1;
+}
+
+int ibc_gen_parse(const char *s, size_t len, uint64_t *gen)
+{
+	uint64_t v = 0;
+
+	/* a trailing newline is what `echo N > xattr` tools leave */
+	while (len && (s[len - 1] == '\n' || s[len - 1] == 0))
+		len--;
+	if (!len || len > 20)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++) {
+		unsigned d = (unsigned)(s[i] - '0');
+
+		if (d > 9 || v > (UINT64_MAX - d) / 10)
+			return -EINVAL;
+		v = v * 10 + d;
+	}
+	*gen = v;
+	return 0;
+}
+
+int ibc_gen_fd(int fd, const struct stat *st, uint64_t *gen, bool *xattr)
+{
+	char v[32];
+	ssize_t n = fgetxattr(fd, IBC_GEN_XATTR, v, sizeof(v));
+
+	if (n >= 0) {
+		*xattr = true;
+		return ibc_gen_parse(v, (size_t)n, gen);
+	}
+	if (errno != ENODATA && errno != ENOTSUP && errno != ERANGE)
+		return -errno;
+	if (errno == ERANGE)
+		return -EINVAL;
+	*xattr = false;
+	*gen = ibc_gen_hash((uint64_t)st->st_size,
+			    (uint64_t)st->st_mtim.tv_sec * 1000000000ull +
+				    (uint64_t)st->st_mtim.tv_nsec);
+	return 0;
+}
+
+/* Of n data pages from byte offset off, how many are in the page cache. */
+static int64_t resident_prefix(int fd, uint64_t off, uint64_t n, uint32_t psize, uint64_t size)
+{
+	uint64_t sp = (uint64_t)sysconf(_SC_PAGESIZE), base = off / sp * sp;
+	uint64_t end = off + n * psize < size ? off + n * psize : size;
+	size_t maplen = (size_t)(end - base), nvec = (maplen + sp - 1) / sp;
+	unsigned char *vec;
+	void *m;
+	uint64_t ok = 0;
+
+	if (!n || end <= off)
+		return 0;
+	vec = malloc(nvec);
+	if (!vec)
+		return -ENOMEM;
+	m = mmap(NULL, maplen, PROT_READ, MAP_SHARED, fd, (off_t)base);
+	if (m == MAP_FAILED || mincore(m, maplen, vec) < 0) {
+		int e = errno;
+
+		if (m != MAP_FAILED)
+			munmap(m, maplen);
+		free(vec);
+		return -e;
+	}
+	for (; ok < n; ok++) {
+		uint64_t a = off + ok * psize, b = a + psize < end ? a + psize : end;
+		bool all = true;
+
+		for (uint64_t q = (a - base) / sp; q * sp < b - base; q++)
+			all &= vec[q] & 1;
+		if (!all)
+			break;
+	}
+	munmap(m, maplen);
+	free(vec);
+	return (int64_t)ok;
+}
+
+int64_t ibc_pages_held(int fd, uint64_t size, uint32_t psize, uint64_t first, uint64_t count,
+		       bool resident_only)
+{
+	uint64_t data_end = 0, n = 0;
+
+	for (; n < count; n++) {
+		uint64_t p = first + n, off, end;
+
+		if (p > size / psize)
+			break;
+		off = p * psize;
+		if (off >= size)
+			break;
+		end = off + psize < size ? off + psize : size;
+		if (end > data_end) {
+			/* [off, data_end) is known data when data_end > off:
+			 * look for the next hole from whichever is further.
+			 * SEEK_HOLE returns its argument when that lies in a
+			 * hole, else where the data covering it ends. */
+			uint64_t q = off > data_end ? off : data_end;
+			off_t h = lseek(fd, (off_t)q, SEEK_HOLE);
+
+			if (h < 0)
+				return errno == ENXIO ? (int64_t)n : -errno;
+			if ((uint64_t)h <= q)
+				break;
+			data_end = (uint64_t)h;
+			if (data_end < end)
+				break;
+		}
+	}
+	if (resident_only && n)
+		return resident_prefix(fd, first * psize, n, psize, size);
+	return (int64_t)n;
+}
+
+int ibc_pages_read(int fd, uint64_t size, uint32_t psize, uint64_t first, uint64_t count,
+		   uint8_t *buf)
+{
+	uint64_t off = first * psize, want = count * psize, got = 0;
+
+	while (got < want && off + got < size) {
+		uint64_t n = want - got;
+		ssize_t r;
+
+		if (n > size - (off + got))
+			n = size - (off + got);
+		r = pread(fd, buf + got, n, (off_t)(off + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;		/* truncated meanwhile: zeros */
+		got += (uint64_t)r;
+	}
+	memset(buf + got, 0, want - got);
+	return 0;
+}
+
+/* --- export -------------------------------------------------------------- */
+
+struct ent {
+	uint64_t ino;
+	char *path;
+	int fd;				/* -1 while closed */
+	struct stat st;			/* of fd when gen was computed */
+	uint64_t gen;
+	bool gen_ok;
+	bool solid;			/* no hole below the size, as of st */
+	uint64_t checked_ns;		/* path re-checked against fd */
+	struct ent *hnext;		/* hash chain */
+	struct ent *next;		/* all entries */
+	struct ent *oprev, *onext;	/* open ones, most recent first */
+};
+
+struct ibc_export {
+	char *root;
+	int rootfd;
+	struct ibc_export_opts o;
+	struct ent **tab;
+	size_t nbucket;
+	struct ent *all;
+	struct ent *ohead, *otail;
+	uint32_t nopen;
+	uint64_t last_scan_ns;
+	bool scanned;
+	struct ibc_export_stats st;
+};
+
+static void open_unlink(struct ibc_export *x, struct ent *e)
+{
+	if (e->oprev)
+		e->oprev->onext = e->onext;
+	else
+		x->ohead = e->onext;
+	if (e->onext)
+		e->onext->oprev = e->oprev;
+	else
+		x->otail = e->oprev;
+	e->oprev = e->onext = NULL;
+}
+
+static void ent_close(struct ibc_export *x, struct ent *e)
+{
+	if (e->fd < 0)
+		return;
+	open_unlink(x, e);
+	close(e->fd);
+	e->fd = -1;
+	e->gen_ok = false;
+	x->nopen--;
+}
+
+static void index_free(struct ibc_export *x)
+{
+	for (struct ent *e = x->all, *n; e; e = n) {
+		n = e->next;
+		ent_close(x, e);
+		free(e->path);
+		free(e);
+	}
+	x->all = NULL;
+	free(x->tab);
+	x->tab = NULL;
+	x->nbucket = 0;
+	x->st.files = 0;
+}
+
+struct scan {
+	struct ent *list;
+	uint64_t n;
+	char path[IBC_PATH_MAX];
+};
+
+static void walk(struct ibc_export *x, int dfd, size_t plen, int depth, struct scan *sc)
+{
+	DIR *d = fdopendir(dfd);
+	struct dirent *de;
+
+	if (!d) {
+		close(dfd);
+		return;
+	}
+	while ((de = readdir(d)) && sc->n < x->o.max_files) {
+		size_t nl = strlen(de->d_name);
+		unsigned char t = de->d_type;
+		struct stat st;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (plen + nl + 2 > sizeof(sc->path)) {
+			x->st.skipped++;
+			continue;
+		}
+		if (t == DT_UNKNOWN) {
+			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				continue;
+			t = S_ISREG(st.st_mode) ? DT_REG : S_ISDIR(st.st_mode) ? DT_DIR : DT_LNK;
+		}
+		if (t != DT_REG && t != DT_DIR) {
+			x->st.skipped++;	/* links, devices, sockets: never served */
+			continue;
+		}
+		if (plen)
+			sc->path[plen] = '/';
+		memcpy(sc->path + plen + (plen ? 1 : 0), de->d_name, nl + 1);
+		if (t == DT_DIR) {
+			int fd;
+
+			if (depth >= MAX_DEPTH) {
+				x->st.skipped++;
+				continue;
+			}
+			fd = openat(dirfd(d), de->d_name,
+				    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (fd >= 0)
+				walk(x, fd, plen + (plen ? 1 : 0) + nl, depth + 1, sc);
+		} else {
+			struct ent *e = calloc(1, sizeof(*e));
+
+			if (!e || !(e->path = strdup(sc->path))) {
+				free(e);
+				continue;
+			}
+			e->fd = -1;
+			e->ino = ibc_ino(e->path);
+			e->next = sc->list;
+			sc->list = e;
+			sc->n++;
+		}
+		sc->path[plen] = 0;
+	}
+	closedir(d);
+}
+
+/* Builds the index afresh: the files under the root now. */
+static int scan(struct ibc_export *x, uint64_t now_ns)
+{
+	struct scan *sc = calloc(1, sizeof(*sc));
+	size_t nb = 64;
+	struct ent **tab;
+	int fd;
+
+	if (!sc)
+		return -ENOMEM;
+	fd = openat(x->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		free(sc);
+		return -errno;
+	}
+	walk(x, fd, 0, 0, sc);
+	while (nb < 2 * sc->n)
+		nb *= 2;
+	tab = calloc(nb, sizeof(*tab));
+	if (!tab) {
+		for (struct ent *e = sc->list, *n; e; e = n) {
+			n = e->next;
+			free(e->path);
+			free(e);
+		}
+		free(sc);
+		return -ENOMEM;
+	}
+	index_free(x);
+	x->tab = tab;
+	x->nbucket = nb;
+	x->all = sc->list;
+	x->st.files = sc->n;
+	x->st.scans++;
+	for (struct ent *e = x->all; e; e = e->next) {
+		struct ent **b = &tab[e->ino & (nb - 1)];
+		bool dup = false;
+
+		for (struct ent *o = *b; o; o = o->hnext)
+			dup |= o->ino == e->ino;
+		if (dup) {
+			/* two paths, one 64-bit ino: neither may be served
+			 * as the other, so the later one is not indexed */
+			x->st.collisions++;
+			e->ino = 0;
+			continue;
+		}
+		e->hnext = *b;
+		*b = e;
+	}
+	x->last_scan_ns = now_ns;
+	x->scanned = true;
+	free(sc);
+	return 0;
+}
+
+static struct ent *lookup(struct ibc_export *x, uint64_t ino)
+{
+	if (!x->nbucket)
+		return NULL;
+	for (struct ent *e = x->tab[ino & (x->nbucket - 1)]; e; e = e->hnext)
+		if (e->ino == ino)
+			return e;
+	return NULL;
+}
+
+/* Opens a path under the root without following any symbolic link. */
+static int open_beneath(int rootfd, const char *path)
+{
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+					   RESOLVE_NO_MAGICLINKS };
+	char comp[256];
+	int fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof(how)), cur;
+	const char *p = path;
+
+	if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
+		return fd;
+	/* no openat2 (or a seccomp filter refusing it): component by component */
+	cur = dup(rootfd);
+	while (cur >= 0) {
+		const char *e = strchrnul(p, '/');
+		size_t n = (size_t)(e - p);
+		int next;
+
+		if (n >= sizeof(comp)) {
+			close(cur);
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		memcpy(comp, p, n);
+		comp[n] = 0;
+		next = openat(cur, comp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (*e ? O_DIRECTORY : 0));
+		close(cur);
+		if (!*e || next < 0)
+			return next;
+		cur = next;
+		p = e + 1;
+	}
+	return -1;
+}
+
+static int ent_open(struct ibc_export *x, struct ent *e, uint64_t now_ns)
+{
+	struct stat st;
+	int fd = open_beneath(x->rootfd, e->path);
+
+	if (fd < 0)
+		return -ENOENT;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -ENOENT;
+	}
+	while (x->nopen >= x->o.max_open && x->otail)
+		ent_close(x, x->otail);
+	e->fd = fd;
+	e->gen_ok = false;
+	e->checked_ns = now_ns;
+	e->onext = x->ohead;
+	if (x->ohead)
+		x->ohead->oprev = e;
+	x->ohead = e;
+	if (!x->otail)
+		x->otail = e;
+	x->nopen++;
+	x->st.opens++;
+	return 0;
+}
+
+/* An open entry whose gen is current: the path still names the open file,
+ * and the file is unchanged since its gen was computed. */
+static int ent_ready(struct ibc_export *x, struct ent *e, uint64_t now_ns)
+{
+	struct stat st;
+	bool xa;
+	int rc;
+
+	if (e->fd >= 0 && now_ns - e->checked_ns >= RECHECK_NS) {
+		/* replaced by a rename, or removed: the name is what is asked for */
+		if (fstatat(x->rootfd, e->path, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    st.st_ino != e->st.st_ino || st.st_dev != e->st.st_dev)
+			ent_close(x, e);
+		else
+			e->checked_ns = now_ns;
+	}
+	if (e->fd < 0 && (rc = ent_open(x, e, now_ns)))
+		return rc;
+	if (x->ohead != e) {
+		open_unlink(x, e);
+		e->onext = x->ohead;
+		x->ohead->oprev = e;
+		x->ohead = e;
+	}
+	if (fstat(e->fd, &st) < 0)
+		return -EIO;
+	/* size, mtime and ctime (an xattr change moves ctime) as they were */
+	if (e->gen_ok && st.st_size == e->st.st_size &&
+	    st.st_mtim.tv_sec == e->st.st_mtim.tv_sec &&
+	    st.st_mtim.tv_nsec == e->st.st_mtim.tv_nsec &&
+	    st.st_ctim.tv_sec == e->st.st_ctim.tv_sec && st.st_ctim.tv_nsec == e->st.st_ctim.tv_nsec)
+		return 0;
+	if ((rc = ibc_gen_fd(e->fd, &st, &e->gen, &xa)))
+		return rc == -EINVAL ? -ESTALE : -EIO;	/* a tag we cannot read matches nothing */
+	e->st = st;
+	e->gen_ok = true;
+	/* a file without holes (most are) needs no SEEK_HOLE per request */
+	e->solid = lseek(e->fd, 0, SEEK_HOLE) >= st.st_size;
+	return 0;
+}
+
+struct ibc_export *ibc_export_open(const char *root, const struct ibc_export_opts *o, char *err,
+				   size_t errlen)
+{
+	struct ibc_export *x = calloc(1, sizeof(*x));
+	struct stat st;
+	int rc;
+
+	if (!x || !(x->root = strdup(root))) {
+		free(x);
+		snprintf(err, errlen, "out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (o)
+		x->o = *o;
+	if (!x->o.max_open)
+		x->o.max_open = 256;
+	if (!x->o.max_files)
+		x->o.max_files = 1000000;
+	if (!x->o.rescan_ns)
+		x->o.rescan_ns = 1000000000ull;
+	x->rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (x->rootfd < 0 || fstat(x->rootfd, &st) < 0) {
+		rc = errno;
+		snprintf(err, errlen, "%s: %s", root, strerror(rc));
+		ibc_export_close(x);
+		errno = rc;
+		return NULL;
+	}
+	if ((rc = scan(x, 0))) {
+		snprintf(err, errlen, "%s: %s", root, strerror(-rc));
+		ibc_export_close(x);
+		errno = -rc;
+		return NULL;
+	}
+	x->scanned = false;	/* the first miss may rescan at once */
+	return x;
+}
+
+void ibc_export_close(struct ibc_export *x)
+{
+	if (!x)
+		return;
+	index_free(x);
+	if (x->rootfd >= 0)
+		close(x->rootfd);
+	free(x->root);
+	free(x);
+}
+
+const char *ibc_export_root(const struct ibc_export *x) { return x->root; }
+
+void ibc_export_get_stats(const struct ibc_export *x, struct ibc_export_stats *s)
+{
+	*s = x->st;
+}
+
+int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf, uint64_t now_ns)
+{
+	struct ent *e = lookup(x, q->obj.ino);
+	uint32_t total = 0;
+	int rc;
+
+	/* a file made after the last scan: look again, not too often */
+	if (!e && (!x->scanned || now_ns - x->last_scan_ns >= x->o.rescan_ns)) {
+		if (scan(x, now_ns) == 0)
+			e = lookup(x, q->obj.ino);
+	}
+	if (!e || !q->obj.ino)
+		return -ENOENT;
+	if ((rc = ent_ready(x, e, now_ns)))
+		return rc;
+	if (e->gen != q->obj.gen)
+		return -ESTALE;
+	/* the reply is a prefix: stop at the first page we lack (gfarm's
+	 * find_get_page loop in gfsk_ccib.c) */
+	for (uint32_t b = 0; b < q->npblk; b++) {
+		const struct gfcc_pblk *p = &q->pblk[b];
+		uint64_t size = (uint64_t)e->st.st_size, npg = (size + q->psize - 1) / q->psize;
+		int64_t held = e->solid && !x->o.resident_only
+			? (int64_t)(p->index >= npg ? 0 : npg - p->index < p->count ? npg - p->index
+											 : p->count)
+			: ibc_pages_held(e->fd, size, q->psize, p->index, p->count,
+					 x->o.resident_only);
+
+		if (held < 0)
+			return -EIO;
+		if (held && ibc_pages_read(e->fd, (uint64_t)e->st.st_size, q->psize, p->index,
+					   (uint64_t)held, buf + (size_t)total * q->psize))
+			return -EIO;
+		total += (uint32_t)held;
+		if ((uint64_t)held < p->count)
+			break;
+	}
+	return (int)total;
+}

@@ -1,0 +1,346 @@
+#!/usr/bin/env bats
+# ibcache-serve and ibcache-fetch over udp:// on loopback (and in network
+# namespaces with packet loss): byte-exact whatever mixes local copy,
+# peers and origin, and every kind of bad input answered in one line.
+# ud:// runs the same way in the VM: tests/vm/ibcache-ud.bats.
+
+bats_require_minimum_version 1.5.0
+load ibcache_helpers
+
+F=$IBCACHE_FETCH
+S=$IBCACHE_SERVE
+
+@test "usage: --help, and bad options in one line" {
+	run_tool 0 "$F" --help
+	[[ $output == *"--pages LIST"* ]]
+	run_tool 0 "$S" --help
+	[[ $output == *"--recv-depth N"* ]]
+	run_tool 2 "$F"
+	expect_stderr_line "ibcache-fetch: no FILE given"
+	run_tool 2 "$F" a b
+	expect_stderr_match "one FILE at a time"
+	run_tool 2 "$F" --bogus x
+	expect_stderr_match "invalid option '--bogus'"
+	run_tool 2 "$F" x --pages 1-3 --length 10
+	expect_stderr_match "not with --offset or --length"
+	run_tool 2 "$F" x --pages 5,3
+	expect_stderr_match "ascending"
+	run_tool 2 "$F" x --timeout 0
+	expect_stderr_match "^ibcache-fetch: --timeout: '0'"
+	run_tool 2 "$F" -p tcp://127.0.0.1:1 x
+	expect_stderr_match "a peer is udp://"
+	run_tool 2 "$F" -p udp://127.0.0.1 x --length 5
+	expect_stderr_line "ibcache-fetch: peers need the generation of x: give --origin, --local or --gen"
+	run_tool 2 "$S"
+	expect_stderr_line "ibcache-serve: no export given (-e ROOT)"
+	run_tool 2 "$S" -e "$EXP" -l tcp://127.0.0.1:0
+	expect_stderr_match "listen on udp://HOST:PORT or ud://HOST:PORT"
+	run_tool 2 "$S" -e "$EXP" --recv-depth 3
+	expect_stderr_match "^ibcache-serve: --recv-depth: '3' too small"
+	run_tool 2 "$S" frobnicate
+	expect_stderr_match "'frobnicate' is not a command"
+	run_tool 1 "$S" -e /nonexistent/dir -l udp://127.0.0.1:0
+	expect_stderr_line "ibcache-serve: -e /nonexistent/dir: No such file or directory"
+	run_tool 1 "$S" status --ctl "$BATS_TEST_TMPDIR/none.sock"
+	expect_stderr_match "^ibcache-serve: status: no running server"
+}
+
+@test "byte-exact fetches across sizes and offsets, all from the peer" {
+	for size in 0 1 4095 4096 4097 1048699 3145728; do
+		mkdata "f$size" "$size"
+	done
+	start_serve udp://127.0.0.1:0
+	for size in 0 1 4095 4096 4097 1048699 3145728; do
+		fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/f$size" "f$size"
+		same "$BATS_TEST_TMPDIR/o" "$ORG/f$size"
+		[ "$(stat_of origin_pages)" -eq 0 ] || die "size $size: origin pages $(stat_of origin_pages)"
+		[ "$(stat_of peer_pages)" -eq $(( (size + 4095) / 4096 )) ]
+		[ "$(stat_of bytes)" -eq "$size" ]
+	done
+	for ol in "0 1" "1 1" "4095 2" "4096 4096" "100 300000" "1048000 1000" "3000000 1000000" \
+		"3145727 5" "9999999 10"; do
+		set -- $ol
+		fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/f3145728" f3145728 \
+			--offset "$1" --length "$2"
+		slice "$ORG/f3145728" "$1" "$2" >"$BATS_TEST_TMPDIR/want"
+		same "$BATS_TEST_TMPDIR/o" "$BATS_TEST_TMPDIR/want"
+	done
+	# sizes with suffixes, and the default length: to the end
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/f3145728" f3145728 --offset 2M
+	slice "$ORG/f3145728" 2097152 10000000 >"$BATS_TEST_TMPDIR/want"
+	same "$BATS_TEST_TMPDIR/o" "$BATS_TEST_TMPDIR/want"
+	[ "$(srv_status stale)" -eq 0 ]
+	[ "$(srv_status requests)" -gt 0 ]
+}
+
+@test "--pages: whole pages in list order, the last one ends with the file" {
+	mkdata d/p 41000	# 10 pages and 40 bytes
+	start_serve udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/d/p" d/p --pages 0-1,4,10
+	{ slice "$ORG/d/p" 0 8192; slice "$ORG/d/p" 16384 4096; slice "$ORG/d/p" 40960 40; } \
+		>"$BATS_TEST_TMPDIR/want"
+	same "$BATS_TEST_TMPDIR/o" "$BATS_TEST_TMPDIR/want"
+	run_tool 2 "$F" -p "${URIS[0]}" --origin "$ORG/d/p" d/p --pages 11
+	expect_stderr_match "page 11 is past the end of d/p \(41000 bytes, 11 pages\)"
+	# ./d//p is d/p
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/d/p" ./d//p --pages 3
+	slice "$ORG/d/p" 12288 4096 >"$BATS_TEST_TMPDIR/want"
+	same "$BATS_TEST_TMPDIR/o" "$BATS_TEST_TMPDIR/want"
+	[ "$(stat_of peer_pages)" -eq 1 ]
+}
+
+@test "pages the peer lacks come from the origin, only those" {
+	head -c 409600 /dev/urandom >"$ORG/s"	# 100 pages
+	# the cache holds pages 0-2, 4-9, 13-49, 51-98: holes at 3, 10-12, 50, 99
+	sparse_copy "$ORG/s" "$EXP/s" 0-2 4-9 13-49 51-98
+	start_serve udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/s" s
+	same "$BATS_TEST_TMPDIR/o" "$ORG/s"
+	[ "$(stat_of origin_pages)" -eq 6 ] || die "origin pages: $(stat_of origin_pages)"
+	[ "$(stat_of peer_pages)" -eq 94 ]
+	[ "$(stat_of short_replies)" -ge 1 ]
+	[ -z "$stderr" ] || die "unexpected notes: $stderr"
+	[ "$(srv_status short_replies)" -ge 1 ]
+	# without an origin those pages are nowhere: say which
+	run_tool 1 "$F" -p "${URIS[0]}" --gen "$(stat_of gen)" s --length 409600
+	expect_stderr_line "ibcache-fetch: page 3 of s: in no peer's cache, and no --origin given"
+}
+
+@test "two peers: each block from its rendezvous home, the other peer next, then the origin" {
+	head -c 1048576 /dev/urandom >"$ORG/r"	# 256 pages
+	sparse_copy "$ORG/r" "$BATS_TEST_TMPDIR/e1/r" 0-127 200-255
+	sparse_copy "$ORG/r" "$BATS_TEST_TMPDIR/e2/r" 64-199
+	start_serve -e "$BATS_TEST_TMPDIR/e1" udp://127.0.0.1:0
+	local p1=${URIS[0]} c1=$SRV_CTL
+	start_serve -e "$BATS_TEST_TMPDIR/e2" udp://127.0.0.1:0
+	local p2=${URIS[0]} c2=$SRV_CTL
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "$p1" -p "$p2" --origin "$ORG/r" r --block 16k
+	same "$BATS_TEST_TMPDIR/o" "$ORG/r"
+	# every page is in one cache or the other
+	[ "$(stat_of origin_pages)" -eq 0 ]
+	[ "$(stat_of peer_pages)" -eq 256 ]
+	# both were home to some blocks
+	[ "$(srv_status pages_sent "$c1")" -gt 0 ] && [ "$(srv_status pages_sent "$c2")" -gt 0 ]
+	# peer 2 gone stale: its blocks go to peer 1, and what peer 1 lacks
+	# (128-199) to the origin
+	touch "$BATS_TEST_TMPDIR/e2/r"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "$p1" -p "$p2" --origin "$ORG/r" r --block 16k
+	same "$BATS_TEST_TMPDIR/o" "$ORG/r"
+	[ "$(stat_of origin_pages)" -eq 72 ]
+	[ "$(stat_of peer_pages)" -eq 184 ]
+	expect_stderr_line "ibcache-fetch: $p2: its copy of r is another generation (stale); its pages come from the next source"
+}
+
+@test "the local copy first, then the peer" {
+	head -c 200000 /dev/urandom >"$ORG/l"	# 49 pages
+	sparse_copy "$ORG/l" "$BATS_TEST_TMPDIR/local" 0-9 20-48
+	cp -p "$ORG/l" "$EXP/l"
+	start_serve udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/l" --local "$BATS_TEST_TMPDIR/local" l
+	same "$BATS_TEST_TMPDIR/o" "$ORG/l"
+	[ "$(stat_of local_pages)" -eq 39 ]
+	[ "$(stat_of peer_pages)" -eq 10 ]
+	[ "$(stat_of origin_pages)" -eq 0 ]
+	# a local copy of another generation is not used
+	touch -d '2001-01-01' "$BATS_TEST_TMPDIR/local"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/l" --local "$BATS_TEST_TMPDIR/local" l
+	same "$BATS_TEST_TMPDIR/o" "$ORG/l"
+	[ "$(stat_of local_pages)" -eq 0 ]
+	expect_stderr_line "ibcache-fetch: --local $BATS_TEST_TMPDIR/local: another generation than the origin's; not used"
+	# no peers, no origin: the local copy alone, its size and generation
+	cp -p "$ORG/l" "$BATS_TEST_TMPDIR/full"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 --local "$BATS_TEST_TMPDIR/full" l
+	same "$BATS_TEST_TMPDIR/o" "$ORG/l"
+}
+
+@test "stale generation: never stale data, the origin instead; user.ibcache.gen tags match" {
+	mkdata g 100000
+	start_serve udp://127.0.0.1:0
+	# the cached copy changed after the origin's was taken
+	printf 'X' | dd of="$EXP/g" bs=1 seek=5000 conv=notrunc 2>/dev/null
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/g" g
+	same "$BATS_TEST_TMPDIR/o" "$ORG/g"
+	[ "$(stat_of peer_pages)" -eq 0 ]
+	[ "$(stat_of origin_pages)" -eq 25 ]
+	expect_stderr_line "ibcache-fetch: ${URIS[0]}: its copy of g is another generation (stale); its pages come from the next source"
+	[ "$(srv_status stale)" -ge 1 ]
+	# --gen asks for a generation directly
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -q -p "${URIS[0]}" --origin "$ORG/g" --gen 12345 g
+	same "$BATS_TEST_TMPDIR/o" "$ORG/g"
+	[ "$(stat_of peer_pages)" -eq 0 ]
+	[ -z "$stderr" ]
+	# the same tag on both copies: the same generation, whatever the mtimes
+	cp "$ORG/g" "$EXP/g"
+	python3 -c 'import os,sys
+for p in sys.argv[1:]: os.setxattr(p, "user.ibcache.gen", b"41")' "$ORG/g" "$EXP/g" ||
+		skip "no user xattrs on this file system"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/g" g
+	same "$BATS_TEST_TMPDIR/o" "$ORG/g"
+	[ "$(stat_of gen)" -eq 41 ]
+	[ "$(stat_of peer_pages)" -eq 25 ]
+}
+
+@test "peer down or silent: one line, the data from the origin" {
+	mkdata d 50000
+	local closed
+	closed=$(closed_udp_port)
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "udp://127.0.0.1:$closed" --origin "$ORG/d" d
+	same "$BATS_TEST_TMPDIR/o" "$ORG/d"
+	expect_stderr_line "ibcache-fetch: udp://127.0.0.1:$closed: nothing listens there; its pages come from the next source"
+	[ "$(stat_of refused)" -eq 1 ]
+	# stopped: takes the datagrams, answers nothing
+	start_serve udp://127.0.0.1:0
+	kill -STOP "$SRV_PID"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/d" d --timeout 100
+	kill -CONT "$SRV_PID"
+	same "$BATS_TEST_TMPDIR/o" "$ORG/d"
+	expect_stderr_line "ibcache-fetch: ${URIS[0]}: no answer within 100 ms; its pages come from the next source"
+	[ "$(stat_of reaped)" -ge 1 ]
+	[ "$(stat_of origin_pages)" -eq 13 ]
+	# and it serves again once it runs
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/d" d
+	same "$BATS_TEST_TMPDIR/o" "$ORG/d"
+	[ "$(stat_of peer_pages)" -eq 13 ]
+	# a -q fetch says nothing
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -q -p "udp://127.0.0.1:$closed" --origin "$ORG/d" d
+	[ -z "$stderr" ]
+}
+
+@test "export confinement: no '..', no absolute paths, no symbolic links out" {
+	echo "outside" >"$BATS_TEST_TMPDIR/secret"
+	ln -s "$BATS_TEST_TMPDIR/secret" "$EXP/link"
+	mkdir -p "$EXP/sub"
+	ln -s .. "$EXP/sub/up"
+	mkdata ok 5000
+	start_serve udp://127.0.0.1:0
+	run_tool 2 "$F" -p "${URIS[0]}" --gen 1 ../secret --length 7
+	expect_stderr_line "ibcache-fetch: ../secret: '..' would leave the export"
+	run_tool 2 "$F" -p "${URIS[0]}" --gen 1 sub/../../secret --length 7
+	expect_stderr_match "'..' would leave the export"
+	run_tool 2 "$F" -p "${URIS[0]}" --gen 1 /etc/passwd --length 7
+	expect_stderr_line "ibcache-fetch: /etc/passwd: must be relative to the export (no leading '/')"
+	# a link out of the export is not served, whatever the generation
+	cp -p "$BATS_TEST_TMPDIR/secret" "$ORG/link"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/link" link
+	[ "$(stat_of peer_pages)" -eq 0 ]
+	[ "$(stat_of origin_pages)" -eq 1 ]
+	run_tool 1 "$F" -p "${URIS[0]}" --gen 1 sub/up/ok --length 10
+	expect_stderr_line "ibcache-fetch: page 0 of sub/up/ok: in no peer's cache, and no --origin given"
+	[ "$(srv_status not_found)" -ge 2 ]
+	[ "$(srv_status skipped)" -ge 2 ]
+}
+
+@test "stats and status: every counter, in text, yaml and json" {
+	mkdata st 300000
+	start_serve udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/st" st
+	for k in requests pages_requested pages_sent pages_received short_replies reaped retries \
+		origin_pages peer_pages local_pages credits rtt_ns ino gen; do
+		python3 -c 'import json,sys; json.loads(sys.argv[1])[sys.argv[2]]' "$STATS" "$k" ||
+			die "no $k in --stats"
+	done
+	[ "$(stat_of pages_received)" -eq 74 ] && [ "$(stat_of pages_sent)" -eq 74 ]
+	run_tool 0 "$S" status --ctl "$SRV_CTL"
+	[[ $output == *"requests "* && $output == *"pages_sent "* && $output == *"${URIS[0]}"* ]]
+	run_tool 0 "$S" status --ctl "$SRV_CTL" -o yaml
+	python3 -c 'import yaml,sys; d=yaml.safe_load(sys.argv[1]); assert d["pages_sent"]==74, d' "$output" 2>/dev/null ||
+		[[ $output == *"pages_sent: 74"* ]]
+	run_tool 0 "$S" status --ctl "$SRV_CTL" -o json
+	[ "$(json_val "$output" replies)" -ge 1 ]
+	[ "$(json_val "$output" listeners.0.uri)" = "${URIS[0]}" ]
+	run_tool 2 "$S" status --ctl "$SRV_CTL" -o xml
+	expect_stderr_match "-o: 'xml' is not text, yaml or json"
+	# text --stats on stderr, data alone on stdout
+	"$F" -p "${URIS[0]}" --origin "$ORG/st" st --stats >"$BATS_TEST_TMPDIR/o" 2>"$BATS_TEST_TMPDIR/e"
+	same "$BATS_TEST_TMPDIR/o" "$ORG/st"
+	grep -q '^peer_pages  *74$' "$BATS_TEST_TMPDIR/e"
+}
+
+json_val() {
+	python3 -c 'import json,sys
+v=json.loads(sys.argv[1])
+for k in sys.argv[2].split("."): v=v[int(k)] if isinstance(v,list) else v[k]
+print(v)' "$1" "$2"
+}
+
+@test "bad datagrams: counted, and the server keeps serving" {
+	mkdata b 20000
+	start_serve udp://127.0.0.1:0
+	local port=${URIS[0]##*:}
+	# junk; a truncated request; a request with 200 blocks; an unknown
+	# extension version; a control message for no request; not gfcc
+	local req
+	req=$(python3 -c 'import struct
+h = b"gfcc1\0\0\0" + struct.pack("<QQQqqIIIIii", 1, 2, 3, 0, 4096, 77, 0, 2, 4096, 1, 200)
+print(h.hex())')
+	send_udp "$port" 00 "6766636331000000" "$req" \
+		"$(python3 -c 'import struct
+h = b"gfcc1\0\0\0" + struct.pack("<QQQqqIIIIii", 1, 2, 3, 0, 4096, 77, 0, 2, 4096, 1, 1) + struct.pack("<QQ", 0, 1) + b"gfcx\x07\0" + b"\0" * 10
+print(h.hex())')" \
+		"$(python3 -c 'import struct; print((b"gfcx1\0\0\0" + struct.pack("<QIIBBHHH", 9, 5, 10, 1, 0, 0, 0, 0)).hex())')" \
+		"$(head -c 3000 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+	sleep 0.2
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/b" b
+	same "$BATS_TEST_TMPDIR/o" "$ORG/b"
+	[ "$(stat_of peer_pages)" -eq 5 ]
+	[ "$(srv_status bad_requests)" -ge 2 ]
+	[ "$(srv_status foreign)" -ge 2 ]
+	[ "$(srv_status unknown_ctl)" -ge 1 ]
+	kill -0 "$SRV_PID"
+}
+
+@test "a YAML directory of exports, prefixes, origins and peers" {
+	mkdata data/x 70000
+	start_serve udp://127.0.0.1:0
+	cat >"$BATS_TEST_TMPDIR/peers.yaml" <<-EOF
+	block: 16k
+	exports:
+	  - prefix: data
+	    origin: $ORG/data
+	    peers: [${URIS[0]}]
+	  - prefix: /
+	    peers: [udp://127.0.0.1:$(closed_udp_port)]
+	EOF
+	# the origin comes from the directory: data/x is $ORG/data/x
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 --peers "$BATS_TEST_TMPDIR/peers.yaml" data/x
+	same "$BATS_TEST_TMPDIR/o" "$ORG/data/x"
+	[ "$(stat_of peer_pages)" -eq 18 ]
+	[ -z "$stderr" ]
+	printf 'exports:\n  - prefix: a\n    peers: udp://h\n' >"$BATS_TEST_TMPDIR/bad.yaml"
+	run_tool 2 "$F" --peers "$BATS_TEST_TMPDIR/bad.yaml" x --length 1
+	expect_stderr_match "bad.yaml: line 3: peers: a list of URIs"
+	run_tool 1 "$F" --peers "$BATS_TEST_TMPDIR/none.yaml" x --length 1
+	expect_stderr_match "none.yaml: No such file or directory"
+}
+
+@test "--repeat measures; a one-page fetch is one datagram each way" {
+	mkdata one 4096
+	start_serve udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/one" one --pages 0 --repeat 50
+	python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["fetch_ns"]["count"]==50, d' "$STATS"
+	[ "$(stat_of requests)" -eq 50 ]
+	[ "$(stat_of credits)" -eq 0 ]
+	[ "$(srv_status fins)" -eq 0 ]	# nothing kept for one datagram: no FIN
+	[ "$(srv_status states)" -eq 0 ]
+}
+
+@test "5% packet loss between two hosts (network namespaces): byte-exact, nothing from the origin" {
+	load netns
+	netns_available || skip "network namespaces need root and iproute2 ($(id -un), $(command -v ip || echo no ip))"
+	command -v nft >/dev/null || skip "nft is not installed (scripts/install-deps)"
+	netns_setup 1
+	netns_drop 5
+	mkdata big 8388608
+	local srv
+	srv=$(netns_addr 0 2)
+	SRV_PREFIX="ip netns exec $NS_SRV" start_serve "udp://$srv:0"
+	# the fetch runs in the client's namespace: the loss is on the way
+	netns_cli "$F" -p "${URIS[0]}" --origin "$ORG/big" big --timeout 2000 --stats -o json \
+		>"$BATS_TEST_TMPDIR/o" 2>"$BATS_TEST_TMPDIR/e" || { cat "$BATS_TEST_TMPDIR/e"; die "fetch failed"; }
+	STATS=$(sed -n '/^{/,$p' "$BATS_TEST_TMPDIR/e")
+	same "$BATS_TEST_TMPDIR/o" "$ORG/big"
+	[ "$(stat_of origin_pages)" -eq 0 ] || die "origin pages under loss: $(stat_of origin_pages)"
+	[ "$(stat_of peer_pages)" -eq 2048 ]
+	# the loss was there, and was repaired
+	[ "$(stat_of segments_asked)" -gt 0 ] || die "no repair under loss: $STATS"
+}

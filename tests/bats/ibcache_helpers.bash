@@ -1,0 +1,155 @@
+# Helpers for the ibcache bats tests (same style as xprobe_helpers.bash):
+# every wait is bounded, teardown kills what a test started.
+#
+# Point the tests at another build with IBCACHE_SERVE=build-san/ibcache-serve
+# IBCACHE_FETCH=build-san/ibcache-fetch.
+
+IBCACHE_SERVE=${IBCACHE_SERVE:-$BATS_TEST_DIRNAME/../../build/ibcache-serve}
+IBCACHE_FETCH=${IBCACHE_FETCH:-$BATS_TEST_DIRNAME/../../build/ibcache-fetch}
+case $IBCACHE_SERVE in /*) ;; *) IBCACHE_SERVE=$PWD/$IBCACHE_SERVE ;; esac
+case $IBCACHE_FETCH in /*) ;; *) IBCACHE_FETCH=$PWD/$IBCACHE_FETCH ;; esac
+
+BG_PIDS=()
+
+# shellcheck source=common.bash
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
+
+setup() {
+	[ -x "$IBCACHE_SERVE" ] || die "$IBCACHE_SERVE is not built (run make)"
+	[ -x "$IBCACHE_FETCH" ] || die "$IBCACHE_FETCH is not built (run make)"
+	BG_PIDS=()
+	EXP=$BATS_TEST_TMPDIR/export	# what the peer serves
+	ORG=$BATS_TEST_TMPDIR/origin	# the origin's copies
+	mkdir -p "$EXP" "$ORG"
+	SRV_N=0
+}
+
+teardown() {
+	local pid
+	for pid in "${BG_PIDS[@]}"; do
+		kill -KILL "$pid" 2>/dev/null || true
+	done
+	[ "$(type -t netns_teardown)" = function ] && netns_teardown
+	return 0
+}
+
+# mkdata NAME BYTES: random contents at $ORG/NAME, and the same bytes with
+# the same mtime at $EXP/NAME (so the same generation).
+mkdata() {
+	mkdir -p "$(dirname "$ORG/$1")" "$(dirname "$EXP/$1")"
+	head -c "$2" /dev/urandom >"$ORG/$1"
+	cp -p "$ORG/$1" "$EXP/$1"
+}
+
+# sparse_copy SRC DST PAGE...: DST has SRC's size and mtime, and only the
+# listed pages' bytes (4 KiB pages; "N-M" ranges allowed): the others are
+# holes, pages a cache does not have.
+sparse_copy() {
+	local src=$1 dst=$2
+	shift 2
+	mkdir -p "$(dirname "$dst")"
+	python3 - "$src" "$dst" "$@" <<-'EOF'
+	import os, sys
+	src, dst, spec = sys.argv[1], sys.argv[2], sys.argv[3:]
+	size = os.path.getsize(src)
+	pages = set()
+	for s in spec:
+	    a, _, b = s.partition("-")
+	    pages.update(range(int(a), int(b or a) + 1))
+	with open(src, "rb") as f, open(dst, "wb") as g:
+	    g.truncate(size)
+	    for p in sorted(pages):
+	        f.seek(p * 4096); g.seek(p * 4096); g.write(f.read(4096))
+	st = os.stat(src)
+	os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+	EOF
+}
+
+# slice FILE OFFSET LENGTH: those bytes of FILE on stdout.
+slice() {
+	python3 -c 'import sys
+f = open(sys.argv[1], "rb"); f.seek(int(sys.argv[2]))
+sys.stdout.buffer.write(f.read(int(sys.argv[3])))' "$1" "$2" "$3"
+}
+
+# start_serve [OPTION...] URI...: ibcache-serve in the background on the
+# export $EXP (unless -e is given), waiting for one "listening" line per
+# URI.  Sets SRV_PID, SRV_CTL (its control socket), SRV_ERR and URIS.
+start_serve() {
+	local n=0 a exp=(-e "$EXP")
+	for a in "$@"; do
+		[[ $a == *://* ]] && n=$((n + 1))
+		[[ $a == -e ]] && exp=()
+	done
+	SRV_N=$((SRV_N + 1))
+	SRV_CTL=$BATS_TEST_TMPDIR/ctl.$SRV_N.sock
+	SRV_OUT=$BATS_TEST_TMPDIR/serve.$SRV_N.out
+	SRV_ERR=$BATS_TEST_TMPDIR/serve.$SRV_N.err
+	local l=()
+	for a in "$@"; do
+		if [[ $a == *://* ]]; then l+=(-l "$a"); else l+=("$a"); fi
+	done
+	${SRV_PREFIX:-} "$IBCACHE_SERVE" "${exp[@]}" --ctl "$SRV_CTL" "${l[@]}" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
+	SRV_PID=$!
+	BG_PIDS+=("$SRV_PID")
+	disown "$SRV_PID" 2>/dev/null	# no "Killed" notice when teardown kills it
+	for _ in $(seq 1 200); do
+		[ "$(grep -c '^listening ' "$SRV_OUT" 2>/dev/null)" -ge "$n" ] && break
+		kill -0 "$SRV_PID" 2>/dev/null || { cat "$SRV_ERR" >&2; die "ibcache-serve died"; return 1; }
+		sleep 0.05
+	done
+	[ "$(grep -c '^listening ' "$SRV_OUT")" -ge "$n" ] || die "ibcache-serve did not start: $(cat "$SRV_ERR")"
+	mapfile -t URIS < <(sed -n 's/^listening //p' "$SRV_OUT")
+}
+
+# run_tool EXPECTED_RC PROG ARGS...: for usage and error cases (60 s).
+run_tool() {
+	run_limited 60 "$(basename "$2")" "$1" "${@:2}"
+}
+
+# fetch_to FILE EXPECTED_RC ARGS...: the bytes to FILE, --stats JSON in
+# $STATS, notes in $stderr.
+fetch_to() {
+	local out=$1 rc
+	shift
+	timeout 120 "$IBCACHE_FETCH" "${@:2}" --stats -o json >"$out" 2>"$BATS_TEST_TMPDIR/fetch.err"
+	rc=$?
+	STATS=$(sed -n '/^{/,$p' "$BATS_TEST_TMPDIR/fetch.err")
+	stderr=$(sed '/^{/,$d' "$BATS_TEST_TMPDIR/fetch.err")
+	if [ "$rc" -ne "$1" ]; then
+		status=$rc output=""
+		show_run "ibcache-fetch ${*:2}" "$1"
+		return 1
+	fi
+}
+
+# stat_of KEY: a number from $STATS.
+stat_of() {
+	python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$STATS" "$1"
+}
+
+# srv_status KEY [CTL]: a number from ibcache-serve status -o json.
+srv_status() {
+	"$IBCACHE_SERVE" status --ctl "${2:-$SRV_CTL}" -o json |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
+}
+
+# same A B: byte-identical, or say where they differ.
+same() {
+	cmp "$1" "$2" || die "$1 and $2 differ"
+}
+
+# closed_udp_port: a UDP port nothing listens on (bound then released).
+closed_udp_port() {
+	python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# send_udp PORT HEXBYTES...: raw datagrams to 127.0.0.1:PORT.
+send_udp() {
+	python3 - "$@" <<-'EOF'
+	import socket, sys
+	s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+	for h in sys.argv[2:]:
+	    s.sendto(bytes.fromhex(h), ("127.0.0.1", int(sys.argv[1])))
+	EOF
+}

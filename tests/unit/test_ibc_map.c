@@ -1,0 +1,361 @@
+/* FILE -> (ino, gen), the pages a sparse copy holds, and the responder's
+ * export: prefix replies, ESTALE, confinement (no '..', no symbolic link
+ * followed, nothing outside the root served), new and replaced files. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "ibcache/ibc_map.h"
+
+#define PS 4096u
+
+static char root[256], outside[256];
+
+static void mkfile(const char *rel, size_t size, uint8_t seed)
+{
+	char p[512];
+	uint8_t *b = malloc(size ? size : 1);
+	int fd;
+
+	for (size_t i = 0; i < size; i++)
+		b[i] = (uint8_t)(seed + i * 7 + (i >> 12));
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, b, size), (ssize_t)size);
+	close(fd);
+	free(b);
+}
+
+/* Punches page-sized holes: pages listed become holes. */
+static void punch(const char *rel, const uint64_t *pages, int n)
+{
+	char p[512];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	fd = open(p, O_RDWR);
+	assert_true(fd >= 0);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+					   (off_t)(pages[i] * PS), PS), 0);
+	close(fd);
+}
+
+static int setup(void **s)
+{
+	char p[512];
+
+	snprintf(root, sizeof(root), "/tmp/test_ibc_map.XXXXXX");
+	snprintf(outside, sizeof(outside), "/tmp/test_ibc_out.XXXXXX");
+	assert_non_null(mkdtemp(root));
+	assert_non_null(mkdtemp(outside));
+	snprintf(p, sizeof(p), "%s/d", root);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/d/e", root);
+	mkdir(p, 0755);
+	return 0;
+}
+
+static int teardown(void **s)
+{
+	char cmd[600];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", root, outside);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_norm(void **s)
+{
+	char out[64], err[256];
+
+	assert_int_equal(ibc_path_norm("a/b/c", out, sizeof(out), err, sizeof(err)), 0);
+	assert_string_equal(out, "a/b/c");
+	assert_int_equal(ibc_path_norm("./a//b/./c/", out, sizeof(out), err, sizeof(err)), 0);
+	assert_string_equal(out, "a/b/c");
+	assert_int_equal(ibc_path_norm("a/../b", out, sizeof(out), err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "'..' would leave the export"));
+	assert_int_equal(ibc_path_norm("..", out, sizeof(out), err, sizeof(err)), -EINVAL);
+	assert_int_equal(ibc_path_norm("/etc/passwd", out, sizeof(out), err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "relative to the export"));
+	assert_int_equal(ibc_path_norm("", out, sizeof(out), err, sizeof(err)), -EINVAL);
+	assert_int_equal(ibc_path_norm("./.", out, sizeof(out), err, sizeof(err)), -EINVAL);
+	/* "..." and "..x" are names, not the parent */
+	assert_int_equal(ibc_path_norm(".../..x", out, sizeof(out), err, sizeof(err)), 0);
+	assert_string_equal(out, ".../..x");
+	assert_int_equal(ibc_path_norm("aaaaaaaaaa/bbbbbbbbbb", out, 12, err, sizeof(err)),
+			 -ENAMETOOLONG);
+}
+
+static void test_ino_gen(void **s)
+{
+	uint64_t g;
+
+	/* FNV-1a 64: the documented rule, pinned so both ends agree forever */
+	assert_true(ibc_ino("") == 0xcbf29ce484222325ull);
+	assert_true(ibc_ino("a") == 0xaf63dc4c8601ec8cull);
+	assert_true(ibc_ino("a/b") != ibc_ino("b/a"));
+	assert_true(ibc_gen_hash(4096, 1) != ibc_gen_hash(4096, 2));
+	assert_true(ibc_gen_hash(4096, 1) != ibc_gen_hash(4097, 1));
+	assert_true(ibc_gen_hash(0, 0) != 0);
+	assert_int_equal(ibc_gen_parse("42", 2, &g), 0);
+	assert_true(g == 42);
+	assert_int_equal(ibc_gen_parse("42\n", 3, &g), 0);
+	assert_int_equal(ibc_gen_parse("18446744073709551615", 20, &g), 0);
+	assert_true(g == UINT64_MAX);
+	assert_int_equal(ibc_gen_parse("18446744073709551616", 20, &g), -EINVAL);
+	assert_int_equal(ibc_gen_parse("-1", 2, &g), -EINVAL);
+	assert_int_equal(ibc_gen_parse("", 0, &g), -EINVAL);
+	assert_int_equal(ibc_gen_parse("4x", 2, &g), -EINVAL);
+}
+
+static int open_rel(const char *rel)
+{
+	char p[512];
+
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	return open(p, O_RDONLY);
+}
+
+static void test_gen_fd(void **s)
+{
+	struct stat st;
+	uint64_t g, g2;
+	bool xa;
+	int fd;
+
+	mkfile("g", 10000, 1);
+	fd = open_rel("g");
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(ibc_gen_fd(fd, &st, &g, &xa), 0);
+	assert_false(xa);
+	assert_true(g == ibc_gen_hash(10000, (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
+					       (uint64_t)st.st_mtim.tv_nsec));
+	if (fsetxattr(fd, IBC_GEN_XATTR, "77", 2, 0) < 0) {
+		close(fd);
+		skip();		/* no user xattrs on this file system */
+	}
+	assert_int_equal(ibc_gen_fd(fd, &st, &g2, &xa), 0);
+	assert_true(xa);
+	assert_true(g2 == 77);
+	assert_int_equal(fsetxattr(fd, IBC_GEN_XATTR, "nope", 4, 0), 0);
+	assert_int_equal(ibc_gen_fd(fd, &st, &g2, &xa), -EINVAL);
+	close(fd);
+}
+
+static void test_held(void **s)
+{
+	static const uint64_t holes[] = { 3, 7, 8 };
+	int fd;
+
+	/* 10 pages and a half; holes at 3, 7, 8 */
+	mkfile("sparse", 10 * PS + 100, 5);
+	punch("sparse", holes, 3);
+	fd = open_rel("sparse");
+	{
+		/* a file system without holes at page grain: nothing to check */
+		off_t h = lseek(fd, 0, SEEK_HOLE);
+
+		if (h != 3 * PS) {
+			close(fd);
+			skip();
+		}
+	}
+	assert_int_equal(ibc_pages_held(fd, 10 * PS + 100, PS, 0, 10, false), 3);
+	assert_int_equal(ibc_pages_held(fd, 10 * PS + 100, PS, 3, 4, false), 0);
+	assert_int_equal(ibc_pages_held(fd, 10 * PS + 100, PS, 4, 10, false), 3);
+	/* the last page is partial: held, and nothing past the end */
+	assert_int_equal(ibc_pages_held(fd, 10 * PS + 100, PS, 9, 5, false), 2);
+	assert_int_equal(ibc_pages_held(fd, 10 * PS + 100, PS, 11, 1, false), 0);
+	assert_int_equal(ibc_pages_held(fd, 10 * PS + 100, PS, UINT64_MAX / PS, 1, false), 0);
+	/* 512-byte pages inside a 4 KiB hole are all missing */
+	assert_int_equal(ibc_pages_held(fd, 10 * PS + 100, 512, 8, 30, false), 16);
+	close(fd);
+}
+
+/* resident_only: what is in the page cache, nothing else (a clean file
+ * dropped with POSIX_FADV_DONTNEED is not, its data notwithstanding). */
+static void test_resident(void **s)
+{
+	int fd;
+
+	mkfile("res", 8 * PS, 4);
+	fd = open_rel("res");
+	assert_int_equal(fsync(fd), 0);
+	{
+		uint8_t b[PS];
+
+		for (int i = 0; i < 8; i++)
+			assert_int_equal(pread(fd, b, PS, (off_t)i * PS), PS);
+	}
+	assert_int_equal(ibc_pages_held(fd, 8 * PS, PS, 0, 8, true), 8);
+	/* the whole file: a large folio is dropped only whole */
+	assert_int_equal(posix_fadvise(fd, 0, 8 * PS, POSIX_FADV_DONTNEED), 0);
+	{
+		int64_t n = ibc_pages_held(fd, 8 * PS, PS, 0, 8, true);
+
+		/* a file system that keeps them anyway: nothing to check */
+		if (n == 8) {
+			close(fd);
+			skip();
+		}
+		assert_int_equal(n, 0);
+	}
+	/* without the option the data is what counts */
+	assert_int_equal(ibc_pages_held(fd, 8 * PS, PS, 0, 8, false), 8);
+	close(fd);
+}
+
+static void test_read_zero_tail(void **s)
+{
+	uint8_t buf[2 * PS];
+	int fd;
+
+	mkfile("tail", PS + 10, 9);
+	fd = open_rel("tail");
+	memset(buf, 0xee, sizeof(buf));
+	assert_int_equal(ibc_pages_read(fd, PS + 10, PS, 1, 1, buf), 0);
+	assert_int_equal(buf[0], (uint8_t)(9 + PS * 7 + 1));
+	for (size_t i = 10; i < PS; i++)
+		assert_int_equal(buf[i], 0);
+	close(fd);
+}
+
+static struct gfcc_req req_for(const char *rel, uint64_t gen, uint64_t first, uint32_t n)
+{
+	struct gfcc_req q = { .cmd = GFCC_CMD_READ_REQ, .psize = PS, .qkey = 5, .id = 1 };
+
+	q.obj.ino = ibc_ino(rel);
+	q.obj.gen = gen;
+	q.npblk = 1;
+	q.npage = n;
+	q.pblk[0] = (struct gfcc_pblk){ first, n };
+	return q;
+}
+
+static uint64_t gen_of(const char *rel)
+{
+	struct stat st;
+	uint64_t g;
+	bool xa;
+	int fd = open_rel(rel);
+
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(ibc_gen_fd(fd, &st, &g, &xa), 0);
+	close(fd);
+	return g;
+}
+
+static void test_export(void **s)
+{
+	static const uint64_t holes[] = { 2 };
+	struct ibc_export *x;
+	struct gfcc_req q;
+	uint8_t *buf = malloc(256 * PS);
+	char err[256], p[512], o[512];
+	uint64_t g;
+
+	mkfile("d/e/f", 5 * PS, 3);
+	punch("d/e/f", holes, 1);
+	snprintf(o, sizeof(o), "%s/secret", outside);
+	assert_int_equal(symlink(o, (snprintf(p, sizeof(p), "%s/link", root), p)), 0);
+	{
+		int fd = open(o, O_WRONLY | O_CREAT, 0600);
+
+		assert_int_equal(write(fd, "secret", 6), 6);
+		close(fd);
+	}
+	x = ibc_export_open(root, NULL, err, sizeof(err));
+	assert_non_null(x);
+	g = gen_of("d/e/f");
+	q = req_for("d/e/f", g, 0, 5);
+	/* a prefix: pages 0, 1; page 2 is a hole */
+	assert_int_equal(ibc_export_read(x, &q, buf, 1), 2);
+	assert_int_equal(buf[0], 3);
+	q = req_for("d/e/f", g, 3, 2);
+	assert_int_equal(ibc_export_read(x, &q, buf, 1), 2);
+	q = req_for("d/e/f", g + 1, 0, 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 1), -ESTALE);
+	q = req_for("nope", g, 0, 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 1), -ENOENT);
+	/* the link's target is outside: never indexed, never served */
+	q = req_for("link", 0, 0, 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 1), -ENOENT);
+	{
+		struct ibc_export_stats st;
+
+		ibc_export_get_stats(x, &st);
+		assert_true(st.skipped >= 1);
+	}
+	/* a file made after the scan is found by the rescan a miss makes */
+	mkfile("late", PS, 1);
+	q = req_for("late", gen_of("late"), 0, 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 2000000000ull), 1);
+	/* rewritten in place: the generation moves with it */
+	mkfile("late", 2 * PS, 2);
+	q = req_for("late", gen_of("late"), 0, 2);
+	assert_int_equal(ibc_export_read(x, &q, buf, 2000000001ull), 2);
+	assert_int_equal(buf[0], 2);
+	ibc_export_close(x);
+	free(buf);
+}
+
+static void test_export_replaced(void **s)
+{
+	struct ibc_export *x;
+	struct gfcc_req q;
+	uint8_t buf[PS];
+	char err[256], a[512], b[512];
+
+	mkfile("r", PS, 1);
+	mkfile("r.new", PS, 99);
+	x = ibc_export_open(root, NULL, err, sizeof(err));
+	q = req_for("r", gen_of("r"), 0, 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 10), 1);
+	assert_int_equal(buf[0], 1);
+	snprintf(a, sizeof(a), "%s/r.new", root);
+	snprintf(b, sizeof(b), "%s/r", root);
+	assert_int_equal(rename(a, b), 0);
+	/* a second later the name is looked at again: the new file is the
+	 * one served, under its own generation */
+	q = req_for("r", gen_of("r"), 0, 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 2000000000ull), 1);
+	assert_int_equal(buf[0], 99);
+	ibc_export_close(x);
+}
+
+static void test_export_missing_root(void **s)
+{
+	char err[256];
+
+	assert_null(ibc_export_open("/nonexistent/ibc", NULL, err, sizeof(err)));
+	assert_non_null(strstr(err, "/nonexistent/ibc"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest t[] = {
+		cmocka_unit_test(test_norm),
+		cmocka_unit_test(test_ino_gen),
+		cmocka_unit_test(test_gen_fd),
+		cmocka_unit_test(test_held),
+		cmocka_unit_test(test_resident),
+		cmocka_unit_test(test_read_zero_tail),
+		cmocka_unit_test(test_export),
+		cmocka_unit_test(test_export_replaced),
+		cmocka_unit_test(test_export_missing_root),
+	};
+
+	return cmocka_run_group_tests(t, setup, teardown);
+}

@@ -1,0 +1,410 @@
+/* The requester's endpoint pool over real UDP sockets on loopback, with a
+ * responder thread (ibc_srv on an xdg endpoint): endpoints reused, depth
+ * honoured, reaping in milliseconds, a drained socket after an incomplete
+ * reply and an earlier request's late datagrams dropped, a closed port
+ * reported at once, requests of many page blocks. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include "core/xtime.h"
+#include "ibcache/ibc_req.h"
+#include "ibcache/ibc_srv.h"
+#include "xprt/xdg.h"
+
+#define PS	4096u
+#define INO	5u
+#define GEN	9u
+#define MS	1000000ull
+
+enum { M_NORMAL, M_SILENT, M_HOLD, M_FLUSH, M_LOSSY };
+
+struct srvth {
+	struct xdg *d;
+	struct ibc_srv *s;
+	pthread_t t;
+	atomic_bool stop;
+	atomic_int mode;
+	/* M_HOLD: what would have gone out, kept for later */
+	struct { struct xdg_addr *to; uint32_t len; uint8_t b[9000]; } held[64];
+	int nheld;
+	unsigned nsent;
+};
+
+static uint8_t pat(uint64_t page, uint32_t off)
+{
+	return (uint8_t)(page * 17 + off * 13 + 3);
+}
+
+static int store(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now)
+{
+	uint32_t n = 0;
+
+	if (q->obj.ino != INO || q->obj.gen != GEN)
+		return q->obj.ino != INO ? -ENOENT : -ESTALE;
+	for (uint32_t b = 0; b < q->npblk; b++)
+		for (uint64_t p = q->pblk[b].index; p < q->pblk[b].index + q->pblk[b].count; p++) {
+			for (uint32_t o = 0; o < PS; o++)
+				buf[(size_t)n * PS + o] = pat(p, o);
+			n++;
+		}
+	return (int)n;
+}
+
+static void *srv_main(void *p)
+{
+	struct srvth *st = p;
+	struct xdg_wc wc[64];
+	struct ibc_out out[64];
+
+	while (!atomic_load(&st->stop)) {
+		uint64_t now = xtime_ns();
+		int n = xdg_poll(st->d, wc, 64), mode = atomic_load(&st->mode), k;
+
+		for (int i = 0; i < n; i++)
+			if (wc[i].op == XDG_OP_RECV && !wc[i].status && mode != M_SILENT)
+				ibc_srv_input(st->s, wc[i].src, wc[i].data, wc[i].len, now);
+		if (mode == M_FLUSH) {
+			for (int i = 0; i < st->nheld; i++)
+				xdg_send(st->d, st->held[i].to, st->held[i].b, st->held[i].len, 0, 0);
+			st->nheld = 0;
+			atomic_store(&st->mode, M_NORMAL);
+		}
+		/* M_LOSSY: replies in bursts, so that the requester finds
+		 * several datagrams waiting, as on a real network */
+		if (mode == M_LOSSY && ibc_srv_busy(st->s))
+			usleep(2000);
+		while ((k = ibc_srv_pump(st->s, out, 64, now)) > 0) {
+			for (int i = 0; i < k; i++) {
+				struct xdg_dgram g = { .to = out[i].peer, .hdr = out[i].hdr,
+						       .hlen = out[i].hlen, .buf = out[i].buf,
+						       .len = out[i].len };
+
+				/* M_LOSSY: a datagram in 23 lost on the way, resends
+				 * too -- holes below the last segment, the case where
+				 * the requester's receive slots go to the holes */
+				if (mode == M_LOSSY && ++st->nsent % 23 == 0)
+					continue;
+				if (mode == M_HOLD) {
+					if (st->nheld < 64) {
+						st->held[st->nheld].to = out[i].peer;
+						memcpy(st->held[st->nheld].b, out[i].hdr, out[i].hlen);
+						memcpy(st->held[st->nheld].b + out[i].hlen, out[i].buf, out[i].len);
+						st->held[st->nheld++].len = out[i].hlen + out[i].len;
+					}
+					continue;
+				}
+				while (xdg_send_dgrams(st->d, &g, 1, 0) != 1)
+					xdg_poll(st->d, NULL, 0);
+			}
+		}
+		if (!n)
+			xdg_wait(st->d, MS);
+	}
+	return NULL;
+}
+
+static struct srvth *srv_start(void)
+{
+	struct srvth *st = calloc(1, sizeof(*st));
+	struct xuri u = { .scheme = XURI_UDP, .host = "127.0.0.1" };
+	struct xdg_opts o = { .mtu = 9000 };
+	struct ibc_srv_cfg c = { .flavour = GFCC_UDP, .mtu = 9000 };
+	char err[256];
+
+	st->d = xdg_open(&u, &o, err, sizeof(err));
+	assert_non_null(st->d);
+	st->s = ibc_srv_new(&c, store, NULL);
+	assert_non_null(st->s);
+	assert_int_equal(pthread_create(&st->t, NULL, srv_main, st), 0);
+	return st;
+}
+
+static void srv_stop(struct srvth *st)
+{
+	atomic_store(&st->stop, true);
+	pthread_join(st->t, NULL);
+	ibc_srv_free(st->s);
+	xdg_close(st->d);
+	free(st);
+}
+
+static struct ibc_req *req_new(struct srvth *st, uint32_t depth, uint64_t timeout_ns, int *peer)
+{
+	struct ibc_req_opts o = { .depth = depth, .timeout_ns = timeout_ns, .mtu = 9000 };
+	struct ibc_req *q = ibc_req_new(&o);
+	struct xuri u = { .scheme = XURI_UDP, .host = "127.0.0.1", .port = xdg_port(st->d) };
+	char err[256];
+
+	assert_non_null(q);
+	*peer = ibc_req_add_peer(q, &u, err, sizeof(err));
+	assert_int_equal(*peer, 0);
+	return q;
+}
+
+struct bufs {
+	uint8_t *dst[GFCC_PAGES_MAX];
+	uint64_t pg[GFCC_PAGES_MAX];
+};
+
+static void bufs_init(struct bufs *b, uint64_t first, uint64_t stride, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		b->dst[i] = calloc(1, PS);
+		b->pg[i] = first + i * stride;
+	}
+}
+
+static void bufs_check_free(struct bufs *b, const struct ibc_done *d, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		if (d) {
+			assert_true(ibc_done_ok(d, i));
+			for (uint32_t o = 0; o < PS; o += 97)
+				assert_int_equal(b->dst[i][o], pat(b->pg[i], o));
+		}
+		free(b->dst[i]);
+	}
+}
+
+static int wait_done(struct ibc_req *q, struct ibc_done *d)
+{
+	int n;
+
+	do
+		n = ibc_req_poll(q, d, 1, 5000 * MS);
+	while (n == 0);
+	return n;
+}
+
+static void test_reuse_depth(void **s_)
+{
+	struct srvth *st = srv_start();
+	struct ibc_req_stats rs;
+	struct ibc_done d[4];
+	struct bufs b[3];
+	int peer;
+	struct ibc_req *q = req_new(st, 2, 2000 * MS, &peer);
+
+	for (int i = 0; i < 40; i++) {
+		bufs_init(&b[0], (uint64_t)i * 10, 1, 10);
+		assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b[0].pg, 10, b[0].dst, 7), 10);
+		assert_int_equal(wait_done(q, d), 1);
+		assert_int_equal(d[0].err, 0);
+		assert_true(d[0].tag == 7 && d[0].nok == 10);
+		bufs_check_free(&b[0], d, 10);
+	}
+	ibc_req_get_stats(q, &rs);
+	/* one request at a time: one endpoint, reused forty times */
+	assert_int_equal(rs.endpoints, 1);
+	assert_int_equal(rs.requests, 40);
+	assert_int_equal(rs.pages_received, 400);
+	/* two at a time at most */
+	bufs_init(&b[0], 0, 1, 200);
+	bufs_init(&b[1], 500, 1, 200);
+	bufs_init(&b[2], 900, 1, 4);
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b[0].pg, 200, b[0].dst, 0), 200);
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b[1].pg, 200, b[1].dst, 1), 200);
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b[2].pg, 4, b[2].dst, 2), -EBUSY);
+	assert_int_equal(ibc_req_inflight(q), 2);
+	for (int got = 0; got < 2;) {
+		int n = ibc_req_poll(q, d, 4, 5000 * MS);
+
+		for (int i = 0; i < n; i++) {
+			assert_int_equal(d[i].err, 0);
+			assert_int_equal(d[i].nok, 200);
+			bufs_check_free(&b[d[i].tag], &d[i], 200);
+		}
+		got += n;
+	}
+	bufs_check_free(&b[2], NULL, 4);
+	ibc_req_get_stats(q, &rs);
+	assert_int_equal(rs.endpoints, 2);
+	ibc_req_free(q);
+	srv_stop(st);
+}
+
+static void test_reap_and_strays(void **s_)
+{
+	struct srvth *st = srv_start();
+	struct ibc_req_stats rs;
+	struct ibc_done d;
+	struct bufs b;
+	int peer;
+	struct ibc_req *q = req_new(st, 1, 50 * MS, &peer);
+	uint64_t t0;
+
+	/* the responder keeps the reply: reaped after the 50 ms timer */
+	atomic_store(&st->mode, M_HOLD);
+	bufs_init(&b, 0, 1, 8);
+	t0 = xtime_ns();
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b.pg, 8, b.dst, 1), 8);
+	assert_int_equal(wait_done(q, &d), 1);
+	assert_int_equal(d.err, -ETIMEDOUT);
+	assert_int_equal(d.nok, 0);
+	assert_true(xtime_ns() - t0 >= 50 * MS && xtime_ns() - t0 < 1000 * MS);
+	bufs_check_free(&b, NULL, 8);
+	/* the same endpoint again; the first reply arrives now, late: its
+	 * datagrams (old id and key) must not land in the new request */
+	atomic_store(&st->mode, M_FLUSH);
+	while (atomic_load(&st->mode) == M_FLUSH)
+		usleep(1000);
+	usleep(20000);
+	bufs_init(&b, 100, 1, 8);
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b.pg, 8, b.dst, 2), 8);
+	assert_int_equal(wait_done(q, &d), 1);
+	assert_int_equal(d.err, 0);
+	bufs_check_free(&b, &d, 8);
+	ibc_req_get_stats(q, &rs);
+	assert_int_equal(rs.endpoints, 1);
+	assert_int_equal(rs.reaped, 1);
+	assert_true(rs.resets >= 1);	/* drained before reuse */
+	ibc_req_free(q);
+
+	/* silent: the request is lost on the way every time */
+	q = req_new(st, 1, 30 * MS, &peer);
+	atomic_store(&st->mode, M_SILENT);
+	bufs_init(&b, 0, 1, 2);
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b.pg, 2, b.dst, 1), 2);
+	assert_int_equal(wait_done(q, &d), 1);
+	assert_int_equal(d.err, -ETIMEDOUT);
+	ibc_req_get_stats(q, &rs);
+	assert_true(rs.retries >= 2);
+	bufs_check_free(&b, NULL, 2);
+	ibc_req_free(q);
+	srv_stop(st);
+}
+
+static void test_refused(void **s_)
+{
+	struct ibc_req_opts o = { .timeout_ns = 5000 * MS };
+	struct ibc_req *q = ibc_req_new(&o);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	struct xuri u = { .scheme = XURI_UDP, .host = "127.0.0.1" };
+	struct ibc_req_stats rs;
+	struct ibc_done d;
+	struct bufs b;
+	char err[256];
+	int fd = socket(AF_INET, SOCK_DGRAM, 0), peer;
+	uint64_t t0;
+
+	/* a port that was just free: nothing listens there */
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	getsockname(fd, (struct sockaddr *)&a, &al);
+	close(fd);
+	u.port = ntohs(a.sin_port);
+	peer = ibc_req_add_peer(q, &u, err, sizeof(err));
+	assert_int_equal(peer, 0);
+	bufs_init(&b, 0, 1, 4);
+	t0 = xtime_ns();
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b.pg, 4, b.dst, 1), 4);
+	assert_int_equal(wait_done(q, &d), 1);
+	assert_int_equal(d.err, -ECONNREFUSED);
+	assert_true(xtime_ns() - t0 < 1000 * MS);	/* not the 5 s timeout */
+	ibc_req_get_stats(q, &rs);
+	assert_int_equal(rs.refused, 1);
+	bufs_check_free(&b, NULL, 4);
+	ibc_req_free(q);
+}
+
+static void test_blocks_stale(void **s_)
+{
+	struct srvth *st = srv_start();
+	struct ibc_done d;
+	struct bufs b;
+	int peer, n;
+	struct ibc_req *q = req_new(st, 1, 2000 * MS, &peer);
+
+	/* every other page: 100 one-page blocks in one request */
+	bufs_init(&b, 3, 2, 150);
+	n = ibc_req_submit(q, peer, INO, GEN, b.pg, 150, b.dst, 1);
+	assert_int_equal(n, 121);	/* gfarm's GFCC_PBLK_MAX blocks */
+	assert_int_equal(wait_done(q, &d), 1);
+	assert_int_equal(d.err, 0);
+	assert_int_equal(d.taken, 121);
+	bufs_check_free(&b, &d, 121);
+	for (int i = 121; i < 150; i++)
+		free(b.dst[i]);
+	/* another generation: ESTALE, no page */
+	bufs_init(&b, 0, 1, 4);
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN + 1, b.pg, 4, b.dst, 1), 4);
+	assert_int_equal(wait_done(q, &d), 1);
+	assert_int_equal(d.err, ESTALE);
+	assert_int_equal(d.nok, 0);
+	bufs_check_free(&b, NULL, 4);
+	ibc_req_free(q);
+	srv_stop(st);
+}
+
+/* Under loss, byte-exact: every page checked, every byte (the placed
+ * receive puts datagrams where their segment goes, and moves the ones
+ * that came in another's place). */
+static void test_lossy(void **s_)
+{
+	struct srvth *st = srv_start();
+	struct ibc_req_opts o = { .depth = 4, .timeout_ns = 5000 * MS, .mtu = 1500 };
+	struct ibc_req *q = ibc_req_new(&o);
+	struct xuri u = { .scheme = XURI_UDP, .host = "127.0.0.1", .port = xdg_port(st->d) };
+	struct ibc_req_stats rs;
+	struct ibc_done d[4];
+	static struct bufs b[4];
+	char err[256];
+	int peer = ibc_req_add_peer(q, &u, err, sizeof(err));
+
+	assert_int_equal(peer, 0);
+	atomic_store(&st->mode, M_LOSSY);
+	for (int round = 0; round < 5; round++) {
+		for (int r = 0; r < 4; r++) {
+			bufs_init(&b[r], (uint64_t)(round * 4 + r) * 256, 1, 256);
+			assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b[r].pg, 256, b[r].dst,
+							(uint64_t)r), 256);
+		}
+		for (int got = 0; got < 4;) {
+			int n = ibc_req_poll(q, d, 4, 5000 * MS);
+
+			for (int i = 0; i < n; i++) {
+				struct bufs *x = &b[d[i].tag];
+
+				assert_int_equal(d[i].err, 0);
+				assert_int_equal(d[i].nok, 256);
+				for (uint32_t p = 0; p < 256; p++)
+					for (uint32_t off = 0; off < PS; off++)
+						if (x->dst[p][off] != pat(x->pg[p], off))
+							fail_msg("round %d page %llu byte %u", round,
+								 (unsigned long long)x->pg[p], off);
+				bufs_check_free(x, NULL, 256);
+			}
+			got += n;
+		}
+	}
+	ibc_req_get_stats(q, &rs);
+	assert_true(rs.segments_asked > 0);
+	ibc_req_free(q);
+	srv_stop(st);
+}
+
+int main(void)
+{
+	const struct CMUnitTest t[] = {
+		cmocka_unit_test(test_reuse_depth),
+		cmocka_unit_test(test_reap_and_strays),
+		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_blocks_stale),
+		cmocka_unit_test(test_lossy),
+	};
+
+	return cmocka_run_group_tests(t, NULL, NULL);
+}

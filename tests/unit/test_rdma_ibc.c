@@ -1,0 +1,371 @@
+/* ibcache over ud:// on a real UD QP (tests/vm/xprt-vm; skips with the
+ * reason elsewhere): caller-posted scatter receives (GRH, response, page
+ * pieces), a Q_Key per request that the device enforces, a QP reset that
+ * drops what was posted, and the requester's pool against a responder
+ * thread: reuse, short replies, reaping, late datagrams of a reaped
+ * request kept out of the next one. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/xtime.h"
+#include "ibcache/ibc_req.h"
+#include "ibcache/ibc_srv.h"
+#include "xprt/xdg.h"
+#include "rdma_test.h"
+
+#define PS	4096u
+#define INO	5u
+#define GEN	9u
+#define MS	1000000ull
+
+static struct xdg *open_ep(bool user_rx, uint32_t depth)
+{
+	struct xdg_opts o = { .user_rx = user_rx, .rx_depth = depth, .rx_sge = 4 };
+	char err[256];
+	struct xuri u;
+	struct xdg *d;
+
+	rdma_test_uri(&u, XURI_UD, rdma_test_ip(), 0);
+	d = xdg_open(&u, &o, err, sizeof(err));
+	if (!d)
+		fail_msg("open: %s", err);
+	return d;
+}
+
+/* Polls b until a RECV comes or ms pass; the completion in *w. */
+static bool recv_one(struct xdg *b, struct xdg_wc *w, int ms)
+{
+	uint64_t end = xtime_ns() + (uint64_t)ms * MS;
+
+	while (xtime_ns() < end) {
+		int n = xdg_poll(b, w, 1);
+
+		if (n == 1 && w->op == XDG_OP_RECV)
+			return true;
+		if (!n)
+			xdg_wait(b, MS);
+	}
+	return false;
+}
+
+struct poller {
+	struct xdg *d;
+	atomic_bool stop;
+};
+
+static void *poll_main(void *p)
+{
+	struct poller *pl = p;
+
+	while (!atomic_load(&pl->stop)) {
+		xdg_poll(pl->d, NULL, 0);
+		xdg_wait(pl->d, 10 * MS);
+	}
+	return NULL;
+}
+
+static struct xdg_addr *resolve(struct xdg *a, struct xdg *b)
+{
+	struct poller pl = { .d = b };
+	struct xdg_addr *r;
+	struct xuri u;
+	pthread_t t;
+	char err[256];
+
+	rdma_test_uri(&u, XURI_UD, rdma_test_ip(), xdg_port(b));
+	pthread_create(&t, NULL, poll_main, &pl);
+	r = xdg_resolve(a, &u, err, sizeof(err));
+	atomic_store(&pl.stop, true);
+	pthread_join(t, NULL);
+	if (!r)
+		fail_msg("resolve: %s", err);
+	return r;
+}
+
+/* The seed's receive layout and the per-datagram Q_Key, at the verbs level. */
+static void test_scatter_qkey_reset(void **s)
+{
+	struct xdg *a, *b;
+	struct xdg_addr *to;
+	struct xdg_mem *m;
+	struct xdg_wc w;
+	uint8_t *mem = aligned_alloc(4096, 8192), msg[300];
+	char err[256];
+
+	RDMA_OR_SKIP();
+	a = open_ep(false, 16);
+	b = open_ep(true, 8);
+	to = resolve(a, b);
+	m = xdg_mem_reg(b, mem, 8192, err, sizeof(err));
+	assert_non_null(m);
+	assert_int_equal(xdg_set_qkey(b, 0x1111), 0);
+	/* GRH, then 100 bytes here, the rest 5000 bytes further on */
+	struct xdg_sge g[3] = { { mem, 40, m }, { mem + 64, 100, m }, { mem + 5000, 200, m } };
+	struct xdg_rwr wr = { g, 3, 7 };
+
+	assert_int_equal(xdg_post_recv(b, &wr, 1), 1);
+	for (int i = 0; i < 300; i++)
+		msg[i] = (uint8_t)i;
+	/* the wrong key: the device drops it, nothing completes */
+	struct xdg_dgram dg = { .to = to, .buf = msg, .len = 300, .qkey = 0x2222 };
+
+	assert_int_equal(xdg_send_dgrams(a, &dg, 1, 0), 1);
+	assert_false(recv_one(b, &w, 200));
+	dg.qkey = 0x1111;
+	assert_int_equal(xdg_send_dgrams(a, &dg, 1, 0), 1);
+	assert_true(recv_one(b, &w, 2000));
+	assert_int_equal(w.status, 0);
+	assert_int_equal(w.len, 300);
+	assert_true(w.wr_id == 7 && w.data == NULL);
+	assert_int_equal(mem[64], 0);
+	assert_int_equal(mem[64 + 99], 99);
+	assert_int_equal(mem[5000], 100);
+	assert_int_equal(mem[5000 + 199], (uint8_t)299);
+	/* a reset drops what is posted: nothing lands, nothing completes */
+	assert_int_equal(xdg_post_recv(b, &wr, 1), 1);
+	assert_int_equal(xdg_reset(b, 0x3333), 0);
+	memset(mem, 0, 8192);
+	dg.qkey = 0x3333;
+	assert_int_equal(xdg_send_dgrams(a, &dg, 1, 0), 1);
+	assert_false(recv_one(b, &w, 200));
+	assert_int_equal(mem[5000], 0);
+	/* and the QP works again once receives are posted */
+	assert_int_equal(xdg_post_recv(b, &wr, 1), 1);
+	assert_int_equal(xdg_send_dgrams(a, &dg, 1, 0), 1);
+	assert_true(recv_one(b, &w, 2000));
+	assert_int_equal(mem[5000], 100);
+	/* scatter lists outside the registration are refused */
+	g[2].addr = mem + 8100;
+	assert_int_equal(xdg_post_recv(b, &wr, 1), -EINVAL);
+	xdg_mem_dereg(m);
+	xdg_close(b);
+	xdg_close(a);
+	free(mem);
+}
+
+/* --- the pool against a responder thread ---------------------------------- */
+
+static uint64_t held = UINT64_MAX;
+
+static uint8_t pat(uint64_t page, uint32_t off)
+{
+	return (uint8_t)(page * 17 + off * 13 + 3);
+}
+
+static int store(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now)
+{
+	uint32_t n = 0;
+
+	if (q->obj.ino != INO || q->obj.gen != GEN)
+		return q->obj.ino != INO ? -ENOENT : -ESTALE;
+	for (uint32_t b = 0; b < q->npblk; b++)
+		for (uint64_t p = q->pblk[b].index; p < q->pblk[b].index + q->pblk[b].count; p++) {
+			if (p >= held)
+				return (int)n;
+			for (uint32_t o = 0; o < PS; o++)
+				buf[(size_t)n * PS + o] = pat(p, o);
+			n++;
+		}
+	return (int)n;
+}
+
+struct srvth {
+	struct xdg *d;
+	struct ibc_srv *s;
+	pthread_t t;
+	atomic_bool stop, hold;
+	struct { struct xdg_addr *to; uint32_t qkey, len; uint8_t b[4096]; } *kept;
+	int nkept;
+	atomic_bool flush;
+};
+
+static void *srv_main(void *p)
+{
+	struct srvth *st = p;
+	struct xdg_wc wc[32];
+	struct ibc_out out[64];
+
+	while (!atomic_load(&st->stop)) {
+		uint64_t now = xtime_ns();
+		int n = xdg_poll(st->d, wc, 32), k;
+
+		for (int i = 0; i < n; i++)
+			if (wc[i].op == XDG_OP_RECV && !wc[i].status)
+				ibc_srv_input(st->s, wc[i].src, wc[i].data, wc[i].len, now);
+		if (atomic_load(&st->flush)) {
+			for (int i = 0; i < st->nkept; i++) {
+				struct xdg_dgram g = { .to = st->kept[i].to, .buf = st->kept[i].b,
+						       .len = st->kept[i].len, .qkey = st->kept[i].qkey };
+
+				while (xdg_send_dgrams(st->d, &g, 1, 0) != 1)
+					xdg_poll(st->d, NULL, 0);
+			}
+			st->nkept = 0;
+			atomic_store(&st->flush, false);
+		}
+		while ((k = ibc_srv_pump(st->s, out, 64, now)) > 0)
+			for (int i = 0; i < k; i++) {
+				struct xdg_dgram g = { .to = out[i].peer, .buf = out[i].buf,
+						       .len = out[i].len, .qkey = out[i].qkey };
+
+				if (atomic_load(&st->hold)) {
+					if (st->nkept < 2048) {
+						st->kept[st->nkept].to = out[i].peer;
+						st->kept[st->nkept].qkey = out[i].qkey;
+						st->kept[st->nkept].len = out[i].len;
+						memcpy(st->kept[st->nkept++].b, out[i].buf, out[i].len);
+					}
+					continue;
+				}
+				while (xdg_send_dgrams(st->d, &g, 1, 0) != 1)
+					xdg_poll(st->d, NULL, 0);
+			}
+		if (!n)
+			xdg_wait(st->d, MS);
+	}
+	return NULL;
+}
+
+static struct srvth *srv_start(void)
+{
+	struct srvth *st = calloc(1, sizeof(*st));
+	struct xdg_opts o = { .tx_depth = 1024 };
+	struct ibc_srv_cfg c = { .flavour = GFCC_UD };
+	char err[256];
+	struct xuri u;
+
+	rdma_test_uri(&u, XURI_UD, rdma_test_ip(), 0);
+	st->d = xdg_open(&u, &o, err, sizeof(err));
+	if (!st->d)
+		fail_msg("open: %s", err);
+	c.mtu = xdg_mtu(st->d);
+	st->s = ibc_srv_new(&c, store, NULL);
+	st->kept = calloc(2048, sizeof(*st->kept));
+	assert_true(st->s && st->kept);
+	pthread_create(&st->t, NULL, srv_main, st);
+	return st;
+}
+
+static void srv_stop(struct srvth *st)
+{
+	atomic_store(&st->stop, true);
+	pthread_join(st->t, NULL);
+	ibc_srv_free(st->s);
+	xdg_close(st->d);
+	free(st->kept);
+	free(st);
+}
+
+static int wait_done(struct ibc_req *q, struct ibc_done *d)
+{
+	int n;
+
+	do
+		n = ibc_req_poll(q, d, 1, 5000 * MS);
+	while (n == 0);
+	return n;
+}
+
+static void test_pool(void **s)
+{
+	struct srvth *st;
+	struct ibc_req_opts o = { .depth = 1, .timeout_ns = 3000 * MS };
+	struct ibc_req *q;
+	struct ibc_req_stats rs;
+	struct ibc_done d;
+	struct xuri u;
+	uint8_t *mem, *dst[64];
+	uint64_t pg[64];
+	char err[256];
+	int peer;
+
+	RDMA_OR_SKIP();
+	st = srv_start();
+	q = ibc_req_new(&o);
+	rdma_test_uri(&u, XURI_UD, rdma_test_ip(), xdg_port(st->d));
+	peer = ibc_req_add_peer(q, &u, err, sizeof(err));
+	if (peer < 0)
+		fail_msg("add peer: %s", err);
+	mem = aligned_alloc(4096, 64 * PS);
+	assert_int_equal(ibc_req_register(q, mem, 64 * PS, err, sizeof(err)), 0);
+	for (int i = 0; i < 64; i++)
+		dst[i] = mem + (size_t)i * PS;
+	/* ten requests, one QP, the pages where they belong */
+	for (int r = 0; r < 10; r++) {
+		for (int i = 0; i < 16; i++)
+			pg[i] = (uint64_t)r * 100 + (uint64_t)i * 2;	/* 16 blocks */
+		memset(mem, 0, 64 * PS);
+		assert_int_equal(ibc_req_submit(q, peer, INO, GEN, pg, 16, dst, 1), 16);
+		assert_int_equal(wait_done(q, &d), 1);
+		assert_int_equal(d.err, 0);
+		assert_int_equal(d.nok, 16);
+		for (int i = 0; i < 16; i++)
+			for (uint32_t off = 0; off < PS; off += 331)
+				assert_int_equal(dst[i][off], pat(pg[i], off));
+	}
+	ibc_req_get_stats(q, &rs);
+	assert_int_equal(rs.endpoints, 1);
+	assert_int_equal(rs.resets, 0);
+	/* a short reply leaves receives posted: the QP is reset at once */
+	held = 5;
+	for (int i = 0; i < 8; i++)
+		pg[i] = (uint64_t)i;
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, pg, 8, dst, 2), 8);
+	assert_int_equal(wait_done(q, &d), 1);
+	held = UINT64_MAX;
+	assert_int_equal(d.reply_pages, 5);
+	assert_int_equal(d.nok, 5);
+	ibc_req_get_stats(q, &rs);
+	assert_int_equal(rs.resets, 1);
+	assert_int_equal(rs.short_replies, 1);
+	/* reaped: the reply is held back; when it comes late, under the old
+	 * Q_Key, the next request on the same QP must not see it */
+	ibc_req_free(q);
+	o.timeout_ns = 100 * MS;
+	q = ibc_req_new(&o);
+	peer = ibc_req_add_peer(q, &u, err, sizeof(err));
+	assert_int_equal(ibc_req_register(q, mem, 64 * PS, err, sizeof(err)), 0);
+	atomic_store(&st->hold, true);
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, pg, 8, dst, 3), 8);
+	assert_int_equal(wait_done(q, &d), 1);
+	assert_int_equal(d.err, -ETIMEDOUT);
+	assert_int_equal(d.nok, 0);
+	atomic_store(&st->hold, false);
+	for (int i = 0; i < 8; i++)
+		pg[i] = 1000 + (uint64_t)i;
+	memset(mem, 0, 64 * PS);
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, pg, 8, dst, 4), 8);
+	atomic_store(&st->flush, true);
+	assert_int_equal(wait_done(q, &d), 1);
+	assert_int_equal(d.err, 0);
+	for (int i = 0; i < 8; i++)
+		for (uint32_t off = 0; off < PS; off += 331)
+			assert_int_equal(dst[i][off], pat(pg[i], off));
+	ibc_req_get_stats(q, &rs);
+	assert_int_equal(rs.endpoints, 1);
+	assert_int_equal(rs.reaped, 1);
+	ibc_req_free(q);
+	free(mem);
+	srv_stop(st);
+}
+
+int main(void)
+{
+	const struct CMUnitTest t[] = {
+		cmocka_unit_test(test_scatter_qkey_reset),
+		cmocka_unit_test(test_pool),
+	};
+
+	return cmocka_run_group_tests(t, NULL, NULL);
+}
