@@ -1,0 +1,132 @@
+#ifndef RTRS_CLIENT_CMD_H
+#define RTRS_CLIENT_CMD_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/cli.h"	/* EXIT_OK, EXIT_FAIL, EXIT_USAGE */
+#include "core/ctl.h"
+#include "core/emit.h"
+#include "core/uri.h"
+#include "rnbd/rnbd_clt.h"
+#include "rtrs/rtrs_clt.h"
+#include "rtrs/rtrs_wire.h"
+
+#define PROG "rtrs-client"
+#define MAX_PATHS 128
+
+int cmd_read(int argc, char **argv);
+int cmd_write(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_path(int argc, char **argv);
+
+#define usage_error(cmd, ...) cli_usage_error(PROG, (cmd), __VA_ARGS__)
+/* getopt's '?': one line naming the unknown option or the one missing its
+ * value (long options included); EXIT_USAGE. */
+int bad_option(const char *cmd, const char *optstring, char **argv);
+void cmd_usage(FILE *f, const char *name);
+/* "rtrs-client CMD: msg" on stderr; EXIT_FAIL. */
+int fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+extern volatile sig_atomic_t stop_requested;
+void install_stop_handlers(void);
+
+/* --- what every session command shares (sess.c) ---------------------- */
+
+struct sess_opts {
+	const char *session;		/* -s */
+	struct xuri paths[MAX_PATHS];	/* -p, repeatable */
+	unsigned npaths;
+	const char *device;		/* -d */
+	const char *config;		/* -c */
+	const char *ctl;		/* --ctl */
+	struct rtrs_clt_opts ro;
+	enum rnbd_access_mode access;	/* --access */
+	bool access_set, policy_set, delay_set, attempts_set, conns_set, hbi_set, hbm_set;
+	bool timeout_set;
+	char session_buf[RTRS_NAME_MAX + 1];	/* names taken from the config */
+	char device_buf[RNBD_NAME_MAX + 1];
+	bool quiet, progress, progress_set, verbose;
+};
+
+/* getopt_long codes of the shared long options (above the ASCII range) */
+enum {
+	OPT_POLICY = 0x100, OPT_RECONNECT_DELAY, OPT_MAX_RECONNECT, OPT_CONNECTIONS,
+	OPT_HB_INTERVAL, OPT_HB_MISSED, OPT_ACCESS, OPT_CTL, OPT_TIMEOUT, OPT_PROGRESS,
+	OPT_OFFSET, OPT_LENGTH, OPT_RW, OPT_BS, OPT_IODEPTH, OPT_TIME, OPT_VERIFY, OPT_SIZE,
+	OPT_RWMIX,
+};
+/* The shared short options and long options, to splice into each command's. */
+#define SESS_SHORTOPTS "s:p:d:c:qv"
+#define SESS_LONGOPTS \
+	{ "session", required_argument, NULL, 's' }, \
+	{ "path", required_argument, NULL, 'p' }, \
+	{ "device", required_argument, NULL, 'd' }, \
+	{ "config", required_argument, NULL, 'c' }, \
+	{ "quiet", no_argument, NULL, 'q' }, \
+	{ "verbose", no_argument, NULL, 'v' }, \
+	{ "policy", required_argument, NULL, OPT_POLICY }, \
+	{ "reconnect-delay", required_argument, NULL, OPT_RECONNECT_DELAY }, \
+	{ "max-reconnect-attempts", required_argument, NULL, OPT_MAX_RECONNECT }, \
+	{ "connections", required_argument, NULL, OPT_CONNECTIONS }, \
+	{ "hb-interval", required_argument, NULL, OPT_HB_INTERVAL }, \
+	{ "hb-missed", required_argument, NULL, OPT_HB_MISSED }, \
+	{ "access", required_argument, NULL, OPT_ACCESS }, \
+	{ "ctl", required_argument, NULL, OPT_CTL }, \
+	{ "timeout", required_argument, NULL, OPT_TIMEOUT }, \
+	{ "progress", no_argument, NULL, OPT_PROGRESS }
+
+void sess_opts_init(struct sess_opts *o);
+/* One getopt result: 1 handled, 0 not a shared option, or EXIT_USAGE. */
+int sess_opt(const char *cmd, int c, const char *arg, struct sess_opts *o);
+/* After getopt: the config file, then the checks (-s, -p, -d present).
+ * need_device: -d is required.  EXIT_OK or EXIT_USAGE. */
+int sess_opts_finish(const char *cmd, struct sess_opts *o, bool need_device);
+
+/* A running session: the RTRS session, the device, the control socket,
+ * and the loop that drives them. */
+struct sess {
+	const char *cmd;
+	struct sess_opts *o;
+	struct rtrs_clt *clt;
+	struct rnbd_clt_dev *dev;
+	struct xctl *ctl;
+	int epfd;
+	uint64_t ctl_ns;		/* when the control socket was looked at */
+	/* what `status` shows of the command's own progress */
+	const char *activity;
+	uint64_t done_bytes, total_bytes;
+};
+
+/* Opens the session, the device and the control socket.  EXIT_OK, or
+ * EXIT_FAIL (printed: "all paths to SESSION are down: ...", "device NAME:
+ * no such export", ...). */
+int sess_open(struct sess *ss, const char *cmd, struct sess_opts *o);
+/* Closes the device (CLOSE), the session and the control socket. */
+void sess_close(struct sess *ss);
+/* One round of the loop: progress; when there was none, a sleep of at
+ * most max_wait_ns (or until the session or the control socket wakes it).
+ * Returns -EINTR when a signal came. */
+int sess_run(struct sess *ss, uint64_t max_wait_ns);
+/* Registers a buffer for IO.  EXIT_OK or EXIT_FAIL (printed). */
+int sess_add_mem(struct sess *ss, void *buf, size_t len);
+/* The one line for an IO error: "all paths to S are down" for -ENOTCONN. */
+const char *sess_strerror(const struct sess *ss, int err, char *buf, size_t len);
+
+/* Progress on stderr: a terminal (or --progress), unless -q. */
+bool want_progress(const struct sess_opts *o);
+
+/* Status of a running session as a tree (ctl.c). */
+struct xnode *sess_status_node(const struct sess *ss);
+/* One map per path of the session, appended to the list `paths`. */
+void sess_paths_node(const struct sess *ss, struct xnode *paths);
+/* The control socket's commands (ctl.c). */
+int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out);
+int ctl_path_for(const char *session, const char *ctl, char *buf, size_t len);
+
+int parse_fmt(const char *cmd, const char *arg, enum xfmt *f);
+
+#endif

@@ -1,0 +1,324 @@
+/* The control socket of a running session (`status`, `path ...`): the
+ * server side runs inside read/write/bench (sess_ctl_handler), the client
+ * side is `rtrs-client status` and `rtrs-client path`. */
+#include "cmd.h"
+#include "core/node.h"
+#include "core/parse.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sess_paths_node(const struct sess *ss, struct xnode *paths)
+{
+	struct rtrs_clt *c = ss->clt;
+
+	for (unsigned i = 0; i < rtrs_clt_npaths(c); i++) {
+		struct rtrs_clt_path_stats st;
+		struct xnode *p;
+
+		if (rtrs_clt_path_stats(c, i, &st))
+			continue;
+		p = xnode_push_map(paths);
+		xnode_set_u64(p, "n", i);
+		xnode_set_str(p, "uri", st.uri);
+		xnode_set_str(p, "state", rtrs_clt_state_str(st.state));
+		if (st.cur_latency_ns >= 0)
+			xnode_set_i64(p, "cur_latency_ns", st.cur_latency_ns);
+		else
+			xnode_set_null(p, "cur_latency_ns");
+		xnode_set_u64(p, "reads", st.reads);
+		xnode_set_u64(p, "read_bytes", st.read_bytes);
+		xnode_set_u64(p, "writes", st.writes);
+		xnode_set_u64(p, "write_bytes", st.write_bytes);
+		xnode_set_u64(p, "inflight", st.inflight);
+		xnode_set_u64(p, "failovers", st.failovers);
+		xnode_set_u64(p, "reconnects_ok", st.reconnects_ok);
+		xnode_set_u64(p, "reconnects_failed", st.reconnects_failed);
+		xnode_set_str(p, "last_error", st.last_error[0] ? st.last_error : NULL);
+	}
+}
+
+struct xnode *sess_status_node(const struct sess *ss)
+{
+	struct xnode *m = xnode_map();
+	struct rtrs_clt *c = ss->clt;
+
+	xnode_set_str(m, "session", rtrs_clt_sessname(c));
+	xnode_set_str(m, "command", ss->cmd);
+	if (ss->o->device) {
+		xnode_set_str(m, "device", ss->o->device);
+		if (ss->dev) {
+			const struct rnbd_clt_geom *g = rnbd_clt_geom(ss->dev);
+
+			xnode_set_u64(m, "device_size", g->size);
+			xnode_set_str(m, "access", rnbd_access_mode_str((uint8_t)ss->o->access));
+		}
+	}
+	xnode_set_str(m, "policy", rtrs_mp_policy_str(rtrs_clt_policy(c)));
+	xnode_set_u64(m, "queue_depth", rtrs_clt_queue_depth(c));
+	xnode_set_u64(m, "max_io", rtrs_clt_max_io(c));
+	xnode_set_u64(m, "inflight", rtrs_clt_inflight(c));
+	if (ss->activity) {
+		xnode_set_str(m, "activity", ss->activity);
+		xnode_set_u64(m, "done_bytes", ss->done_bytes);
+		if (ss->total_bytes)
+			xnode_set_u64(m, "total_bytes", ss->total_bytes);
+	}
+	sess_paths_node(ss, xnode_set_list(m, "paths"));
+	return m;
+}
+
+/* "URI" or "N": the path's index, or -1 with the message in out. */
+static int find_path(struct rtrs_clt *c, const char *arg, FILE *out)
+{
+	const char *e;
+	uint64_t n;
+	struct xuri u;
+	char err[256];
+	int i;
+
+	if (xparse_u64(arg, 0, 1000000, &n, &e) == 0) {
+		if (n >= rtrs_clt_npaths(c)) {
+			fprintf(out, "no path %llu (the session has %u)\n", (unsigned long long)n,
+				rtrs_clt_npaths(c));
+			return -1;
+		}
+		return (int)n;
+	}
+	if (xuri_parse(arg, RTRS_DEFAULT_PORT, &u, err, sizeof(err)) < 0) {
+		fprintf(out, "%s\n", err);
+		return -1;
+	}
+	i = rtrs_clt_path_find(c, &u);
+	if (i < 0)
+		fprintf(out, "%s: not a path of session %s\n", arg, rtrs_clt_sessname(c));
+	return i;
+}
+
+int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
+{
+	struct sess *ss = ctx;
+	struct rtrs_clt *c = ss->clt;
+	char err[512];
+	int i, rc;
+
+	if (argc >= 1 && !strcmp(argv[0], "status")) {
+		enum xfmt fmt = XFMT_TEXT;
+		struct xnode *m;
+
+		if (argc == 3 && !strcmp(argv[1], "-o") && xfmt_parse(argv[2], &fmt) == 0) {
+			/* ok */
+		} else if (argc != 1) {
+			fprintf(out, "usage: status [-o text|yaml|json]\n");
+			return EXIT_USAGE;
+		}
+		m = sess_status_node(ss);
+		rc = xemit(out, m, fmt);
+		xnode_free(m);
+		return rc ? EXIT_FAIL : EXIT_OK;
+	}
+	if (argc != 3 || strcmp(argv[0], "path")) {
+		fprintf(out, "unknown command (status, path add|remove|disconnect|reconnect)\n");
+		return EXIT_USAGE;
+	}
+	if (!strcmp(argv[1], "add")) {
+		struct xuri u;
+
+		if (xuri_parse(argv[2], RTRS_DEFAULT_PORT, &u, err, sizeof(err)) < 0) {
+			fprintf(out, "%s\n", err);
+			return EXIT_USAGE;
+		}
+		if (u.scheme != XURI_RDMA && u.scheme != XURI_TCP) {
+			fprintf(out, "'%s': an RTRS path is rdma://HOST[:PORT] or tcp://HOST[:PORT]\n",
+				argv[2]);
+			return EXIT_USAGE;
+		}
+		rc = rtrs_clt_path_add(c, &u, err, sizeof(err));
+		if (rc) {
+			fprintf(out, "%s: %s\n", argv[2], err);
+			return EXIT_FAIL;
+		}
+		fprintf(out, "path %u %s: connected\n", rtrs_clt_npaths(c) - 1, argv[2]);
+		return EXIT_OK;
+	}
+	i = find_path(c, argv[2], out);
+	if (i < 0)
+		return EXIT_FAIL;
+	if (!strcmp(argv[1], "remove"))
+		rc = rtrs_clt_path_remove(c, (unsigned)i);
+	else if (!strcmp(argv[1], "disconnect"))
+		rc = rtrs_clt_path_disconnect(c, (unsigned)i);
+	else if (!strcmp(argv[1], "reconnect"))
+		rc = rtrs_clt_path_reconnect(c, (unsigned)i);
+	else {
+		fprintf(out, "path: '%s' is not add, remove, disconnect or reconnect\n", argv[1]);
+		return EXIT_USAGE;
+	}
+	if (rc) {
+		fprintf(out, "path %d: %s\n", i, rc == -EBUSY ? "a connection attempt is under way"
+			: strerror(-rc));
+		return EXIT_FAIL;
+	}
+	fprintf(out, "path %d %s: %s\n", i, argv[2], !strcmp(argv[1], "remove") ? "removed" :
+		!strcmp(argv[1], "disconnect") ? "disconnected" : "reconnecting");
+	return EXIT_OK;
+}
+
+/* --- the client side ------------------------------------------------------------ */
+
+/* Runs argv on the session's socket; the answer goes to stdout (status 0)
+ * or stderr. */
+static int call(const char *cmd, const char *session, const char *ctl, int argc, char **argv)
+{
+	char path[256], err[512];
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *mem;
+	int rc;
+
+	rc = ctl_path_for(session, ctl, path, sizeof(path));
+	if (rc)
+		return fail(cmd, "control socket of %s: %s", session, strerror(-rc));
+	mem = open_memstream(&buf, &len);
+	if (!mem)
+		return fail(cmd, "out of memory");
+	rc = xctl_call(path, argc, argv, mem, err, sizeof(err));
+	fclose(mem);
+	if (rc < 0) {
+		free(buf);
+		if (rc == -ENOENT || rc == -ECONNREFUSED)
+			return fail(cmd, "no running session %s (%s)", session, path);
+		return fail(cmd, "%s", err);
+	}
+	if (rc == 0) {
+		fwrite(buf, 1, len, stdout);
+	} else {
+		/* the session's one line, named after us */
+		while (len && buf[len - 1] == '\n')
+			buf[--len] = 0;
+		fprintf(stderr, PROG " %s: %s\n", cmd, buf);
+	}
+	free(buf);
+	return rc == EXIT_USAGE ? EXIT_USAGE : rc ? EXIT_FAIL : EXIT_OK;
+}
+
+int cmd_status(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "session", required_argument, NULL, 's' },
+		{ "ctl", required_argument, NULL, OPT_CTL },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *session = NULL, *ctl = NULL, *fmt = "text";
+	enum xfmt f;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "s:o:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			session = optarg;
+			break;
+		case 'o':
+			if (parse_fmt("status", optarg, &f))
+				return EXIT_USAGE;
+			fmt = optarg;
+			break;
+		case OPT_CTL:
+			ctl = optarg;
+			break;
+		case 'h':
+			cmd_usage(stdout, "status");
+			return EXIT_OK;
+		default:
+			return bad_option("status", "s:o:h", argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error("status", "unexpected argument '%s'", argv[optind]);
+	if (!session)
+		return usage_error("status", "a session name is needed (-s SESSION)");
+	if (rtrs_check_pathname(session))
+		return usage_error("status", "-s: '%s': a session name is 1 to 254 characters "
+				   "without '/' or '.'", session);
+	char a0[] = "status", a1[] = "-o";
+
+	return call("status", session, ctl, 3, (char *[]){ a0, a1, (char *)fmt, NULL });
+}
+
+int cmd_path(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "session", required_argument, NULL, 's' },
+		{ "ctl", required_argument, NULL, OPT_CTL },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *session = NULL, *ctl = NULL, *verb, *what;
+	char cmd[32];
+	int c;
+
+	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		if (argc >= 2) {
+			cmd_usage(stdout, "path");
+			return EXIT_OK;
+		}
+		return usage_error("path", "add, remove, disconnect or reconnect is needed");
+	}
+	verb = argv[1];
+	if (strcmp(verb, "add") && strcmp(verb, "remove") && strcmp(verb, "disconnect") &&
+	    strcmp(verb, "reconnect"))
+		return usage_error("path", "'%s' is not add, remove, disconnect or reconnect", verb);
+	snprintf(cmd, sizeof(cmd), "path %s", verb);
+	argc--;
+	argv++;
+	while ((c = getopt_long(argc, argv, "+s:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			session = optarg;
+			break;
+		case OPT_CTL:
+			ctl = optarg;
+			break;
+		case 'h':
+			cmd_usage(stdout, "path");
+			return EXIT_OK;
+		default:
+			return bad_option(cmd, "s:h", argv);
+		}
+	}
+	if (!session)
+		return usage_error(cmd, "a session name is needed (-s SESSION)");
+	if (rtrs_check_pathname(session))
+		return usage_error(cmd, "-s: '%s': a session name is 1 to 254 characters "
+				   "without '/' or '.'", session);
+	if (optind >= argc)
+		return usage_error(cmd, "a path is needed (URI%s)", strcmp(verb, "add") ? " or N" : "");
+	what = argv[optind++];
+	/* options may follow the path too */
+	while ((c = getopt_long(argc, argv, "s:h", lo, NULL)) != -1) {
+		if (c == OPT_CTL)
+			ctl = optarg;
+		else if (c == 's')
+			session = optarg;
+		else
+			return bad_option(cmd, "s:h", argv);
+	}
+	if (optind < argc)
+		return usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (!strcmp(verb, "add")) {
+		struct xuri u;
+		char err[256];
+
+		if (xuri_parse(what, RTRS_DEFAULT_PORT, &u, err, sizeof(err)) < 0)
+			return usage_error(cmd, "%s", err);
+		if (u.scheme != XURI_RDMA && u.scheme != XURI_TCP)
+			return usage_error(cmd, "'%s': an RTRS path is rdma://HOST[:PORT] or "
+					   "tcp://HOST[:PORT]", what);
+	}
+	char a0[] = "path";
+
+	return call(cmd, session, ctl, 3, (char *[]){ a0, (char *)verb, (char *)what, NULL });
+}

@@ -1,0 +1,417 @@
+/* rtrs-client read / write: a device range to stdout, stdin to a device.
+ * A ring of `depth` buffers of one request each keeps that many requests
+ * in flight; data leaves (read) or enters (write) the ring in order. */
+#include "cmd.h"
+#include "core/parse.h"
+#include "core/xtime.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SECTOR 512u
+#define RING 16u
+
+struct slot {
+	uint64_t off;		/* device offset of the request */
+	uint32_t len;		/* request bytes (sector multiple) */
+	uint32_t fill;		/* write: bytes of input in it */
+	int state;		/* 0 free, 1 in flight, 2 done */
+	int err;
+	uint8_t *buf;
+};
+
+struct ring {
+	struct sess *ss;
+	struct slot s[RING];
+	unsigned depth;
+	uint32_t chunk;
+	uint8_t *mem;
+	uint64_t t0, last_progress;
+	bool progress;
+};
+
+static void slot_done(void *priv, int err)
+{
+	struct slot *sl = priv;
+
+	sl->err = err;
+	sl->state = 2;
+}
+
+static int ring_init(struct ring *r, struct sess *ss)
+{
+	uint32_t qd = rtrs_clt_queue_depth(ss->clt);
+
+	memset(r, 0, sizeof(*r));
+	r->ss = ss;
+	r->chunk = rnbd_clt_max_io(ss->dev);
+	if (r->chunk >= 4096)
+		r->chunk &= ~4095u;
+	r->depth = qd < RING ? qd : RING;
+	if (!r->depth || !r->chunk)
+		return fail(ss->cmd, "session %s: no room for requests", ss->o->session);
+	r->mem = aligned_alloc(4096, (size_t)r->depth * r->chunk);
+	if (!r->mem)
+		return fail(ss->cmd, "out of memory");
+	for (unsigned i = 0; i < r->depth; i++)
+		r->s[i].buf = r->mem + (size_t)i * r->chunk;
+	r->progress = want_progress(ss->o);
+	r->t0 = r->last_progress = xtime_ns();
+	return sess_add_mem(ss, r->mem, (size_t)r->depth * r->chunk);
+}
+
+static void ring_fini(struct ring *r)
+{
+	/* a request still in flight writes into the ring: keep it then */
+	for (unsigned i = 0; i < r->depth; i++)
+		if (r->s[i].state == 1)
+			return;
+	if (r->mem && r->ss->clt)
+		rtrs_clt_del_mem(r->ss->clt, r->mem);
+	free(r->mem);
+	r->mem = NULL;
+}
+
+static void progress(struct ring *r, uint64_t done, uint64_t total, bool end)
+{
+	uint64_t now = xtime_ns();
+	char a[32], b[32], c[32];
+
+	if (!r->progress || (!end && now - r->last_progress < 500000000ull))
+		return;
+	r->last_progress = now;
+	if (end) {
+		fprintf(stderr, "\r%60s\r", "");
+		return;
+	}
+	xfmt_size(done, a, sizeof(a));
+	xfmt_rate(done / ((now - r->t0) / 1e9 + 1e-9), c, sizeof(c));
+	if (total) {
+		xfmt_size(total, b, sizeof(b));
+		fprintf(stderr, "\r%s / %s (%.0f%%)  %s   ", a, b, 100.0 * done / total, c);
+	} else {
+		fprintf(stderr, "\r%s  %s   ", a, c);
+	}
+}
+
+static int submit(struct ring *r, struct slot *sl, unsigned op)
+{
+	char e[128];
+	int rc;
+
+	sl->state = 1;
+	sl->err = 0;
+	rc = rnbd_clt_submit(r->ss->dev, op, 0, sl->off, sl->buf, sl->len, slot_done, sl);
+	if (rc) {
+		sl->state = 0;
+		return fail(r->ss->cmd, "%s at offset %llu: %s", op == RNBD_OP_READ ? "read" : "write",
+			    (unsigned long long)sl->off, sess_strerror(r->ss, rc, e, sizeof(e)));
+	}
+	return EXIT_OK;
+}
+
+/* Waits for sl to finish.  EXIT_OK, or EXIT_FAIL printed. */
+static int wait_slot(struct ring *r, struct slot *sl, const char *what)
+{
+	char e[128];
+
+	while (sl->state == 1) {
+		if (sess_run(r->ss, 200000000ull) == -EINTR)
+			return fail(r->ss->cmd, "interrupted");
+	}
+	if (sl->err)
+		return fail(r->ss->cmd, "%s at offset %llu: %s", what, (unsigned long long)sl->off,
+			    sess_strerror(r->ss, sl->err, e, sizeof(e)));
+	return EXIT_OK;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Options of read and write. */
+static int io_opts(const char *cmd, int argc, char **argv, struct sess_opts *o, uint64_t *off,
+		   uint64_t *len, bool *len_set)
+{
+	static const struct option lo[] = {
+		SESS_LONGOPTS,
+		{ "offset", required_argument, NULL, OPT_OFFSET },
+		{ "length", required_argument, NULL, OPT_LENGTH },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *e;
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, SESS_SHORTOPTS "h", lo, NULL)) != -1) {
+		rc = sess_opt(cmd, c, optarg, o);
+		if (rc == 1)
+			continue;
+		if (rc)
+			return rc;
+		switch (c) {
+		case OPT_OFFSET:
+			if (xparse_size(optarg, 0, UINT64_MAX / 2, off, &e))
+				return usage_error(cmd, "--offset: '%s' is %s", optarg, e);
+			break;
+		case OPT_LENGTH:
+			if (!len)
+				return bad_option(cmd, SESS_SHORTOPTS "h", argv);
+			if (xparse_size(optarg, 0, UINT64_MAX / 2, len, &e))
+				return usage_error(cmd, "--length: '%s' is %s", optarg, e);
+			*len_set = true;
+			break;
+		case 'h':
+			cmd_usage(stdout, cmd);
+			return -1;
+		default:
+			return bad_option(cmd, SESS_SHORTOPTS "h", argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	return sess_opts_finish(cmd, o, true);
+}
+
+int cmd_read(int argc, char **argv)
+{
+	struct sess_opts o;
+	struct sess ss;
+	struct ring r;
+	uint64_t off = 0, len = 0, start, end, next, out_off, size;
+	unsigned head = 0, tail = 0;	/* submitted / written out, in requests */
+	bool len_set = false;
+	int rc;
+
+	sess_opts_init(&o);
+	rc = io_opts("read", argc, argv, &o, &off, &len, &len_set);
+	if (rc)
+		return rc < 0 ? EXIT_OK : rc;
+	install_stop_handlers();
+	if ((rc = sess_open(&ss, "read", &o)))
+		return rc;
+	size = rnbd_clt_geom(ss.dev)->size;
+	if (off > size) {
+		rc = fail("read", "offset %llu is beyond the end of device %s (%llu bytes)",
+			  (unsigned long long)off, o.device, (unsigned long long)size);
+		goto out;
+	}
+	if (!len_set)
+		len = size - off;
+	if (len > size - off) {
+		rc = fail("read", "%llu bytes at offset %llu go beyond the end of device %s "
+			  "(%llu bytes)", (unsigned long long)len, (unsigned long long)off,
+			  o.device, (unsigned long long)size);
+		goto out;
+	}
+	if ((rc = ring_init(&r, &ss)))
+		goto out;
+	/* whole sectors from start to end; the bytes before off and after
+	 * off + len are not written out */
+	start = off - off % SECTOR;
+	end = off + len;
+	end += (SECTOR - end % SECTOR) % SECTOR;
+	next = start;
+	out_off = off;
+	ss.activity = "read";
+	ss.total_bytes = len;
+	while (out_off < off + len) {
+		while (next < end && head - tail < r.depth) {
+			struct slot *sl = &r.s[head % r.depth];
+
+			sl->off = next;
+			sl->len = (uint32_t)(end - next < r.chunk ? end - next : r.chunk);
+			if ((rc = submit(&r, sl, RNBD_OP_READ)))
+				goto out_ring;
+			next += sl->len;
+			head++;
+		}
+		struct slot *sl = &r.s[tail % r.depth];
+
+		if ((rc = wait_slot(&r, sl, "read")))
+			goto out_ring;
+		/* the part of this request within [off, off + len) */
+		uint64_t a = sl->off > off ? sl->off : off;
+		uint64_t b = sl->off + sl->len < off + len ? sl->off + sl->len : off + len;
+
+		sl->state = 0;
+		tail++;
+		if (b > a && (rc = write_all(STDOUT_FILENO, sl->buf + (a - sl->off), b - a))) {
+			rc = fail("read", "stdout: %s", strerror(-rc));
+			goto out_ring;
+		}
+		out_off = b;
+		ss.done_bytes = out_off - off;
+		progress(&r, ss.done_bytes, len, false);
+	}
+	progress(&r, 0, 0, true);
+	rc = EXIT_OK;
+out_ring:
+	if (rc)
+		progress(&r, 0, 0, true);
+	/* what is still in flight must land before the ring goes */
+	for (unsigned i = 0; i < r.depth; i++)
+		while (r.s[i].state == 1 && rtrs_clt_alive(ss.clt) && !stop_requested)
+			sess_run(&ss, 100000000ull);
+	ring_fini(&r);
+out:
+	sess_close(&ss);
+	return rc;
+}
+
+/* Fills sl from stdin: a whole chunk unless the input ends.  Returns the
+ * bytes read, or -errno. */
+static ssize_t fill(struct slot *sl, uint32_t chunk)
+{
+	sl->fill = 0;
+	while (sl->fill < chunk) {
+		ssize_t n = read(STDIN_FILENO, sl->buf + sl->fill, chunk - sl->fill);
+
+		if (n < 0) {
+			if (errno == EINTR) {
+				if (stop_requested)
+					return -EINTR;
+				continue;
+			}
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		sl->fill += (uint32_t)n;
+	}
+	return sl->fill;
+}
+
+int cmd_write(int argc, char **argv)
+{
+	struct sess_opts o;
+	struct sess ss;
+	struct ring r;
+	uint64_t off = 0, next, size;
+	unsigned head = 0, tail = 0;
+	bool eof = false;
+	char e[128];
+	int rc;
+
+	sess_opts_init(&o);
+	rc = io_opts("write", argc, argv, &o, &off, NULL, NULL);
+	if (rc)
+		return rc < 0 ? EXIT_OK : rc;
+	if (off % SECTOR)
+		return usage_error("write", "--offset: %llu is not a multiple of %u",
+				   (unsigned long long)off, SECTOR);
+	if (o.access == RNBD_ACCESS_RO)
+		return usage_error("write", "--access ro: the device would be read-only");
+	install_stop_handlers();
+	if ((rc = sess_open(&ss, "write", &o)))
+		return rc;
+	size = rnbd_clt_geom(ss.dev)->size;
+	if (off > size) {
+		rc = fail("write", "offset %llu is beyond the end of device %s (%llu bytes)",
+			  (unsigned long long)off, o.device, (unsigned long long)size);
+		goto out;
+	}
+	if ((rc = ring_init(&r, &ss)))
+		goto out;
+	next = off;
+	ss.activity = "write";
+	while (!eof || head != tail) {
+		while (!eof && head - tail < r.depth) {
+			struct slot *sl = &r.s[head % r.depth];
+			ssize_t n = fill(sl, r.chunk);
+
+			if (n < 0) {
+				rc = n == -EINTR ? fail("write", "interrupted")
+						 : fail("write", "stdin: %s", strerror((int)-n));
+				goto out_ring;
+			}
+			if ((uint32_t)n < r.chunk)
+				eof = true;
+			if (!n)
+				break;
+			sl->off = next;
+			sl->len = (uint32_t)((n + SECTOR - 1) / SECTOR * SECTOR);
+			if (sl->off + sl->len > size) {
+				rc = fail("write", "the data goes beyond the end of device %s "
+					  "(%llu bytes)", o.device, (unsigned long long)size);
+				goto out_ring;
+			}
+			if (sl->len != (uint32_t)n) {
+				/* a last partial sector: the rest of it keeps what
+				 * the device has, so read that sector first (the
+				 * writes before it end before sl->off) */
+				struct slot tmp = *sl;
+				uint32_t keep = sl->len - (uint32_t)n;
+				uint8_t save[SECTOR];
+
+				memcpy(save, sl->buf + sl->len - SECTOR, SECTOR - keep);
+				tmp.off = sl->off + sl->len - SECTOR;
+				tmp.len = SECTOR;
+				tmp.buf = sl->buf + sl->len - SECTOR;
+				if ((rc = submit(&r, &tmp, RNBD_OP_READ)) ||
+				    (rc = wait_slot(&r, &tmp, "read")))
+					goto out_ring;
+				memcpy(sl->buf + sl->len - SECTOR, save, SECTOR - keep);
+			}
+			if ((rc = submit(&r, sl, RNBD_OP_WRITE)))
+				goto out_ring;
+			next += sl->len;
+			head++;
+		}
+		if (head == tail)
+			break;
+		struct slot *sl = &r.s[tail % r.depth];
+
+		if ((rc = wait_slot(&r, sl, "write")))
+			goto out_ring;
+		sl->state = 0;
+		tail++;
+		ss.done_bytes += sl->fill;
+		progress(&r, ss.done_bytes, 0, false);
+	}
+	/* the data is on the server's device when the flush is answered
+	 * (the kernel's fsync sends one too) */
+	{
+		struct slot fl = { .off = 0, .len = 0 };
+
+		fl.state = 1;
+		rc = rnbd_clt_submit(ss.dev, RNBD_OP_FLUSH, 0, 0, NULL, 0, slot_done, &fl);
+		if (rc && rc != -EOPNOTSUPP) {
+			fl.state = 0;
+			rc = fail("write", "flush: %s", sess_strerror(&ss, rc, e, sizeof(e)));
+			goto out_ring;
+		}
+		if (rc == 0 && (rc = wait_slot(&r, &fl, "flush")))
+			goto out_ring;
+	}
+	progress(&r, 0, 0, true);
+	if (o.verbose)
+		fprintf(stderr, PROG " write: %llu bytes at offset %llu of %s\n",
+			(unsigned long long)ss.done_bytes, (unsigned long long)off, o.device);
+	rc = EXIT_OK;
+out_ring:
+	if (rc)
+		progress(&r, 0, 0, true);
+	for (unsigned i = 0; i < r.depth; i++)
+		while (r.s[i].state == 1 && rtrs_clt_alive(ss.clt) && !stop_requested)
+			sess_run(&ss, 100000000ull);
+	ring_fini(&r);
+out:
+	sess_close(&ss);
+	return rc;
+}

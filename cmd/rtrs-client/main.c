@@ -1,0 +1,99 @@
+/* rtrs-client -- read, write and benchmark a device exported over RTRS/RNBD
+ * (by the kernel's rnbd-server or our rtrs-server), with multipath,
+ * failover and reconnect; inspect and change a running session through
+ * its control socket. */
+#include "cmd.h"
+#include "core/log.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <string.h>
+
+#define COMMON "-s SESSION -p URI [-p URI]... -d DEVICE"
+
+static const struct cmd cmds[] = {
+	{ "read",   cmd_read,   COMMON " [--offset OFF] [--length LEN] > DATA",
+	  "read a device range to stdout" },
+	{ "write",  cmd_write,  COMMON " [--offset OFF] < DATA",
+	  "write stdin to a device" },
+	{ "bench",  cmd_bench,  COMMON " [--rw read|write|randread|randwrite|randrw]\n"
+	  "                     [--bs SIZE] [--iodepth N] [--time SEC] [--size SIZE]"
+	  " [--rwmixread PCT]\n"
+	  "                     [--verify] [-o text|yaml|json]",
+	  "measure IOPS, bandwidth and latency; --verify checks every read" },
+	{ "status", cmd_status, "-s SESSION [--ctl PATH] [-o text|yaml|json]",
+	  "show a running session: paths, states, counters" },
+	{ "path",   cmd_path,   "add|remove|disconnect|reconnect -s SESSION URI|N [--ctl PATH]",
+	  "change the paths of a running session" },
+};
+
+static const struct cli_tool tool = {
+	PROG, cmds, sizeof(cmds) / sizeof(cmds[0]), 6, 9,
+	"\nSession options of read, write and bench:\n"
+	"  --policy rr|min-inflight|min-latency   --reconnect-delay MS\n"
+	"  --max-reconnect-attempts N (-1: forever)   --connections N\n"
+	"  --hb-interval MS   --hb-missed N   --access ro|rw|migration\n"
+	"  --timeout DURATION   -c CONFIG.yaml   --ctl PATH   --progress   -q   -v\n"
+	"URI: rdma://HOST[:PORT] or tcp://HOST[:PORT], default port 1234.\n"
+	"See rtrs-client(8).\n"
+};
+
+void cmd_usage(FILE *f, const char *name)
+{
+	cli_usage(&tool, f, name);
+}
+
+int fail(const char *cmd, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, PROG " %s: %s\n", cmd, msg);
+	return EXIT_FAIL;
+}
+
+int bad_option(const char *cmd, const char *optstring, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	/* a long option without its value: optopt is its code */
+	if (optopt > 0xff || (optopt && !strncmp(arg, "--", 2)))
+		return usage_error(cmd, "option '%s' needs a value", arg);
+	return cli_bad_option(PROG, cmd, optstring, argv);
+}
+
+int parse_fmt(const char *cmd, const char *arg, enum xfmt *f)
+{
+	if (xfmt_parse(arg, f) < 0)
+		return usage_error(cmd, "-o: '%s' is not text, yaml or json", arg);
+	return EXIT_OK;
+}
+
+volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+void install_stop_handlers(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;	/* no SA_RESTART: sleeps return EINTR */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+int main(int argc, char **argv)
+{
+	xlog_init(PROG);
+	return cli_main(&tool, argc, argv);
+}

@@ -1,0 +1,86 @@
+/* RNBD 2.0 client over an RTRS client session (doc/rtrs-design.md "RNBD
+ * layers"; the kernel's rnbd-clt.c):
+ *   - SESS_INFO and OPEN are RTRS READs on the service connection whose
+ *     answers (SESS_INFO_RSP, OPEN_RSP) the server writes into our
+ *     buffer; CLOSE is an RTRS WRITE without data -- byte for byte what
+ *     the kernel sends (reference/rnbd-wire/);
+ *   - IO: READ as an RTRS READ, WRITE / FLUSH / DISCARD / WRITE_ZEROES as
+ *     RTRS WRITEs; a request longer than the device takes in one go is
+ *     split at min(the session's max_io, max_hw_sectors), discards at
+ *     max_discard_sectors, write-zeroes at max_write_zeroes_sectors.
+ * Like rtrs_clt, nothing here prints; IO completions run from
+ * rtrs_clt_poll().  Opening and closing are blocking: they drive the
+ * session's loop themselves until the answer comes or the timeout. */
+#ifndef XPRT_RNBD_CLT_H
+#define XPRT_RNBD_CLT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rnbd/rnbd_wire.h"
+#include "rtrs/rtrs_clt.h"
+
+struct rnbd_clt_dev;
+
+struct rnbd_clt_geom {
+	uint8_t proto_ver;		/* negotiated in SESS_INFO */
+	uint32_t device_id;
+	uint64_t size;			/* bytes: nsectors * 512 */
+	uint64_t nsectors;
+	uint32_t max_hw_sectors;
+	uint32_t max_write_zeroes_sectors;	/* max_write_same_sectors on the wire */
+	uint32_t max_discard_sectors;
+	uint32_t discard_granularity, discard_alignment;
+	uint16_t physical_block_size, logical_block_size;
+	uint16_t max_segments, secure_discard;
+	uint8_t cache_policy;		/* RNBD_FUA | RNBD_WRITEBACK */
+};
+
+/* Opens dev_name (as the server's export list or search path names it)
+ * with access mode RO, RW or MIGRATION.  NULL + err, errno: ENOENT (no
+ * such export), EACCES (refused: already open for writing, or read-only),
+ * ETIMEDOUT, ENOTCONN (session down), EPROTO, EINVAL, ENOMEM. */
+struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
+				   enum rnbd_access_mode mode, uint64_t timeout_ns,
+				   char *err, size_t errlen);
+const struct rnbd_clt_geom *rnbd_clt_geom(const struct rnbd_clt_dev *d);
+/* Largest READ/WRITE one RTRS request carries, bytes. */
+uint32_t rnbd_clt_max_io(const struct rnbd_clt_dev *d);
+
+/* One IO: op RNBD_OP_READ / WRITE / FLUSH / DISCARD / WRITE_ZEROES (the
+ * value of WRITE_SAME), flags RNBD_F_SYNC / RNBD_F_FUA; off and len bytes,
+ * multiples of 512 within the device (FLUSH: 0, 0); buf (READ, WRITE) in
+ * memory given to rtrs_clt_add_mem().  done(priv, err) runs from
+ * rtrs_clt_poll() when every part is answered: 0 or the first part's
+ * -errno.  Parts that find no free permit wait in the device's queue
+ * (rnbd_clt_kick()).  Returns 0 or at once -EINVAL (alignment, range, op),
+ * -EROFS (a write on a read-only mapping), -EOPNOTSUPP (discard or
+ * write-zeroes the device does not take), -ENOMEM. */
+int rnbd_clt_submit(struct rnbd_clt_dev *d, unsigned op, uint32_t flags, uint64_t off,
+		    void *buf, uint64_t len, void (*done)(void *priv, int err), void *priv);
+/* Sends queued parts now that permits may be free (call after
+ * rtrs_clt_poll()); how many went out. */
+unsigned rnbd_clt_kick(struct rnbd_clt_dev *d);
+/* IOs submitted and not yet done. */
+uint32_t rnbd_clt_busy(const struct rnbd_clt_dev *d);
+
+/* The session's link events must reach here: after RECONNECTED (every
+ * path was down, one is back) the device is opened again -- SESS_INFO and
+ * OPEN, as the kernel's rnbd-client does -- since the server may have
+ * dropped the session meanwhile; the session holds the IO that waited
+ * until then (rnbd_clt_open() sets rtrs_clt_hold_on_reconnect()). */
+void rnbd_clt_link_ev(struct rnbd_clt_dev *d, enum rtrs_clt_link_ev ev);
+/* How many re-opens succeeded; *last_err: the last one's result. */
+uint64_t rnbd_clt_reopens(const struct rnbd_clt_dev *d, int *last_err);
+
+/* Sends CLOSE (waits for its answer up to timeout_ns; IO still running is
+ * waited for first, within the same time) and frees d.  0 or -errno (d is
+ * freed either way).  NULL ok. */
+int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns);
+
+/* Runs the session's loop for at most timeout_ns or until *flag is set
+ * (flag may be NULL): polls, sleeps on rtrs_clt_fd().  0, -ETIMEDOUT, or
+ * -EINTR when a signal interrupted the sleep. */
+int rnbd_clt_wait(struct rtrs_clt *s, const volatile int *flag, uint64_t timeout_ns);
+
+#endif

@@ -1,0 +1,465 @@
+#!/usr/bin/env bats
+# rtrs-client on the host: usage errors, bad input, unreachable servers,
+# config files, the control socket's client side; then, with rtrs-server
+# built beside it, end to end over tcp:// on loopback: round trips, bench
+# in every output format, status and path changes of a running session,
+# failover between two paths, a server killed and restarted, and the
+# attempt limit.  The kernel interop over rdma:// is
+# tests/vm/rtrs-client-kernel.sh.
+#
+# Point the tests at another build with RTRS_CLIENT=build-san/rtrs-client
+# (RTRS_SERVER defaults to the rtrs-server beside it).
+
+bats_require_minimum_version 1.5.0
+
+RTRS_CLIENT=${RTRS_CLIENT:-$BATS_TEST_DIRNAME/../../build/rtrs-client}
+case $RTRS_CLIENT in
+/*) ;;
+*) RTRS_CLIENT=$PWD/$RTRS_CLIENT ;;
+esac
+
+RTRS_SERVER=${RTRS_SERVER:-$(dirname "$RTRS_CLIENT")/rtrs-server}
+
+# shellcheck source=common.bash
+load common
+# shellcheck source=netns.bash
+load netns
+
+setup() {
+	[ -x "$RTRS_CLIENT" ] || die "$RTRS_CLIENT is not built (run make)"
+	BG_PIDS=()
+	T=$BATS_TEST_TMPDIR
+	SRV_OUT=$T/serve.out
+	SRV_ERR=$T/serve.err
+	# the control sockets of these tests stay in their own directory
+	export XDG_RUNTIME_DIR=$T/run
+	mkdir -p -m 0700 "$XDG_RUNTIME_DIR"
+}
+
+teardown() {
+	local pid
+	for pid in "${BG_PIDS[@]}"; do
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	[ "${NS_PATHS:-0}" -gt 0 ] && netns_teardown
+	return 0
+}
+
+# start_server PORT ARGS...: rtrs-server on 0.0.0.0:PORT (so 127.0.0.1 and
+# 127.0.0.2 are two paths) with its own control socket; waits until it
+# listens.  Sets SRV_PID.
+start_server() {
+	local i port=$1
+	shift
+	[ -x "$RTRS_SERVER" ] || skip "rtrs-server not built ($RTRS_SERVER)"
+	"$RTRS_SERVER" -l "tcp://0.0.0.0:$port" --ctl "$T/srv.sock" "$@" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
+	SRV_PID=$!
+	BG_PIDS+=("$SRV_PID")
+	for i in $(seq 1 200); do
+		grep -q '^listening ' "$SRV_OUT" 2>/dev/null && return 0
+		kill -0 "$SRV_PID" 2>/dev/null || die "rtrs-server died: $(cat "$SRV_ERR")"
+		sleep 0.05
+	done
+	die "rtrs-server did not start: $(cat "$SRV_ERR")"
+}
+
+# json EXPR: a python expression over j, the JSON in $output
+json() {
+	python3 -c "import json,sys; j=json.loads(sys.argv[1]); print($1)" "$output"
+}
+
+# wait_status SESSION EXPR: until `status -o json` of SESSION makes EXPR
+# true (at most 20 s)
+wait_status() {
+	local i
+	for i in $(seq 1 200); do
+		run --separate-stderr "$RTRS_CLIENT" status -s "$1" -o json
+		[ "$status" -eq 0 ] && [ "$(json "$2")" = True ] && return 0
+		sleep 0.1
+	done
+	die "status of $1 never had $2: $output $stderr"
+}
+
+# run_clt EXPECTED_RC ARGS...: rtrs-client ARGS with a 30 s limit.
+run_clt() {
+	run_limited 30 rtrs-client "$1" "$RTRS_CLIENT" "${@:2}"
+}
+
+# A TCP port nothing listens on.
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# --- usage ---------------------------------------------------------------------
+
+@test "no command prints usage and exits 2" {
+	run_clt 2
+	[[ $stderr == *"usage: rtrs-client COMMAND"* ]]
+}
+
+@test "--help lists every command and the session options on stdout" {
+	run_clt 0 --help
+	for c in read write bench status path; do
+		[[ $output == *"rtrs-client $c"* ]] || die "no $c in help"
+	done
+	for o in --policy --reconnect-delay --max-reconnect-attempts --connections \
+		--hb-interval --hb-missed --access --ctl; do
+		[[ $output == *"$o"* ]] || die "no $o in help"
+	done
+}
+
+@test "each command has --help" {
+	for c in read write bench status; do
+		run_clt 0 "$c" --help
+		[[ $output == *"rtrs-client $c"* ]] || die "$c --help: $output"
+	done
+	run_clt 0 path --help
+	[[ $output == *"rtrs-client path"* ]]
+}
+
+@test "unknown command and unknown option are usage errors" {
+	run_clt 2 frobnicate
+	[[ $stderr == "rtrs-client: unknown command 'frobnicate'"* ]]
+	run_clt 2 read --bogus
+	expect_stderr "rtrs-client read: invalid option '--bogus'
+Try 'rtrs-client read --help'."
+	run_clt 2 bench -s s1 -p tcp://127.0.0.1 -d d1 --iodepth
+	[[ $stderr == "rtrs-client bench: option '--iodepth' needs a value"* ]]
+}
+
+@test "session, path and device are required" {
+	run_clt 2 read -p tcp://127.0.0.1 -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: a session name is needed (-s SESSION)" ]]
+	run_clt 2 write -s s1 -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client write: at least one path is needed (-p URI)" ]]
+	run_clt 2 bench -s s1 -p tcp://127.0.0.1
+	[[ ${stderr%%$'\n'*} == "rtrs-client bench: a device is needed (-d DEVICE)" ]]
+	run_clt 2 read -s s1 -p tcp://127.0.0.1 -d d1 extra
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: unexpected argument 'extra'" ]]
+}
+
+@test "bad URIs: unknown scheme, not an RC transport, bad port" {
+	run_clt 2 read -s s1 -p foo://x -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: -p: unknown scheme 'foo' in 'foo://x'" ]]
+	run_clt 2 read -s s1 -p udp://127.0.0.1 -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: -p: 'udp://127.0.0.1': an RTRS path is rdma://HOST[:PORT] or tcp://HOST[:PORT]" ]]
+	run_clt 2 read -s s1 -p tcp://127.0.0.1:99999 -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: -p: "* ]]
+}
+
+@test "session names follow the kernel's rule: no '/' or '.'" {
+	run_clt 2 read -s a.b -p tcp://127.0.0.1 -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: -s: 'a.b': a session name is 1 to 254 characters without '/' or '.'" ]]
+	run_clt 2 status -s a/b
+	[[ ${stderr%%$'\n'*} == *"without '/' or '.'" ]]
+}
+
+@test "numbers and words are checked" {
+	local c=(-s s1 -p tcp://127.0.0.1 -d d1)
+	run_clt 2 bench "${c[@]}" --iodepth 0
+	[[ ${stderr%%$'\n'*} == "rtrs-client bench: --iodepth: '0' is too small" ]]
+	run_clt 2 bench "${c[@]}" --bs 1000
+	[[ ${stderr%%$'\n'*} == "rtrs-client bench: --bs: 1000 is not a multiple of 512" ]]
+	run_clt 2 bench "${c[@]}" --rw sideways
+	[[ ${stderr%%$'\n'*} == "rtrs-client bench: --rw: 'sideways' is not read, write, randread, randwrite or randrw" ]]
+	run_clt 2 bench "${c[@]}" -o xml
+	[[ ${stderr%%$'\n'*} == "rtrs-client bench: -o: 'xml' is not text, yaml or json" ]]
+	run_clt 2 read "${c[@]}" --policy fastest
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: --policy: 'fastest' is not rr, min-inflight or min-latency" ]]
+	run_clt 2 read "${c[@]}" --access rx
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: --access: 'rx' is not ro, rw or migration" ]]
+	run_clt 2 read "${c[@]}" --max-reconnect-attempts -2
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: --max-reconnect-attempts: '-2' is too small" ]]
+	run_clt 2 read "${c[@]}" --connections 0
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: --connections: '0' is too small" ]]
+	run_clt 2 read "${c[@]}" --reconnect-delay soon
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: --reconnect-delay: 'soon' is invalid" ]]
+	run_clt 2 read "${c[@]}" --offset 1Q
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: --offset: '1Q' is invalid" ]]
+	run_clt 2 write "${c[@]}" --offset 100
+	[[ ${stderr%%$'\n'*} == "rtrs-client write: --offset: 100 is not a multiple of 512" ]]
+	run_clt 2 write "${c[@]}" --access ro
+	[[ ${stderr%%$'\n'*} == "rtrs-client write: --access ro: the device would be read-only" ]]
+	run_clt 2 bench "${c[@]}" --access ro --rw randwrite
+	[[ ${stderr%%$'\n'*} == "rtrs-client bench: --access ro: --rw randwrite writes" ]]
+}
+
+# --- unreachable servers -------------------------------------------------------
+
+@test "an unreachable server: one line, exit 1" {
+	local port
+	port=$(free_port)
+	run_clt 1 read -s s1 -p "tcp://127.0.0.1:$port" -d d1
+	expect_stderr_line "rtrs-client read: all paths to s1 are down: tcp://127.0.0.1:$port: connection refused"
+	[ -z "$output" ]
+}
+
+@test "every path's failure is named" {
+	local p1 p2
+	p1=$(free_port)
+	p2=$(free_port)
+	run_clt 1 bench -s s1 -p "tcp://127.0.0.1:$p1" -p "tcp://127.0.0.1:$p2" -d d1
+	expect_stderr_line "rtrs-client bench: all paths to s1 are down: tcp://127.0.0.1:$p1: connection refused; tcp://127.0.0.1:$p2: connection refused"
+}
+
+@test "a path given twice is refused" {
+	local port
+	port=$(free_port)
+	run_clt 1 read -s s1 -p "tcp://127.0.0.1:$port" -p "tcp://127.0.0.1:$port" -d d1
+	expect_stderr_line "rtrs-client read: session s1: path tcp://127.0.0.1:$port given twice"
+}
+
+@test "the default port is 1234" {
+	if python3 -c 'import socket; s=socket.socket(); s.connect(("127.0.0.1",1234))' 2>/dev/null; then
+		skip "something listens on 127.0.0.1:1234"
+	fi
+	run_clt 1 read -s s1 -p tcp://127.0.0.1 -d d1
+	expect_stderr_line "rtrs-client read: all paths to s1 are down: tcp://127.0.0.1:1234: connection refused"
+}
+
+@test "rdma:// without an RDMA device says so in one line" {
+	if [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
+		skip "this host has an RDMA device (the VM tests cover rdma://)"
+	fi
+	run_clt 1 read -s s1 -p rdma://127.0.0.1 -d d1
+	[[ $stderr == "rtrs-client read: all paths to s1 are down: "*"RDMA"* ]] || die "$stderr"
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+}
+
+# --- config files ---------------------------------------------------------------
+
+@test "a config file gives paths and settings; the command line wins" {
+	local port cfg=$BATS_TEST_TMPDIR/c.yaml
+	port=$(free_port)
+	cat >"$cfg" <<-EOF
+	sessions:
+	  s1:
+	    paths: [tcp://127.0.0.1:$port]
+	    device: d1
+	    policy: min-latency
+	    reconnect_delay: 2s
+	    max_reconnect_attempts: 3
+	    connections: 2
+	    hb_interval: 1000
+	    hb_missed: 3
+	    access: ro
+	    timeout: 5s
+	EOF
+	run_clt 1 read -c "$cfg"
+	expect_stderr_line "rtrs-client read: all paths to s1 are down: tcp://127.0.0.1:$port: connection refused"
+	local p2
+	p2=$(free_port)
+	run_clt 1 read -c "$cfg" -s s1 -p "tcp://127.0.0.1:$p2"
+	expect_stderr_line "rtrs-client read: all paths to s1 are down: tcp://127.0.0.1:$p2: connection refused"
+}
+
+@test "config errors name the file and line" {
+	local cfg=$BATS_TEST_TMPDIR/c.yaml
+	run_clt 2 read -c "$BATS_TEST_TMPDIR/none.yaml"
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: $BATS_TEST_TMPDIR/none.yaml: "* ]]
+	printf 'sessions:\n  s1:\n    paths: [tcp://127.0.0.1]\n    colour: blue\n' >"$cfg"
+	run_clt 2 read -c "$cfg"
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: $cfg: line 4: unknown session key 'colour'" ]]
+	printf 'sessions:\n  s1:\n    paths: [tcp://127.0.0.1]\n    policy: best\n' >"$cfg"
+	run_clt 2 read -c "$cfg" -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: $cfg: line 4: policy: 'best' is not rr, min-inflight or min-latency" ]]
+	printf 'sessions:\n  a:\n    paths: tcp://127.0.0.1\n  b:\n    paths: tcp://127.0.0.1\n' >"$cfg"
+	run_clt 2 read -c "$cfg" -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: $cfg: several sessions: say which with -s" ]]
+	run_clt 2 read -c "$cfg" -s c -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: $cfg: no session 'c'" ]]
+	printf 'session:\n  a: {}\n' >"$cfg"
+	run_clt 2 read -c "$cfg" -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: $cfg: unknown key 'session' (expected 'sessions')" ]]
+}
+
+# --- the control socket's client side ------------------------------------------------
+
+@test "status and path on a session that does not run" {
+	run_clt 1 status -s nosuch
+	expect_stderr_line "rtrs-client status: no running session nosuch ($XDG_RUNTIME_DIR/xprt/rtrs-client-nosuch.sock)"
+	run_clt 1 path reconnect -s nosuch 0
+	expect_stderr_line "rtrs-client path reconnect: no running session nosuch ($XDG_RUNTIME_DIR/xprt/rtrs-client-nosuch.sock)"
+	run_clt 1 status -s s1 --ctl "$BATS_TEST_TMPDIR/x.sock"
+	expect_stderr_line "rtrs-client status: no running session s1 ($BATS_TEST_TMPDIR/x.sock)"
+}
+
+@test "path: verbs, operands and URIs are checked before calling" {
+	run_clt 2 path
+	[[ ${stderr%%$'\n'*} == "rtrs-client path: add, remove, disconnect or reconnect is needed" ]]
+	run_clt 2 path jump -s s1 0
+	[[ ${stderr%%$'\n'*} == "rtrs-client path: 'jump' is not add, remove, disconnect or reconnect" ]]
+	run_clt 2 path add -s s1
+	[[ ${stderr%%$'\n'*} == "rtrs-client path add: a path is needed (URI)" ]]
+	run_clt 2 path remove 0
+	[[ ${stderr%%$'\n'*} == "rtrs-client path remove: a session name is needed (-s SESSION)" ]]
+	run_clt 2 path add -s s1 udp://127.0.0.1
+	[[ ${stderr%%$'\n'*} == "rtrs-client path add: 'udp://127.0.0.1': an RTRS path is rdma://HOST[:PORT] or tcp://HOST[:PORT]" ]]
+	run_clt 2 path disconnect -s s1 0 1
+	[[ ${stderr%%$'\n'*} == "rtrs-client path disconnect: unexpected argument '1'" ]]
+	run_clt 2 status -s s1 -o xml
+	[[ ${stderr%%$'\n'*} == "rtrs-client status: -o: 'xml' is not text, yaml or json" ]]
+}
+
+# --- end to end over tcp:// against rtrs-server ----------------------------------------
+
+@test "write, then read back byte for byte, ranges and a partial last sector" {
+	local port
+	port=$(free_port)
+	truncate -s 8M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	head -c 3M /dev/urandom >"$T/pat"
+	run_clt 0 write -s e1 -p "tcp://127.0.0.1:$port" -d d1 --offset 1M <"$T/pat"
+	[ -z "$output" ] && [ -z "$stderr" ]
+	cmp "$T/pat" <(tail -c +$((1048576 + 1)) "$T/disk.img" | head -c 3M)
+	run_limited 30 rtrs-client 0 bash -c "'$RTRS_CLIENT' read -s e1 -p tcp://127.0.0.1:$port -d d1 --offset 1M --length 3M | cmp - '$T/pat'"
+	run_limited 30 rtrs-client 0 bash -c "'$RTRS_CLIENT' read -s e1 -p tcp://127.0.0.1:$port -d d1 --offset 1000001 --length 77777 | cmp - <(tail -c +1000002 '$T/disk.img' | head -c 77777)"
+	# 1000 bytes at 512: the rest of the second sector stays
+	head -c 1000 /dev/urandom >"$T/small"
+	cp "$T/disk.img" "$T/before"
+	run_clt 0 write -s e1 -p "tcp://127.0.0.1:$port" -d d1 --offset 512 <"$T/small"
+	cmp <(head -c 512 "$T/before"; cat "$T/small"; tail -c +1513 "$T/before") "$T/disk.img"
+	# past the end
+	run_clt 1 write -s e1 -p "tcp://127.0.0.1:$port" -d d1 --offset 7M <"$T/pat"
+	expect_stderr_line "rtrs-client write: the data goes beyond the end of device d1 (8388608 bytes)"
+	run_clt 1 read -s e1 -p "tcp://127.0.0.1:$port" -d d1 --offset 9M
+	expect_stderr_line "rtrs-client read: offset 9437184 is beyond the end of device d1 (8388608 bytes)"
+}
+
+@test "a missing export and a read-only export: one line, exit 1" {
+	local port
+	port=$(free_port)
+	truncate -s 1M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img:ro"
+	run_clt 1 read -s e2 -p "tcp://127.0.0.1:$port" -d nosuch
+	expect_stderr_line "rtrs-client read: device nosuch: no such export"
+	run_clt 1 write -s e2 -p "tcp://127.0.0.1:$port" -d d1 </dev/null
+	expect_stderr_line "rtrs-client write: device d1: read-only export"
+	run_clt 0 read -s e2 -p "tcp://127.0.0.1:$port" -d d1 --access ro --length 4k
+	[ "${#output}" -eq 0 ]	# zeros: bash drops NULs
+}
+
+@test "bench: text, yaml and json carry IOPS, latency percentiles and path counters" {
+	local port
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	run_clt 0 bench -s e3 -p "tcp://127.0.0.1:$port" -d d1 --time 1 --rw randrw --verify -o json
+	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0 and j["ios"] > 0 and j["read"]["ios"] > 0 and j["write"]["ios"] > 0')" = True ]
+	[ "$(json 'all(k in j["lat_ns"] for k in ("min", "p50", "p99", "max"))')" = True ]
+	[ "$(json 'j["paths"][0]["uri"] == "tcp://127.0.0.1:'"$port"'" and j["paths"][0]["state"] == "connected" and j["paths"][0]["writes"] > 0')" = True ]
+	run_clt 0 bench -s e3 -p "tcp://127.0.0.1:$port" -d d1 --time 0.5 --rw read --bs 64k -o yaml
+	python3 -c 'import sys, yaml; d = yaml.safe_load(sys.argv[1]); assert d["bs"] == 65536 and d["rw"] == "read" and d["iops"] > 0' "$output"
+	run_clt 0 bench -s e3 -p "tcp://127.0.0.1:$port" -d d1 --time 0.5 --rw write
+	[[ $output == *"iops  "* ]] || die "no iops line: $output"
+	[[ $output == *"p99"* ]]
+	[[ $output == *"URI"*"STATE"*"FAILOVERS"* ]] || die "no path table"
+}
+
+@test "status and path changes of a running session" {
+	local port
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	"$RTRS_CLIENT" bench -s e4 -p "tcp://127.0.0.1:$port" -d d1 --time 20 --rw randrw --verify \
+		--reconnect-delay 100 -q -o json >"$T/b.json" 2>"$T/b.err" &
+	BG_PIDS+=($!)
+	local bp=$!
+	wait_status e4 'j["activity"] == "bench" and j["paths"][0]["state"] == "connected"'
+	run_clt 0 status -s e4
+	[[ $output == "session      e4"* ]] || die "$output"
+	[[ $output == *"tcp://127.0.0.1:$port  connected"* ]]
+	run_clt 0 path add -s e4 "tcp://127.0.0.2:$port"
+	expect_output "path 1 tcp://127.0.0.2:$port: connected"
+	run_clt 1 path add -s e4 "tcp://127.0.0.2:$port"
+	expect_stderr_line "rtrs-client path add: tcp://127.0.0.2:$port: already a path of the session"
+	wait_status e4 'j["paths"][1]["reads"] + j["paths"][1]["writes"] > 0'
+	run_clt 0 path disconnect -s e4 0
+	wait_status e4 'j["paths"][0]["state"] == "closed" and j["paths"][0]["last_error"] == "disconnected by request"'
+	run_clt 0 path reconnect -s e4 "tcp://127.0.0.1:$port"
+	wait_status e4 'j["paths"][0]["state"] == "connected" and j["paths"][0]["reconnects_ok"] == 1'
+	run_clt 0 path remove -s e4 1
+	wait_status e4 'len(j["paths"]) == 1'
+	run_clt 1 path remove -s e4 5
+	expect_stderr_line "rtrs-client path remove: no path 5 (the session has 1)"
+	kill -INT $bp
+	wait $bp
+	run cat "$T/b.json"
+	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0')" = True ]
+}
+
+@test "one path cut: its requests fail over to the other, none fails" {
+	local port
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	"$RTRS_CLIENT" bench -s e6 -p "tcp://127.0.0.1:$port" -p "tcp://127.0.0.2:$port" -d d1 \
+		--time 30 --rw randrw --verify --policy rr --reconnect-delay 100 -q -o json \
+		>"$T/b.json" 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	wait_status e6 'j["activity"] == "bench" and all(p["inflight"] > 0 for p in j["paths"])'
+	run_clt 0 path disconnect -s e6 1
+	wait_status e6 'j["paths"][0]["failovers"] > 0'
+	run_clt 0 path reconnect -s e6 1
+	wait_status e6 'j["paths"][1]["state"] == "connected"'
+	kill -INT $bp
+	wait $bp || die "bench failed: $(cat "$T/b.err")"
+	run cat "$T/b.json"
+	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0 and j["paths"][0]["failovers"] > 0')" = True ]
+}
+
+@test "every path down past the attempt limit: IO fails, one clear line" {
+	local port
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	"$RTRS_CLIENT" bench -s e7 -p "tcp://127.0.0.1:$port" -d d1 --time 30 \
+		--max-reconnect-attempts 2 --reconnect-delay 100 --hb-interval 200 --hb-missed 2 \
+		-o json >"$T/b.json" 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	wait_status e7 'j["activity"] == "bench"'
+	kill -9 "$SRV_PID"
+	local rc=0
+	wait $bp || rc=$?
+	[ "$rc" -eq 1 ] || die "bench exited $rc: $(cat "$T/b.err")"
+	grep -q "^rtrs-client bench: [0-9]* IO errors, the first at offset [0-9]*: all paths to e7 are down$" "$T/b.err" ||
+		die "$(cat "$T/b.err")"
+	run cat "$T/b.json"
+	[ "$(json 'j["paths"][0]["state"] == "closed" and j["paths"][0]["reconnects_failed"] == 2')" = True ]
+}
+
+@test "two hosts, two paths, one cable pulled during bench --verify: no errors, it comes back" {
+	netns_available || skip "no network namespaces here (needs root and iproute2)"
+	[ -x "$RTRS_SERVER" ] || skip "rtrs-server not built ($RTRS_SERVER)"
+	command -v nft >/dev/null || skip "nft missing: scripts/install-deps"
+	netns_setup 2
+	truncate -s 4M "$T/disk.img"
+	local a0 a1 hb=(--hb-interval 200 --hb-missed 2)
+	a0=$(netns_addr 0 2)
+	a1=$(netns_addr 1 2)
+	netns_srv_bg "$RTRS_SERVER" -l "tcp://0.0.0.0:1234" -e "d1=$T/disk.img" --ctl "$T/srv.sock" \
+		"${hb[@]}" >"$SRV_OUT" 2>"$SRV_ERR"
+	BG_PIDS+=($!)
+	local i
+	for i in $(seq 1 100); do grep -q '^listening ' "$SRV_OUT" && break; sleep 0.05; done
+	netns_cli_bg "$RTRS_CLIENT" bench -s n1 -p "tcp://$a0" -p "tcp://$a1" -d d1 --time 60 \
+		--rw randrw --verify --policy rr --reconnect-delay 200 "${hb[@]}" --timeout 1s -q \
+		-o json >"$T/b.json" 2>"$T/b.err"
+	local bp=$!
+	BG_PIDS+=($bp)
+	wait_status n1 'j["activity"] == "bench" and all(p["reads"] > 0 for p in j["paths"])'
+	netns_cut 1
+	wait_status n1 'j["paths"][1]["state"] != "connected" and j["paths"][0]["failovers"] > 0'
+	sleep 1
+	netns_restore 1
+	wait_status n1 'j["paths"][1]["state"] == "connected" and j["paths"][1]["reconnects_ok"] >= 1'
+	kill -INT $bp
+	wait $bp || die "bench failed: $(cat "$T/b.err")"
+	run cat "$T/b.json"
+	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0 and j["paths"][0]["failovers"] > 0')" = True ] ||
+		die "$output"
+	[ "$(json 'j["paths"][1]["reconnects_ok"] >= 1 and j["paths"][1]["state"] == "connected"')" = True ]
+}

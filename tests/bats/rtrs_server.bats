@@ -1,0 +1,297 @@
+#!/usr/bin/env bats
+# rtrs-server on loopback tcp://: usage errors, bad exports and configs,
+# the listening lines, the control socket and status in every format, and
+# (with rtrs-client built next to it) a round trip through a served file and
+# the --allow list.  The kernel interop over rdma:// is tests/vm/rtrs-server-kernel.sh.
+#
+# Point the tests at another build with RTRS_SERVER=build-san/rtrs-server
+# (RTRS_CLIENT defaults to the rtrs-client beside it).
+
+bats_require_minimum_version 1.5.0
+
+RTRS_SERVER=${RTRS_SERVER:-$BATS_TEST_DIRNAME/../../build/rtrs-server}
+case $RTRS_SERVER in /*) ;; *) RTRS_SERVER=$PWD/$RTRS_SERVER ;; esac
+RTRS_CLIENT=${RTRS_CLIENT:-$(dirname "$RTRS_SERVER")/rtrs-client}
+
+# shellcheck source=common.bash
+load common
+
+setup() {
+	[ -x "$RTRS_SERVER" ] || die "$RTRS_SERVER is not built (run make)"
+	BG_PIDS=()
+	T=$BATS_TEST_TMPDIR
+	CTL=$T/ctl.sock
+	SRV_OUT=$T/serve.out
+	SRV_ERR=$T/serve.err
+	truncate -s 4M "$T/disk.img"
+	# nothing of ours may leak into the user's runtime directory
+	export XDG_RUNTIME_DIR=$T/run
+	mkdir -p -m 700 "$XDG_RUNTIME_DIR"
+}
+
+teardown() {
+	local pid
+	for pid in "${BG_PIDS[@]}"; do
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	return 0
+}
+
+run_srv() {	# EXPECTED_RC ARGS...
+	run_limited 30 rtrs-server "$1" "$RTRS_SERVER" "${@:2}"
+}
+
+# start_server ARGS...: serve in the background on a free loopback port
+# (unless ARGS has -l or -c) with --ctl $CTL; waits for the listening lines.
+# Sets SRV_PID, PORT (the first listener's port).
+start_server() {
+	local i args=("$@")
+	[[ " $* " == *" -l "* || " $* " == *" -c "* ]] || args+=(-l tcp://127.0.0.1:0)
+	"$RTRS_SERVER" "${args[@]}" --ctl "$CTL" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
+	SRV_PID=$!
+	BG_PIDS+=("$SRV_PID")
+	for i in $(seq 1 200); do
+		grep -q '^listening ' "$SRV_OUT" 2>/dev/null && [ -S "$CTL" ] && break
+		kill -0 "$SRV_PID" 2>/dev/null || { cat "$SRV_ERR" >&2; die "rtrs-server died"; return 1; }
+		sleep 0.05
+	done
+	grep -q '^listening ' "$SRV_OUT" || die "rtrs-server did not start: $(cat "$SRV_ERR")"
+	PORT=$(sed -n '1s/^listening .*:\([0-9]*\)$/\1/p' "$SRV_OUT")
+}
+
+need_client() {
+	[ -x "$RTRS_CLIENT" ] || skip "rtrs-client not built ($RTRS_CLIENT)"
+}
+
+json() {	# EXPR: python expression over j = the JSON in $output
+	python3 -c "import json,sys; j=json.loads(sys.argv[1]); print($1)" "$output"
+}
+
+# --- usage ---------------------------------------------------------------------
+
+@test "no arguments prints usage and exits 2" {
+	run_srv 2
+	[[ $stderr == *"usage: rtrs-server COMMAND"* ]]
+}
+
+@test "--help lists serve and status on stdout" {
+	run_srv 0 --help
+	[[ $output == *"rtrs-server serve"* ]]
+	[[ $output == *"rtrs-server status"* ]]
+	[[ $output == *"--always-invalidate on|off"* ]]
+	run_srv 0 serve --help
+	[[ $output == *"--queue-depth N"* ]]
+}
+
+@test "unknown command and unknown option are usage errors" {
+	run_srv 2 frobnicate
+	[[ $stderr == "rtrs-server: unknown command 'frobnicate'"* ]]
+	run_srv 2 -e d=$T/disk.img --bogus
+	expect_stderr_line "rtrs-server: invalid option '--bogus'"
+	run_srv 2 serve -e d=$T/disk.img --queue-depth
+	[[ $stderr == "rtrs-server serve: option '--queue-depth' needs a value"* ]]
+	run_srv 2 -e d=$T/disk.img extra
+	expect_stderr_match "unexpected argument 'extra'"
+	run_srv 2 -e d=$T/disk.img --verbose=1
+	expect_stderr_line "rtrs-server: option '--verbose=1' takes no value"
+}
+
+@test "nothing to export is a usage error" {
+	run_srv 2 -l tcp://127.0.0.1:0
+	expect_stderr_match "^rtrs-server: nothing to export: give -e NAME=PATH"
+}
+
+@test "bad export specs are usage errors naming the spec" {
+	run_srv 2 -e noequals
+	expect_stderr_line "rtrs-server: -e: 'noequals' is not NAME=PATH[:ro]"
+	run_srv 2 -e =/x
+	expect_stderr_match "^rtrs-server: -e: '=/x': the name must be 1 to 254 bytes$"
+	run_srv 2 -e a=:ro
+	expect_stderr_match "no path"
+	run_srv 2 -e d=$T/disk.img -e d=$T/disk.img
+	expect_stderr_line "rtrs-server: -e: export name 'd' given twice"
+}
+
+@test "an export that cannot be opened is a runtime error naming the path" {
+	run_srv 1 -l tcp://127.0.0.1:0 --ctl "$CTL" -e d=/nonexistent/disk.img
+	expect_stderr_line "rtrs-server: export d: /nonexistent/disk.img: No such file or directory"
+	run_srv 1 -l tcp://127.0.0.1:0 --ctl "$CTL" -e d=$T:ro
+	expect_stderr_line "rtrs-server: export d: $T: not a regular file or a block device"
+	: >"$T/empty"
+	run_srv 1 -l tcp://127.0.0.1:0 --ctl "$CTL" -e d=$T/empty
+	expect_stderr_match "empty"
+	[ ! -e "$CTL" ]
+}
+
+@test "numbers and switches are checked" {
+	local e=(-e d=$T/disk.img)
+	run_srv 2 "${e[@]}" --queue-depth 0
+	expect_stderr_line "rtrs-server: --queue-depth: '0' too small (1..65535)"
+	run_srv 2 "${e[@]}" --queue-depth 70000
+	expect_stderr_match "too large"
+	run_srv 2 "${e[@]}" --queue-depth 12x
+	expect_stderr_match "invalid"
+	run_srv 2 "${e[@]}" --chunk-size 100000
+	expect_stderr_match "power of two"
+	run_srv 2 "${e[@]}" --queue-depth 65535 --chunk-size 128k
+	expect_stderr_match "at most 256M"
+	run_srv 2 "${e[@]}" --chunk-size 4k
+	expect_stderr_match "too small"
+	run_srv 2 "${e[@]}" --always-invalidate maybe
+	expect_stderr_line "rtrs-server: --always-invalidate: 'maybe' is not on or off"
+	run_srv 2 "${e[@]}" --hb-interval 1ms
+	expect_stderr_match "hb-interval"
+	run_srv 2 "${e[@]}" --hb-missed 0
+	expect_stderr_match "hb-missed"
+}
+
+@test "--allow takes addresses, prefixes and session names, nothing else" {
+	local e=(-e d=$T/disk.img)
+	run_srv 2 "${e[@]}" --allow a.b
+	expect_stderr_match "'a.b' is neither an IP address"
+	run_srv 2 "${e[@]}" --allow 10.0.0.0/33
+	expect_stderr_match "prefix length too large"
+	run_srv 2 "${e[@]}" --allow a/b
+	expect_stderr_match "neither"
+}
+
+@test "listener URIs are checked" {
+	local e=(-e d=$T/disk.img)
+	run_srv 2 "${e[@]}" -l udp://127.0.0.1:1
+	expect_stderr_line "rtrs-server: -l: 'udp://127.0.0.1:1': RTRS listens on rdma:// or tcp://"
+	run_srv 2 "${e[@]}" -l tcp://
+	expect_stderr_match "^rtrs-server: -l: "
+	run_srv 2 "${e[@]}" -l tcp://127.0.0.1:99999
+	expect_stderr_match "^rtrs-server: -l: "
+}
+
+@test "rdma:// without an RDMA device says so in one line" {
+	if ibv_devinfo -l 2>/dev/null | grep -q '^ '; then
+		skip "an RDMA device exists here"
+	fi
+	run_srv 1 -e d=$T/disk.img -l rdma://127.0.0.1:0 --ctl "$CTL"
+	expect_stderr_match "no RDMA device found"
+}
+
+@test "a port in use is a runtime error" {
+	start_server -e d=$T/disk.img
+	run_srv 1 -e d=$T/disk.img -l tcp://127.0.0.1:$PORT --ctl "$T/other.sock"
+	expect_stderr_match "127.0.0.1:$PORT"
+}
+
+# --- serving and status --------------------------------------------------------
+
+@test "serve prints its listeners, answers status, exits 0 on SIGTERM" {
+	start_server -e d=$T/disk.img -e r=$T/disk.img:ro -l tcp://127.0.0.1:0 -l tcp://127.0.0.1:0
+	[ "$(grep -c '^listening tcp://127.0.0.1:[1-9][0-9]*$' "$SRV_OUT")" -eq 2 ]
+	run_srv 0 status --ctl "$CTL"
+	[[ $output == *"server:"* ]]
+	[[ $output == *"always_invalidate  yes"* ]]
+	[[ $output == *"queue_depth        512"* ]]
+	[[ $output =~ NAME\ +PATH\ +TYPE ]]
+	[[ $output =~ d\ +$T/disk.img\ +file\ +4194304\ +no ]]
+	[[ $output =~ r\ +$T/disk.img\ +file\ +4194304\ +yes ]]
+	kill -TERM "$SRV_PID"
+	wait "$SRV_PID"
+	[ ! -e "$CTL" ]
+}
+
+@test "status -o json and -o yaml carry the same tables" {
+	start_server -e d=$T/disk.img --queue-depth 64 --chunk-size 64k --always-invalidate off
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json 'j["server"]["queue_depth"]')" = 64 ]
+	[ "$(json 'j["server"]["chunk_size"]')" = 65536 ]
+	[ "$(json 'j["server"]["max_io_size"]')" = 61440 ]
+	[ "$(json 'j["server"]["always_invalidate"]')" = False ]
+	[ "$(json 'j["exports"][0]["name"]')" = d ]
+	[ "$(json 'len(j["sessions"]) + len(j["paths"]) + len(j["devices"])')" = 0 ]
+	run_srv 0 status --ctl "$CTL" -o yaml
+	python3 -c 'import yaml,sys; y=yaml.safe_load(sys.argv[1]); assert y["server"]["queue_depth"] == 64 and y["exports"][0]["size"] == 4194304' "$output"
+	run_srv 2 status --ctl "$CTL" -o xml
+	[[ $stderr == "rtrs-server status: -o: 'xml' is not text, yaml or json"* ]]
+}
+
+@test "status without a server is a runtime error" {
+	run_srv 1 status --ctl "$T/none.sock"
+	expect_stderr_line "rtrs-server: status: no rtrs-server answers at $T/none.sock (not running? --ctl PATH)"
+	run_srv 2 status --ctl "$T/none.sock" extra
+	[[ $stderr == "rtrs-server status: unexpected argument 'extra'"* ]]
+}
+
+@test "the default control socket is per user; a second server is refused" {
+	"$RTRS_SERVER" -e d=$T/disk.img -l tcp://127.0.0.1:0 >"$SRV_OUT" 2>"$SRV_ERR" &
+	SRV_PID=$!
+	BG_PIDS+=("$SRV_PID")
+	local i
+	for i in $(seq 1 100); do [ -S "$XDG_RUNTIME_DIR/xprt/rtrs-server.sock" ] && break; sleep 0.05; done
+	run_srv 0 status
+	[[ $output == *"$XDG_RUNTIME_DIR/xprt/rtrs-server.sock"* ]]
+	run_srv 1 -e d=$T/disk.img -l tcp://127.0.0.1:0
+	expect_stderr_match "^rtrs-server: control socket .*: in use by a running process \(another rtrs-server\? give this one --ctl PATH\)$"
+}
+
+@test "a config file gives listeners, exports and settings; the command line wins" {
+	cat >"$T/srv.yaml" <<-EOF
+	listen: tcp://127.0.0.1:0
+	exports:
+	  - d=$T/disk.img
+	  - { name: r, path: $T/disk.img, readonly: yes }
+	queue_depth: 32
+	chunk_size: 32k
+	always_invalidate: off
+	allow: [127.0.0.0/8, trusted]
+	hb_interval: 2s
+	hb_missed: 3
+	EOF
+	start_server -c "$T/srv.yaml" --queue-depth 16
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json 'j["server"]["queue_depth"]')" = 16 ]
+	[ "$(json 'j["server"]["chunk_size"]')" = 32768 ]
+	[ "$(json 'j["server"]["hb_interval_ms"]')" = 2000 ]
+	[ "$(json 'j["server"]["allow"]')" = "['127.0.0.0/8', 'trusted']" ]
+	[ "$(json '[e["ro"] for e in j["exports"]]')" = "[False, True]" ]
+}
+
+@test "config errors name the file, the line and the key" {
+	printf 'exports: [d=%s]\nqueue_depht: 4\n' "$T/disk.img" >"$T/bad.yaml"
+	run_srv 2 -c "$T/bad.yaml"
+	expect_stderr_match "^rtrs-server: $T/bad.yaml: line 2: unknown key 'queue_depht'"
+	printf 'exports: [d=%s]\nchunk_size: huge\n' "$T/disk.img" >"$T/bad.yaml"
+	run_srv 2 -c "$T/bad.yaml"
+	expect_stderr_match "line 2: chunk_size"
+	printf 'exports: [noequals]\n' >"$T/bad.yaml"
+	run_srv 2 -c "$T/bad.yaml"
+	expect_stderr_match "line 1: exports: 'noequals' is not NAME=PATH"
+	printf 'exports: [\n' >"$T/bad.yaml"
+	run_srv 2 -c "$T/bad.yaml"
+	expect_stderr_match "^rtrs-server: $T/bad.yaml: line "
+	run_srv 1 -c "$T/missing.yaml"
+	expect_stderr_match "missing.yaml"
+}
+
+# --- with rtrs-client --------------------------------------------------------------
+
+@test "rtrs-client writes and reads back through a served file; status counts it" {
+	need_client
+	start_server -e d=$T/disk.img -v
+	head -c 1M /dev/urandom >"$T/pat"
+	run_limited 60 rtrs-client 0 "$RTRS_CLIENT" write -s bats -p tcp://127.0.0.1:$PORT -d d --offset 64k <"$T/pat"
+	timeout 60 "$RTRS_CLIENT" read -s bats -p tcp://127.0.0.1:$PORT -d d --offset 64k \
+		--length 1M >"$T/back"
+	cmp "$T/pat" "$T/back"
+	cmp "$T/pat" <(dd if="$T/disk.img" bs=64k skip=1 count=16 status=none)
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json 'j["exports"][0]["write_bytes"]')" = 1048576 ]
+	[ "$(json 'j["exports"][0]["read_bytes"]')" = 1048576 ]
+	grep -q "session 'bats' up" "$SRV_ERR"
+}
+
+@test "--allow refuses other addresses and other session names" {
+	need_client
+	start_server -e d=$T/disk.img --allow 10.1.2.3 --allow good
+	run_limited 60 rtrs-client 1 "$RTRS_CLIENT" read -s bad -p tcp://127.0.0.1:$PORT -d d --length 4k
+	run_limited 60 rtrs-client 0 "$RTRS_CLIENT" read -s good -p tcp://127.0.0.1:$PORT -d d --length 4k
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json 'j["server"]["paths_closed"]')" -ge 1 ]
+}
