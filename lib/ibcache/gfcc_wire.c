@@ -6,49 +6,7 @@
 
 #include "ibcache/gfcc_wire.h"
 
-/* Little-endian loads and stores, private: core/bytes.h is big-endian only
- * and may grow its own get_le* names. */
-static inline uint16_t ld16(const uint8_t *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return le16toh(v);
-}
-
-static inline uint32_t ld32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return le32toh(v);
-}
-
-static inline uint64_t ld64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return le64toh(v);
-}
-
-static inline void st16(uint8_t *p, uint16_t v)
-{
-	v = htole16(v);
-	memcpy(p, &v, sizeof(v));
-}
-
-static inline void st32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, sizeof(v));
-}
-
-static inline void st64(uint8_t *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, sizeof(v));
-}
+#include "core/bytes.h"
 
 #define VER_CMP	5	/* strlen("gfcc1"): what gfarm compares */
 
@@ -208,29 +166,29 @@ int gfcc_req_encode(const struct gfcc_req *q, uint8_t *out, size_t cap)
 	if (cap < len)
 		return -ENOSPC;
 	put_ver(out, GFCC_RPC2_VER);
-	st64(out + 8, q->id);
-	st64(out + 16, q->obj.ino);
-	st64(out + 24, q->obj.gen);
-	st64(out + 32, (uint64_t)q->obj.off);
-	st64(out + 40, (uint64_t)q->obj.len);
-	st32(out + 48, q->qkey);
-	st32(out + 52, 0);	/* psn */
-	st32(out + 56, q->cmd);
-	st32(out + 60, q->psize);
-	st32(out + 64, q->npage);
-	st32(out + 68, q->npblk);
+	put_le64(out + 8, q->id);
+	put_le64(out + 16, q->obj.ino);
+	put_le64(out + 24, q->obj.gen);
+	put_le64(out + 32, (uint64_t)q->obj.off);
+	put_le64(out + 40, (uint64_t)q->obj.len);
+	put_le32(out + 48, q->qkey);
+	put_le32(out + 52, 0);	/* psn */
+	put_le32(out + 56, q->cmd);
+	put_le32(out + 60, q->psize);
+	put_le32(out + 64, q->npage);
+	put_le32(out + 68, q->npblk);
 	p = out + GFCC_REQ_HDR;
 	for (uint32_t b = 0; b < q->npblk; b++, p += GFCC_PBLK_LEN) {
-		st64(p, q->pblk[b].index);
-		st64(p + 8, q->pblk[b].count);
+		put_le64(p, q->pblk[b].index);
+		put_le64(p + 8, q->pblk[b].count);
 	}
 	if (q->has_ext) {
 		memcpy(p, GFCC_X_MAGIC, 4);
 		p[4] = q->ext.xver;
 		p[5] = 0;
-		st16(p + 6, q->ext.seglen);
-		st32(p + 8, q->ext.window);
-		st32(p + 12, 0);
+		put_le16(p + 6, q->ext.seglen);
+		put_le32(p + 8, q->ext.window);
+		put_le32(p + 12, 0);
 	}
 	return (int)len;
 }
@@ -244,16 +202,16 @@ int gfcc_req_decode(const void *buf, size_t len, struct gfcc_req *q)
 		return -EMSGSIZE;
 	if (memcmp(b, GFCC_RPC2_VER, VER_CMP) != 0)
 		return -EPROTO;
-	q->id = ld64(b + 8);
-	q->obj.ino = ld64(b + 16);
-	q->obj.gen = ld64(b + 24);
-	q->obj.off = (int64_t)ld64(b + 32);
-	q->obj.len = (int64_t)ld64(b + 40);
-	q->qkey = ld32(b + 48);
-	q->cmd = ld32(b + 56);
-	q->psize = ld32(b + 60);
-	q->npage = ld32(b + 64);
-	q->npblk = ld32(b + 68);
+	q->id = get_le64(b + 8);
+	q->obj.ino = get_le64(b + 16);
+	q->obj.gen = get_le64(b + 24);
+	q->obj.off = (int64_t)get_le64(b + 32);
+	q->obj.len = (int64_t)get_le64(b + 40);
+	q->qkey = get_le32(b + 48);
+	q->cmd = get_le32(b + 56);
+	q->psize = get_le32(b + 60);
+	q->npage = get_le32(b + 64);
+	q->npblk = get_le32(b + 68);
 	q->has_ext = false;
 	memset(&q->ext, 0, sizeof(q->ext));
 	/* the block count bounds what we read, so it is checked first */
@@ -266,20 +224,20 @@ int gfcc_req_decode(const void *buf, size_t len, struct gfcc_req *q)
 		return -EMSGSIZE;
 	p = b + GFCC_REQ_HDR;
 	for (uint32_t i = 0; i < q->npblk; i++, p += GFCC_PBLK_LEN) {
-		q->pblk[i].index = ld64(p);
-		q->pblk[i].count = ld64(p + 8);
+		q->pblk[i].index = get_le64(p);
+		q->pblk[i].count = get_le64(p + 8);
 	}
 	if (len > base) {
 		if (memcmp(p, GFCC_X_MAGIC, 4) != 0)
 			return -EPROTO;
 		if (p[4] != GFCC_X_VERSION)
 			return -EPROTONOSUPPORT;
-		if (p[5] || ld32(p + 12))
+		if (p[5] || get_le32(p + 12))
 			return -EPROTO;
 		q->has_ext = true;
 		q->ext.xver = p[4];
-		q->ext.seglen = ld16(p + 6);
-		q->ext.window = ld32(p + 8);
+		q->ext.seglen = get_le16(p + 6);
+		q->ext.window = get_le32(p + 8);
 	}
 	return gfcc_req_check(q);
 }
@@ -310,11 +268,11 @@ int gfcc_res_encode(const struct gfcc_res *r, uint8_t out[GFCC_RES_LEN])
 	if (e)
 		return e;
 	put_ver(out, GFCC_RPC2_VER);
-	st64(out + 8, r->id);
-	st32(out + 16, r->err);
-	st32(out + 20, r->npage);
-	st32(out + 24, r->nseg);
-	st32(out + 28, 0);
+	put_le64(out + 8, r->id);
+	put_le32(out + 16, r->err);
+	put_le32(out + 20, r->npage);
+	put_le32(out + 24, r->nseg);
+	put_le32(out + 28, 0);
 	return GFCC_RES_LEN;
 }
 
@@ -326,10 +284,10 @@ int gfcc_res_decode(const void *buf, size_t len, struct gfcc_res *r)
 		return -EMSGSIZE;
 	if (memcmp(b, GFCC_RPC2_VER, VER_CMP) != 0)
 		return -EPROTO;
-	r->id = ld64(b + 8);
-	r->err = ld32(b + 16);
-	r->npage = ld32(b + 20);
-	r->nseg = ld32(b + 24);
+	r->id = get_le64(b + 8);
+	r->err = get_le32(b + 16);
+	r->npage = get_le32(b + 20);
+	r->nseg = get_le32(b + 24);
 	return gfcc_res_check(r);
 }
 
@@ -352,10 +310,10 @@ int gfcc_dseg_encode(const struct gfcc_dseg *d, uint8_t out[GFCC_DSEG_LEN])
 
 	if (e)
 		return e;
-	st64(out, d->id);
-	st32(out + 8, d->qkey);
-	st16(out + 12, d->seg);
-	st16(out + 14, d->npage);
+	put_le64(out, d->id);
+	put_le32(out + 8, d->qkey);
+	put_le16(out + 12, d->seg);
+	put_le16(out + 14, d->npage);
 	return GFCC_DSEG_LEN;
 }
 
@@ -365,10 +323,10 @@ int gfcc_dseg_decode(const void *buf, size_t len, struct gfcc_dseg *d)
 
 	if (!b || len < GFCC_DSEG_LEN)
 		return -EMSGSIZE;
-	d->id = ld64(b);
-	d->qkey = ld32(b + 8);
-	d->seg = ld16(b + 12);
-	d->npage = ld16(b + 14);
+	d->id = get_le64(b);
+	d->qkey = get_le32(b + 8);
+	d->seg = get_le16(b + 12);
+	d->npage = get_le16(b + 14);
 	return dseg_check(d);
 }
 
@@ -416,14 +374,14 @@ int gfcc_xmsg_encode(const struct gfcc_xmsg *m, uint8_t *out, size_t cap)
 	if (cap < len)
 		return -ENOSPC;
 	put_ver(out, GFCC_X_MAGIC "1");
-	st64(out + 8, m->id);
-	st32(out + 16, m->qkey);
-	st32(out + 20, m->allow);
+	put_le64(out + 8, m->id);
+	put_le32(out + 16, m->qkey);
+	put_le32(out + 20, m->allow);
 	out[24] = m->type;
 	out[25] = 0;
-	st16(out + 26, m->base);
-	st16(out + 28, m->nbits);
-	st16(out + 30, 0);
+	put_le16(out + 26, m->base);
+	put_le16(out + 28, m->nbits);
+	put_le16(out + 30, 0);
 	memcpy(out + GFCC_X_HDR, m->bitmap, len - GFCC_X_HDR);
 	return (int)len;
 }
@@ -439,13 +397,13 @@ int gfcc_xmsg_decode(const void *buf, size_t len, struct gfcc_xmsg *m)
 		return -EPROTO;
 	if (memcmp(b, ver, 8) != 0)
 		return b[4] != ver[4] ? -EPROTONOSUPPORT : -EPROTO;
-	m->id = ld64(b + 8);
-	m->qkey = ld32(b + 16);
-	m->allow = ld32(b + 20);
+	m->id = get_le64(b + 8);
+	m->qkey = get_le32(b + 16);
+	m->allow = get_le32(b + 20);
 	m->type = b[24];
-	m->base = ld16(b + 26);
-	m->nbits = ld16(b + 28);
-	if (b[25] || ld16(b + 30))
+	m->base = get_le16(b + 26);
+	m->nbits = get_le16(b + 28);
+	if (b[25] || get_le16(b + 30))
 		return -EPROTO;
 	if (m->nbits > GFCC_X_BITS_MAX)
 		return -E2BIG;
