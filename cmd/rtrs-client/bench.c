@@ -17,6 +17,7 @@
 
 #define SECTOR 512u
 #define MAX_DEPTH 4096u
+#define STUCK_NS (10 * 1000000000ull)	/* how long IO may wait after --time */
 
 enum rw { RW_READ, RW_WRITE, RW_RANDREAD, RW_RANDWRITE, RW_RANDRW };
 static const char *const rw_names[] = { "read", "write", "randread", "randwrite", "randrw" };
@@ -49,7 +50,7 @@ struct bench {
 	uint8_t *mem;
 	uint64_t blocks, seq, rng, end_ns;
 	uint32_t inflight;
-	bool stop, prefill;
+	bool stop, prefill, stuck;
 	struct dir_stats rd, wr;
 	uint64_t errors, mismatches;
 	int first_err;
@@ -381,6 +382,12 @@ int cmd_bench(int argc, char **argv)
 				b.stop = true;
 			if (b.stop && !rtrs_clt_alive(ss.clt))
 				break;
+			/* past the end, IO that waits for a path that does not
+			 * come back is not waited for forever */
+			if (!b.prefill && now > b.end_ns + STUCK_NS && !rtrs_clt_connected(ss.clt)) {
+				b.stop = b.stuck = true;
+				break;
+			}
 		}
 		if (progress && !b.prefill)
 			fprintf(stderr, "\r%40s\r", "");
@@ -395,10 +402,14 @@ int cmd_bench(int argc, char **argv)
 	else if (b.mismatches)
 		rc = fail("bench", "%llu blocks read back differ from what was written",
 			  (unsigned long long)b.mismatches);
+	else if (b.stuck)
+		rc = fail("bench", "%u IOs still waiting %llu s after the end: all paths to %s are down",
+			  b.inflight, (unsigned long long)(STUCK_NS / 1000000000ull), so.session);
 	else if (stop_requested && b.prefill)
 		rc = fail("bench", "interrupted");
 drain:
-	while (b.inflight && rtrs_clt_alive(ss.clt) && !stop_requested)
+	b.stop = true;
+	while (b.inflight && rtrs_clt_connected(ss.clt) && !stop_requested)
 		sess_run(&ss, 100000000ull);
 out:
 	/* buffers a request may still write into stay until the end */
