@@ -57,11 +57,7 @@ int fail(const char *cmd, const char *fmt, ...)
 
 int bad_option(const char *cmd, const char *optstring, char **argv)
 {
-	const char *arg = argv[optind - 1];
-
-	/* a long option without its value: optopt is its code */
-	if (optopt > 0xff || (optopt && !strncmp(arg, "--", 2)))
-		return usage_error(cmd, "option '%s' needs a value", arg);
+	/* cli_bad_option names long options missing their value itself */
 	return cli_bad_option(PROG, cmd, optstring, argv);
 }
 
