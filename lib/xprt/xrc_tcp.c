@@ -994,6 +994,10 @@ static int tcp_win_bind(struct xrc *xc, struct xrc_win *w, struct xrc_mr *mr, vo
 		.wr_id = wr_id, .op = XRC_OP_BIND, .flags = (uint8_t)flags,
 		.written = true, .answered = true, .done = true };
 	win_apply(xc, w, mr, addr, len, access);
+	/* The framing cursor must pass the bind now: polled, its slot is
+	 * free, and a cursor left behind sq_head would frame whatever the
+	 * slots hold later -- the same WRITE again on every lap. */
+	sq_kick(c);
 	return 0;
 }
 

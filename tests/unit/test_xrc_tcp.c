@@ -821,6 +821,58 @@ static void test_window_bind_rebind(void **state)
 	xrc_close(b);
 }
 
+/* Binds on an otherwise idle send queue, more of them than it has slots,
+ * each polled: the WRITE after them goes out once (a framing cursor left
+ * behind the binds framed the same WRITE again on every lap of the ring,
+ * and the peer failed the connection on the repeated sequence number). */
+static void test_window_binds_then_write(void **state)
+{
+	enum { RW = XRC_ACCESS_REMOTE_WRITE | XRC_ACCESS_REMOTE_READ };
+	struct xrc_opts o = { .sq_depth = 4 };
+	struct xrc *a, *b;
+	char err[256], mem[256], buf[64];
+	struct xrc_sge rs = { buf, sizeof(buf), NULL }, s = { NULL, 0, NULL };
+	struct xrc_mr *mr;
+	struct xrc_win *w;
+	struct xrc_wc wc;
+
+	(void)state;
+	pair_opts(&a, &b, NULL, &o);
+	mr = xrc_reg(xrc_domain(b), mem, sizeof(mem), XRC_ACCESS_LOCAL_WRITE, err, sizeof(err));
+	assert_non_null(mr);
+	w = win_new(b, 0);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < 11; i++) {
+			assert_int_equal(xrc_win_bind(b, w, mr, mem, sizeof(mem), RW, 100 + i,
+						      XRC_SIGNALED), 0);
+			expect_wc(b, a, 100 + i, XRC_OP_BIND, 0);
+		}
+		for (int i = 0; i < 2; i++)
+			assert_int_equal(xrc_post_recv(a, &rs, 7 + i), 0);
+		/* a zero-length write with immediate, as a heartbeat */
+		assert_int_equal(xrc_post_write(b, &s, 0, 0, 0, true, 0x90000000u + round, 55,
+						XRC_SIGNALED), 0);
+		get_wc(a, b, &wc);
+		assert_int_equal(wc.op, XRC_OP_RECV_IMM);
+		assert_int_equal(wc.imm, 0x90000000u + round);
+		expect_wc(b, a, 55, XRC_OP_WRITE, 0);
+		/* nothing else arrives; both ends stay up */
+		for (int i = 0; i < 20; i++) {
+			assert_int_equal(xrc_poll(a, &wc, 1), 0);
+			assert_int_equal(xrc_poll(b, &wc, 1), 0);
+			usleep(1000);
+		}
+		assert_int_equal(xrc_state(a), XRC_UP);
+		assert_int_equal(xrc_state(b), XRC_UP);
+		/* the spare receive is consumed by the next round's write */
+		assert_int_equal(xrc_poll(a, &wc, 1), 0);
+	}
+	xrc_win_free(w);
+	xrc_dereg(mr);
+	xrc_close(a);
+	xrc_close(b);
+}
+
 /* A type-1 window's key works on every connection of the domain -- also
  * after the connection it was bound through is gone; a type-2 window's
  * only on its own, where the peer may invalidate it. */
@@ -1104,6 +1156,7 @@ int main(void)
 		cmocka_unit_test(test_garbage_client),
 		cmocka_unit_test(test_ipv6),
 		cmocka_unit_test(test_window_bind_rebind),
+		cmocka_unit_test(test_window_binds_then_write),
 		cmocka_unit_test(test_window_shared_and_type2),
 		cmocka_unit_test(test_send_inv),
 		cmocka_unit_test(test_zero_length_and_gather),
