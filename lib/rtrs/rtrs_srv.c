@@ -708,6 +708,7 @@ static int poll_con(struct srv_con *c)
 	struct xrc_stats st;
 	int n, total = 0;
 
+	p->sess->srv->in_poll = true;
 	for (int round = 0; round < 8; round++) {
 		n = xrc_poll(c->x, wc, SRV_WC_BATCH);
 		if (n <= 0)
@@ -719,10 +720,11 @@ static int poll_con(struct srv_con *c)
 			break;
 	}
 	if (p->state == RTRS_SRV_CLOSING)
-		return total;
+		goto out;
 	if (xrc_state(c->x) == XRC_DOWN) {
 		srv_path_close(p, "connection lost");
-		return total + 1;
+		total++;
+		goto out;
 	}
 	/* A request under a dead key: over rdma the QP errors out (and we see
 	 * XRC_DOWN); tcp refuses it and carries on, so we close the path the
@@ -731,10 +733,23 @@ static int poll_con(struct srv_con *c)
 	if (st.remote_errors != c->remote_errors) {
 		c->remote_errors = st.remote_errors;
 		srv_path_close(p, "the client wrote or read through an invalid key");
-		return total + 1;
+		total++;
+		goto out;
 	}
 	if (c->wait)
 		srv_io_flush_waiting(c);
+out:
+	p->sess->srv->in_poll = false;
+	if (p->state == RTRS_SRV_CLOSING) {
+		c->held = false;
+	} else if (c->held) {
+		/* 1: the burst limit left frames queued; come back before
+		 * sleeping (the fd would not say so) */
+		int rc = xrc_flush(c->x);
+
+		c->held = rc > 0;
+		total += rc > 0;
+	}
 	return total;
 }
 

@@ -112,19 +112,23 @@ static int post_rsp(struct rtrs_srv_op *op)
 	struct srv_path *p = op->path;
 	bool inv = need_inval(op);
 	uint32_t imm = rtrs_imm_io_rsp(op->buf_id, op->err, inv);
+	/* inside the poll loop, one sendmsg carries a batch of answers
+	 * (poll_con flushes); an answer from outside goes at once */
+	unsigned more = p->sess->srv->in_poll ? XRC_MORE : 0;
 	int rc;
 
 	if (op->dir == RTRS_READ && !op->err && op->rd.sg_cnt) {
 		struct xrc_mr *mr = p->keys ? p->keys[op->buf_id].mr : p->chunks_mr;
 		struct xrc_sge sg = { chunk_of(p, op->buf_id), op->rd.desc.len, mr };
 
-		rc = xrc_post_write(c->x, &sg, 1, op->rd.desc.addr, op->rd.desc.key, false, 0, 0, 0);
+		rc = xrc_post_write(c->x, &sg, 1, op->rd.desc.addr, op->rd.desc.key, false, 0, 0,
+				    more);
 		if (rc < 0)
 			return rc;
 		posted(c, false);
 	}
 	if (inv) {
-		rc = xrc_post_send_inv(c->x, NULL, 0, op->rd.desc.key, 0, 0);
+		rc = xrc_post_send_inv(c->x, NULL, 0, op->rd.desc.key, 0, more);
 		if (rc < 0)
 			return rc;
 		posted(c, false);
@@ -136,14 +140,15 @@ static int post_rsp(struct rtrs_srv_op *op)
 
 		rtrs_rkey_rsp_encode(&rk, msg);
 		rc = xrc_post_send_imm(c->x, &sg, 1, imm, wr_id_for(c, WR_RSP, true),
-				       XRC_SIGNALED | XRC_INLINE);
+				       XRC_SIGNALED | XRC_INLINE | more);
 	} else {
 		rc = xrc_post_write(c->x, NULL, 0, 0, 0, true, imm, wr_id_for(c, WR_RSP, true),
-				    XRC_SIGNALED);
+				    XRC_SIGNALED | more);
 	}
 	if (rc < 0)
 		return rc;
 	posted(c, true);
+	c->held |= more != 0;
 	return 0;
 }
 

@@ -45,6 +45,7 @@ struct srv_con {
 	uint32_t sq_unsig;		/* posted since the last signaled one */
 	uint64_t remote_errors;		/* xrc's count when last looked at */
 	struct rtrs_srv_op *wait, **wait_tail;	/* answers waiting for room */
+	bool held;			/* posts made with XRC_MORE, not flushed */
 };
 
 struct srv_chunk_key {			/* always_invalidate: per chunk, per path */
@@ -116,6 +117,8 @@ struct rtrs_srv {
 	struct rtrs_srv_sess *sessions;
 	uint64_t now;
 	bool reap;			/* a path is closing: tidy up in the loop */
+	bool in_poll;			/* inside rtrs_srv_poll: answers are held
+					 * (XRC_MORE) and flushed once per batch */
 	uint64_t rejected, closed;
 };
 
