@@ -16,6 +16,8 @@
 
 #define PROG "rtrs-server"
 #define MAX_LISTEN	16
+#define MAX_IO_THREADS	256
+#define DEFAULT_IO_THREADS	4	/* requests that would block run here; see rnbd_srv.h */
 #define MAX_ALLOW	64
 #define CTL_NAME	"rtrs-server"
 
@@ -58,6 +60,7 @@ struct srv_conf {
 	unsigned nallow;
 	uint32_t queue_depth, chunk_size, hb_interval_ms, hb_missed;
 	int always_invalidate;		/* -1 unset */
+	int io_threads;			/* -1 unset */
 	char ctl[108];
 	bool verbose;
 };

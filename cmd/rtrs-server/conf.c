@@ -12,6 +12,7 @@
  *   allow: [10.0.0.0/8, backup]    # addresses (prefixes) and session names
  *   hb_interval: 5s
  *   hb_missed: 5
+ *   io_threads: 4
  *   ctl: /run/rtrs-server.sock */
 #include "cmd.h"
 #include "core/conf.h"
@@ -285,6 +286,12 @@ int conf_load(struct srv_conf *c, const char *cmd, const char *path)
 			rc = u32_key(&x, n, RTRS_MIN_CHUNK_SIZE, 1u << 28, true, &c->chunk_size);
 		} else if (!strcmp(key, "hb_missed")) {
 			rc = u32_key(&x, n, 1, 1000, false, &c->hb_missed);
+		} else if (!strcmp(key, "io_threads")) {
+			uint32_t v;
+
+			rc = u32_key(&x, n, 0, MAX_IO_THREADS, false, &v);
+			if (rc == EXIT_OK)
+				c->io_threads = (int)v;
 		} else if (!strcmp(key, "hb_interval")) {
 			uint64_t ns;
 			const char *es;
@@ -310,7 +317,8 @@ int conf_load(struct srv_conf *c, const char *cmd, const char *path)
 				snprintf(c->ctl, sizeof(c->ctl), "%s", xnode_str(n));
 		} else {
 			rc = bad(&x, n, "unknown key '%s' (listen, exports, queue_depth, chunk_size, "
-				 "always_invalidate, allow, hb_interval, hb_missed, ctl)", key);
+				 "always_invalidate, allow, hb_interval, hb_missed, io_threads, ctl)",
+				 key);
 		}
 	}
 	xnode_free(root);

@@ -75,7 +75,7 @@ static int ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c,
 		      struct srv_conf *cl)
 {
-	enum { O_QD = 256, O_CHUNK, O_INV, O_ALLOW, O_HBI, O_HBM, O_CTL };
+	enum { O_QD = 256, O_CHUNK, O_INV, O_ALLOW, O_HBI, O_HBM, O_CTL, O_IOT };
 	static const struct option lo[] = {
 		{ "listen", required_argument, NULL, 'l' },
 		{ "export", required_argument, NULL, 'e' },
@@ -87,6 +87,7 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 		{ "hb-interval", required_argument, NULL, O_HBI },
 		{ "hb-missed", required_argument, NULL, O_HBM },
 		{ "ctl", required_argument, NULL, O_CTL },
+		{ "io-threads", required_argument, NULL, O_IOT },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
@@ -144,6 +145,12 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 				return usage_error(cmd, "--hb-missed: '%s' %s (1..1000)", optarg, es);
 			cl->hb_missed = (uint32_t)v;
 			break;
+		case O_IOT:
+			if (xparse_u64(optarg, 0, MAX_IO_THREADS, &v, &es) < 0)
+				return usage_error(cmd, "--io-threads: '%s' %s (0..%d)", optarg, es,
+						   MAX_IO_THREADS);
+			cl->io_threads = (int)v;
+			break;
 		case O_CTL:
 			if (strlen(optarg) >= sizeof(cl->ctl) || !optarg[0])
 				return usage_error(cmd, "--ctl: a socket path of 1 to %zu bytes",
@@ -167,7 +174,7 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 				   "with -e)", argv[optind]);
 	/* the config first, then the command line: lists add up, and what
 	 * the command line sets wins */
-	*c = (struct srv_conf){ .always_invalidate = -1 };
+	*c = (struct srv_conf){ .always_invalidate = -1, .io_threads = -1 };
 	if (config && (rc = conf_load(c, cmd, config)))
 		return rc;
 	for (unsigned i = 0; i < cl->nlisten; i++) {
@@ -194,6 +201,8 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 		c->chunk_size = cl->chunk_size;
 	if (cl->always_invalidate >= 0)
 		c->always_invalidate = cl->always_invalidate;
+	if (cl->io_threads >= 0)
+		c->io_threads = cl->io_threads;
 	if (cl->hb_interval_ms)
 		c->hb_interval_ms = cl->hb_interval_ms;
 	if (cl->hb_missed)
@@ -211,6 +220,8 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 		c->chunk_size = RTRS_DEFAULT_CHUNK_SIZE;
 	if (c->always_invalidate < 0)
 		c->always_invalidate = 1;	/* the kernel's default */
+	if (c->io_threads < 0)
+		c->io_threads = DEFAULT_IO_THREADS;
 	if (rtrs_check_geometry(c->queue_depth, c->chunk_size) < 0)
 		return usage_error(cmd, "--queue-depth %u with --chunk-size %u: the chunk size must "
 				   "be a power of two of at least 8k, and queue depth x chunk size "
@@ -228,7 +239,7 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
  * caller's to free whatever happens. */
 static int parse(int argc, char **argv, const char *cmd, struct srv_conf *c)
 {
-	struct srv_conf cl = { .always_invalidate = -1 };
+	struct srv_conf cl = { .always_invalidate = -1, .io_threads = -1 };
 	int rc;
 
 	c->exports = NULL;
@@ -255,6 +266,8 @@ static int start(struct serve_state *st, struct srv_conf *c, struct xctl **ctl)
 		if (rc < 0)
 			return fail("export %s: %s", e->name, err);
 	}
+	if (rnbd_srv_set_io_threads(st->rnbd, (unsigned)c->io_threads, err, sizeof(err)) < 0)
+		return fail("%s", err);
 	rtrs_srv_opts_default(&o);
 	o.queue_depth = c->queue_depth;
 	o.chunk_size = c->chunk_size;
@@ -307,6 +320,10 @@ static int loop(struct serve_state *st, struct xctl *ctl)
 	epoll_ctl(ep, EPOLL_CTL_ADD, rtrs_srv_fd(st->srv), &ev);
 	ev.data.u32 = 1;
 	epoll_ctl(ep, EPOLL_CTL_ADD, xctl_fd(ctl), &ev);
+	if (rnbd_srv_fd(st->rnbd) >= 0) {
+		ev.data.u32 = 2;
+		epoll_ctl(ep, EPOLL_CTL_ADD, rnbd_srv_fd(st->rnbd), &ev);
+	}
 	while (!stop_requested) {
 		uint64_t now = xtime_ns(), next;
 		int rc = rtrs_srv_poll(st->srv, now), n, tmo;
@@ -315,6 +332,10 @@ static int loop(struct serve_state *st, struct xctl *ctl)
 			ret = fail("%s", strerror(-rc));
 			break;
 		}
+		/* what the IO threads finished, answered in one batch */
+		rtrs_srv_batch(st->srv, true);
+		rc += rnbd_srv_poll(st->rnbd);
+		rtrs_srv_batch(st->srv, false);
 		/* status questions are answered even under load */
 		if (now - last_ctl >= CTL_CHECK_NS) {
 			struct pollfd p = { xctl_fd(ctl), POLLIN, 0 };
@@ -363,6 +384,8 @@ int cmd_serve(int argc, char **argv)
 	if (rc == EXIT_OK)
 		rc = loop(&st, ctl);
 	xctl_close(ctl);
+	if (st.rnbd)
+		rnbd_srv_drain(st.rnbd);	/* workers write into the server's chunks */
 	rtrs_srv_free(st.srv);
 	rnbd_srv_free(st.rnbd);
 	free(c.exports);

@@ -47,6 +47,7 @@ static void server_node(struct xnode *m, struct rtrs_srv *srv, const struct srv_
 	xnode_set_bool(m, "always_invalidate", in.always_invalidate);
 	xnode_set_u64(m, "hb_interval_ms", c->hb_interval_ms ? c->hb_interval_ms : 5000);
 	xnode_set_u64(m, "hb_missed", c->hb_missed ? c->hb_missed : 5);
+	xnode_set_u64(m, "io_threads", (uint64_t)(c->io_threads > 0 ? c->io_threads : 0));
 	l = xnode_set_list(m, "allow");
 	for (unsigned i = 0; i < c->nallow; i++) {
 		const struct allow_ent *a = &c->allow[i];
@@ -91,6 +92,7 @@ static void exports_node(struct xnode *l, const struct rnbd_srv *r)
 		xnode_set_u64(m, "flushes", e.flushes);
 		xnode_set_u64(m, "discards", e.discards);
 		xnode_set_u64(m, "errors", e.errors);
+		xnode_set_u64(m, "queued", e.queued);
 	}
 }
 

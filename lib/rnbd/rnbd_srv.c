@@ -4,15 +4,19 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/fs.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/xtime.h"
 #include "rnbd/rnbd_srv.h"
 #include "rnbd/rnbd_wire.h"
 
@@ -22,6 +26,10 @@
 #define RNBD_SRV_MAX_SEGMENTS	128u	/* rtrs-clt.c RTRS_MAX_SEGMENTS, as the kernel server sends */
 #define RNBD_SRV_MAX_DISCARD	(UINT32_MAX >> 9)	/* bi_size is 32 bits of bytes */
 #define ZERO_BUF		(64u << 10)
+/* A write on the loop's thread that takes this long sends the export's
+ * writes to the IO threads for SLOW_HOLD_NS. */
+#define SLOW_WRITE_NS		(1000 * XTIME_NS_PER_US)
+#define SLOW_HOLD_NS		XTIME_NS_PER_S
 
 struct export {
 	char name[RNBD_NAME_MAX];
@@ -33,12 +41,43 @@ struct export {
 	unsigned opens;
 	unsigned writers;		/* open_write_cnt */
 	uint64_t reads, read_bytes, writes, write_bytes, flushes, discards, errors;
+	uint64_t queued;		/* IOs a worker ran */
+	bool nowait_wr;			/* RWF_NOWAIT writes work here (until EOPNOTSUPP) */
+	uint64_t slow_until;		/* without them: writes go to workers until then */
+};
+
+/* An IO that could not finish on the loop's thread: a read of pages not
+ * in the page cache, a write that would block, a flush, a discard, a
+ * write-zeroes.  A worker runs it; the loop answers it (rnbd_srv_poll). */
+struct io_job {
+	struct io_job *next;
+	struct rtrs_srv_op *op;
+	struct export *e;
+	uint32_t op_code, fl;
+	void *data;
+	uint32_t datalen;		/* READ: the client's buffer; WRITE_ZEROES: the pattern */
+	uint64_t off, len;		/* what is left to do */
+	uint64_t pre;			/* bytes the loop's thread did already */
+	int rc;
+};
+
+struct io_pool {
+	pthread_t *th;
+	unsigned n;
+	pthread_mutex_t lock;
+	pthread_cond_t cv, idle;
+	struct io_job *todo, **todo_tail, *done, **done_tail;
+	unsigned out;			/* jobs not answered yet */
+	unsigned waiting;		/* workers with nothing to do */
+	bool stop;
+	int efd;			/* eventfd: something is on `done` */
 };
 
 struct rnbd_srv {
 	struct export **ex;		/* pointers: sessions hold them */
 	unsigned nex, cap;
 	uint32_t max_io;
+	struct io_pool pool;		/* n == 0: every IO on the loop's thread */
 };
 
 struct sess_dev {
@@ -63,13 +102,39 @@ struct rnbd_srv *rnbd_srv_new(uint32_t max_io_size, char *err, size_t errlen)
 		return NULL;
 	}
 	r->max_io = max_io_size;
+	r->pool.efd = -1;
 	return r;
+}
+
+static void pool_stop(struct io_pool *pl)
+{
+	if (!pl->n)
+		return;
+	pthread_mutex_lock(&pl->lock);
+	pl->stop = true;
+	pthread_cond_broadcast(&pl->cv);
+	pthread_mutex_unlock(&pl->lock);
+	for (unsigned i = 0; i < pl->n; i++)
+		pthread_join(pl->th[i], NULL);
+	while (pl->done) {
+		struct io_job *j = pl->done;
+
+		pl->done = j->next;
+		free(j);
+	}
+	free(pl->th);
+	close(pl->efd);
+	pthread_mutex_destroy(&pl->lock);
+	pthread_cond_destroy(&pl->cv);
+	pthread_cond_destroy(&pl->idle);
+	pl->n = 0;
 }
 
 void rnbd_srv_free(struct rnbd_srv *r)
 {
 	if (!r)
 		return;
+	pool_stop(&r->pool);
 	for (unsigned i = 0; i < r->nex; i++) {
 		close(r->ex[i]->fd);
 		free(r->ex[i]->path);
@@ -215,6 +280,7 @@ int rnbd_srv_export(struct rnbd_srv *r, const char *name, const char *path, bool
 		rc = -ENOMEM;
 		goto out_free;
 	}
+	e->nowait_wr = true;
 	e->fd = open(path, (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC);
 	if (e->fd < 0) {
 		rc = -errno;
@@ -433,15 +499,11 @@ static int rw_full(int fd, void *buf, uint64_t len, uint64_t off, bool wr)
 
 static int sync_dev(struct export *e)
 {
-	e->flushes++;
 	return fdatasync(e->fd) < 0 ? -errno : 0;
 }
 
 static int discard(struct export *e, uint64_t off, uint64_t len)
 {
-	if (!e->discard)
-		return -EOPNOTSUPP;
-	e->discards++;
 	if (e->blockdev) {
 		uint64_t range[2] = { off, len };
 
@@ -471,8 +533,6 @@ static int write_zeroes(struct export *e, uint64_t off, uint64_t len, const uint
 		}
 		pat = zeros;
 		patlen = ZERO_BUF;
-	} else if (len % patlen) {
-		return -EINVAL;
 	}
 	while (len) {
 		uint32_t n = len < patlen ? (uint32_t)len : patlen;
@@ -486,18 +546,262 @@ static int write_zeroes(struct export *e, uint64_t off, uint64_t len, const uint
 	return 0;
 }
 
-/* process_rdma + the block layer's checks: a request never reaches past
- * the device's end (bio_check_eod: -EIO). */
-static int do_io(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen, const void *usr,
-		 uint32_t usrlen)
+/* A checked request's work, on the loop's thread or a worker's: touches
+ * the export's file and the request's buffer only.  0 or -errno.
+ * READ: datalen is the client's buffer (zeroed past len: no stale bytes
+ * of an earlier request behind a short read); WRITE_ZEROES: the pattern's
+ * length (0: zeros). */
+static int io_run(struct export *e, uint32_t op, uint32_t fl, uint8_t *data, uint32_t datalen,
+		  uint64_t off, uint64_t len)
 {
+	int rc = 0;
+
+	switch (op) {
+	case RNBD_OP_READ:
+		rc = rw_full(e->fd, data, len, off, false);
+		if (!rc && len < datalen)
+			memset(data + len, 0, datalen - len);
+		return rc;
+	case RNBD_OP_WRITE:
+		if (fl & RNBD_F_PREFLUSH)
+			rc = sync_dev(e);
+		if (!rc)
+			rc = rw_full(e->fd, data, len, off, true);
+		break;
+	case RNBD_OP_FLUSH:
+		return sync_dev(e);
+	case RNBD_OP_DISCARD:
+		return discard(e, off, len);
+	case RNBD_OP_WRITE_ZEROES:
+		rc = write_zeroes(e, off, len, data, datalen);
+		break;
+	default:
+		return -EOPNOTSUPP;
+	}
+	if (!rc && (fl & RNBD_F_FUA))
+		rc = sync_dev(e);
+	return rc;
+}
+
+/* The export's counters, on the loop's thread once the request is done. */
+static void io_account(struct export *e, uint32_t op, uint32_t fl, uint64_t len, int rc)
+{
+	if (rc < 0) {
+		e->errors++;
+		return;
+	}
+	e->flushes += !!(fl & RNBD_F_PREFLUSH) + !!(fl & RNBD_F_FUA) + (op == RNBD_OP_FLUSH);
+	if (op == RNBD_OP_READ) {
+		e->reads++;
+		e->read_bytes += len;
+	} else if (op == RNBD_OP_WRITE) {
+		e->writes++;
+		e->write_bytes += len;
+	} else if (op == RNBD_OP_DISCARD) {
+		e->discards++;
+	}
+}
+
+/* With workers, the loop's thread only does what cannot block: a read of
+ * pages in the page cache, a write the file system takes without waiting
+ * (RWF_NOWAIT).  Bytes done: len when all went; less leaves the rest to
+ * a worker. */
+static uint64_t io_nowait(struct export *e, uint32_t op, uint32_t fl, uint8_t *data,
+			  uint64_t off, uint64_t len)
+{
+	uint64_t done = 0;
+
+	if ((op != RNBD_OP_READ && op != RNBD_OP_WRITE) ||
+	    (op == RNBD_OP_WRITE && (fl & (RNBD_F_PREFLUSH | RNBD_F_FUA) || !e->nowait_wr)))
+		return 0;
+	while (done < len) {
+		struct iovec v = { data + done, len - done };
+		ssize_t n = op == RNBD_OP_READ ?
+			preadv2(e->fd, &v, 1, (off_t)(off + done), RWF_NOWAIT) :
+			pwritev2(e->fd, &v, 1, (off_t)(off + done), RWF_NOWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EOPNOTSUPP && op == RNBD_OP_WRITE)
+			e->nowait_wr = false;	/* this file system: writes go to workers */
+		if (n <= 0)
+			break;
+		done += (uint64_t)n;
+	}
+	return done;
+}
+
+static void *worker_main(void *arg)
+{
+	struct io_pool *pl = arg;
+
+	pthread_mutex_lock(&pl->lock);
+	for (;;) {
+		struct io_job *j;
+		bool wake;
+
+		while (!pl->todo && !pl->stop) {
+			pl->waiting++;
+			pthread_cond_wait(&pl->cv, &pl->lock);
+			pl->waiting--;
+		}
+		if (!pl->todo)
+			break;
+		j = pl->todo;
+		pl->todo = j->next;
+		if (!pl->todo)
+			pl->todo_tail = &pl->todo;
+		pthread_mutex_unlock(&pl->lock);
+		j->rc = io_run(j->e, j->op_code, j->fl, j->data, j->datalen, j->off, j->len);
+		pthread_mutex_lock(&pl->lock);
+		j->next = NULL;
+		wake = !pl->done;
+		*pl->done_tail = j;
+		pl->done_tail = &j->next;
+		if (wake) {
+			uint64_t one = 1;
+
+			/* one wakeup per batch: the loop takes the whole list */
+			if (write(pl->efd, &one, sizeof(one)) < 0)
+				xlog_err("rnbd: waking the loop: %s", strerror(errno));
+		}
+	}
+	pthread_mutex_unlock(&pl->lock);
+	return NULL;
+}
+
+int rnbd_srv_set_io_threads(struct rnbd_srv *r, unsigned n, char *err, size_t errlen)
+{
+	struct io_pool *pl = &r->pool;
+
+	if (pl->n) {
+		ERR("the IO threads are running already");
+		return -EBUSY;
+	}
+	if (!n)
+		return 0;
+	pl->th = calloc(n, sizeof(*pl->th));
+	pl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (!pl->th || pl->efd < 0) {
+		ERR("IO threads: %s", pl->th ? strerror(errno) : "out of memory");
+		free(pl->th);
+		if (pl->efd >= 0)
+			close(pl->efd);
+		pl->th = NULL;
+		pl->efd = -1;
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&pl->lock, NULL);
+	pthread_cond_init(&pl->cv, NULL);
+	pthread_cond_init(&pl->idle, NULL);
+	pl->todo_tail = &pl->todo;
+	pl->done_tail = &pl->done;
+	pl->stop = false;
+	for (unsigned i = 0; i < n; i++) {
+		int rc = pthread_create(&pl->th[i], NULL, worker_main, pl);
+
+		if (rc) {
+			pl->n = i;
+			pool_stop(pl);
+			ERR("IO threads: %s", strerror(rc));
+			return -rc;
+		}
+		pl->n = i + 1;
+	}
+	return 0;
+}
+
+int rnbd_srv_fd(const struct rnbd_srv *r)
+{
+	return r->pool.efd;
+}
+
+unsigned rnbd_srv_io_threads(const struct rnbd_srv *r)
+{
+	return r->pool.n;
+}
+
+static void queue_job(struct io_pool *pl, struct io_job *j)
+{
+	j->next = NULL;
+	pthread_mutex_lock(&pl->lock);
+	*pl->todo_tail = j;
+	pl->todo_tail = &j->next;
+	pl->out++;
+	if (pl->waiting)	/* a busy worker takes it when it is done */
+		pthread_cond_signal(&pl->cv);
+	pthread_mutex_unlock(&pl->lock);
+}
+
+int rnbd_srv_poll(struct rnbd_srv *r)
+{
+	struct io_pool *pl = &r->pool;
+	struct io_job *j;
+	uint64_t v;
+	int n = 0;
+
+	if (!pl->n)
+		return 0;
+	pthread_mutex_lock(&pl->lock);
+	j = pl->done;
+	pl->done = NULL;
+	pl->done_tail = &pl->done;
+	if (read(pl->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		xlog_err("rnbd: reading the wakeup: %s", strerror(errno));
+	pthread_mutex_unlock(&pl->lock);
+	while (j) {
+		struct io_job *next = j->next;
+
+		io_account(j->e, j->op_code, j->fl, j->len + j->pre, j->rc);
+		j->e->queued++;
+		rtrs_srv_resp(j->op, j->rc);
+		free(j);
+		j = next;
+		n++;
+	}
+	if (n) {
+		pthread_mutex_lock(&pl->lock);
+		pl->out -= (unsigned)n;
+		if (!pl->out)
+			pthread_cond_broadcast(&pl->idle);
+		pthread_mutex_unlock(&pl->lock);
+	}
+	return n;
+}
+
+void rnbd_srv_drain(struct rnbd_srv *r)
+{
+	struct io_pool *pl = &r->pool;
+
+	if (!pl->n)
+		return;
+	for (;;) {
+		pthread_mutex_lock(&pl->lock);
+		while (pl->out && !pl->done)
+			pthread_cond_wait(&pl->idle, &pl->lock);
+		bool left = pl->out != 0;
+		pthread_mutex_unlock(&pl->lock);
+		if (!left)
+			return;
+		rnbd_srv_poll(r);
+	}
+}
+
+/* process_rdma + the block layer's checks: a request never reaches past
+ * the device's end (bio_check_eod: -EIO).  0 or -errno: answered now;
+ * 1: a worker has it, rnbd_srv_poll() answers. */
+static int do_io(struct rnbd_sess *rs, struct rtrs_srv_op *rop, int dir, void *data,
+		 uint32_t datalen, const void *usr, uint32_t usrlen)
+{
+	struct io_pool *pl = &rs->r->pool;
 	struct rnbd_io m;
 	struct sess_dev *d;
 	struct export *e;
-	uint64_t off, len;
-	uint32_t op, fl;
+	struct io_job *j;
+	uint64_t off, len, done, now;
+	uint32_t op, fl, arg = 0;
 	bool write, past;
-	int rc = 0;
+	int rc;
 
 	if (rnbd_io_decode(usr, usrlen, &m) < 0)
 		return -EINVAL;
@@ -520,52 +824,68 @@ static int do_io(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen, co
 	case RNBD_OP_READ:
 		if (dir != RTRS_READ || len > datalen)
 			return -EINVAL;
-		rc = rw_full(e->fd, data, len, off, false);
-		/* the client gets its whole buffer: no stale bytes of an
-		 * earlier request behind a short read */
-		if (!rc && len < datalen)
-			memset((uint8_t *)data + len, 0, datalen - len);
-		if (!rc) {
-			e->reads++;
-			e->read_bytes += len;
-		}
+		arg = datalen;
 		break;
 	case RNBD_OP_WRITE:
 		if (dir != RTRS_WRITE || len > datalen)
 			return -EINVAL;
-		if (fl & RNBD_F_PREFLUSH)
-			rc = sync_dev(e);
-		if (!rc)
-			rc = rw_full(e->fd, data, len, off, true);
-		if (!rc && (fl & RNBD_F_FUA))
-			rc = sync_dev(e);
-		if (!rc) {
-			e->writes++;
-			e->write_bytes += len;
-		}
 		break;
 	case RNBD_OP_FLUSH:
-		rc = sync_dev(e);
 		break;
 	case RNBD_OP_DISCARD:
-		rc = (off | len) & 511 ? -EINVAL : discard(e, off, len);
+		if ((off | len) & 511)
+			return -EINVAL;
+		if (!e->discard)
+			return -EOPNOTSUPP;
 		break;
 	case RNBD_OP_WRITE_ZEROES:
 		if ((off | len) & 511 || (dir == RTRS_WRITE && datalen && (datalen & 511)))
 			return -EINVAL;
-		rc = write_zeroes(e, off, len, data, dir == RTRS_WRITE ? datalen : 0);
-		if (!rc && (fl & RNBD_F_FUA))
-			rc = sync_dev(e);
+		arg = dir == RTRS_WRITE ? datalen : 0;
+		if (arg && len % arg)
+			return -EINVAL;
 		break;
 	default:		/* SECURE_ERASE: secure_discard is 0 */
 		return -EOPNOTSUPP;
 	}
-	if (rc < 0)
-		e->errors++;
-	return rc;
+	if (!pl->n) {
+		rc = io_run(e, op, fl, data, arg, off, len);
+		io_account(e, op, fl, len, rc);
+		return rc;
+	}
+	if (op == RNBD_OP_WRITE && !e->nowait_wr && !(fl & (RNBD_F_PREFLUSH | RNBD_F_FUA)) &&
+	    (now = xtime_ns()) >= e->slow_until) {
+		/* No RWF_NOWAIT writes on this file system: a buffered write
+		 * runs here while writes are quick (a hand-off costs more
+		 * than the page-cache copy); one that took long sends the
+		 * export's writes to the workers for a while. */
+		rc = io_run(e, op, fl, data, arg, off, len);
+		if (xtime_ns() - now >= SLOW_WRITE_NS)
+			e->slow_until = xtime_ns() + SLOW_HOLD_NS;
+		io_account(e, op, fl, len, rc);
+		return rc;
+	}
+	done = io_nowait(e, op, fl, data, off, len);
+	if (done == len) {
+		if (op == RNBD_OP_READ && len < datalen)
+			memset((uint8_t *)data + len, 0, datalen - len);
+		io_account(e, op, fl, len, 0);
+		return 0;
+	}
+	j = malloc(sizeof(*j));
+	if (!j) {
+		rc = io_run(e, op, fl, data, arg, off, len);
+		io_account(e, op, fl, len, rc);
+		return rc;
+	}
+	*j = (struct io_job){ .op = rop, .e = e, .op_code = op, .fl = fl,
+			      .data = (uint8_t *)data + done, .off = off + done, .len = len - done,
+			      .pre = done, .datalen = op == RNBD_OP_READ ? arg - (uint32_t)done : arg };
+	queue_job(pl, j);
+	return 1;
 }
 
-/* rnbd_srv_rdma_ev: every message is answered at once. */
+/* rnbd_srv_rdma_ev: every message but a queued IO is answered at once. */
 static int rdma_ev(void *ctx, struct rtrs_srv_sess *s, struct rtrs_srv_op *op, int dir, void *data,
 		   uint32_t datalen, const void *usr, uint32_t usrlen)
 {
@@ -577,7 +897,9 @@ static int rdma_ev(void *ctx, struct rtrs_srv_sess *s, struct rtrs_srv_op *op, i
 		return -ENODEV;
 	switch (rnbd_msg_type(usr, usrlen)) {
 	case RNBD_MSG_IO:
-		rc = do_io(rs, dir, data, datalen, usr, usrlen);
+		rc = do_io(rs, op, dir, data, datalen, usr, usrlen);
+		if (rc > 0)
+			return 0;	/* a worker has it */
 		break;
 	case RNBD_MSG_OPEN:
 		rc = do_open(rs, dir, data, datalen, usr, usrlen);
@@ -619,7 +941,7 @@ int rnbd_srv_export_get(const struct rnbd_srv *r, unsigned idx, struct rnbd_expo
 		.write_zeroes = !e->ro, .opens = e->opens, .writers = e->writers,
 		.reads = e->reads, .read_bytes = e->read_bytes, .writes = e->writes,
 		.write_bytes = e->write_bytes, .flushes = e->flushes, .discards = e->discards,
-		.errors = e->errors,
+		.errors = e->errors, .queued = e->queued,
 	};
 	return 0;
 }

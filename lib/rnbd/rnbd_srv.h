@@ -10,9 +10,19 @@
  * rw once, migration a second writer; a read-only export refuses rw and
  * migration opens with -EROFS, and every write with -EROFS.
  *
- * IO is synchronous (pread/pwrite on the loop's thread).  FLUSH, FUA and
- * PREFLUSH become fdatasync(); DISCARD punches a hole, WRITE_ZEROES zeroes
- * a range (fallocate, or written zeros where that is not supported).
+ * IO: without IO threads, synchronous (pread/pwrite on the loop's
+ * thread).  With them (rnbd_srv_set_io_threads), the loop's thread does
+ * only what cannot block -- reads of pages in the page cache and writes
+ * the file system takes at once (preadv2/pwritev2 RWF_NOWAIT) -- and
+ * hands the rest to the workers: cache misses, writes that would wait,
+ * FLUSH, FUA, DISCARD, WRITE_ZEROES; so a slow disk or an fdatasync never
+ * stops other requests, sessions or heartbeats (where the file system has
+ * no RWF_NOWAIT buffered writes, writes stay on the loop's thread while
+ * they are quick, and go to the workers for a second after one took over
+ * a millisecond).  The loop answers what the
+ * workers finished in rnbd_srv_poll().  FLUSH, FUA and PREFLUSH become
+ * fdatasync(); DISCARD punches a hole, WRITE_ZEROES zeroes a range
+ * (fallocate, or written zeros where that is not supported).
  *
  * Plug into the RTRS server with rnbd_srv_rtrs_ops() and the rnbd_srv as
  * its ctx.  Nothing prints: errors go to the caller's buffer. */
@@ -48,6 +58,19 @@ int rnbd_srv_export(struct rnbd_srv *r, const char *name, const char *path, bool
 /* The callbacks for rtrs_srv_new(), with the rnbd_srv as ctx. */
 void rnbd_srv_rtrs_ops(struct rtrs_srv_ops *ops);
 
+/* Starts n IO threads (0: none, IO stays synchronous).  Once, before any
+ * session.  0, or -errno with err saying why. */
+int rnbd_srv_set_io_threads(struct rnbd_srv *r, unsigned n, char *err, size_t errlen);
+unsigned rnbd_srv_io_threads(const struct rnbd_srv *r);
+/* Readable when workers finished IO (-1 without IO threads): wait on it
+ * next to the RTRS server's fd. */
+int rnbd_srv_fd(const struct rnbd_srv *r);
+/* Answers the IO the workers finished (rtrs_srv_resp); how many. */
+int rnbd_srv_poll(struct rnbd_srv *r);
+/* Waits for every queued IO and answers it: before rtrs_srv_free(), which
+ * frees the buffers workers write into. */
+void rnbd_srv_drain(struct rnbd_srv *r);
+
 /* --- introspection (status) ------------------------------------------------ */
 
 struct rnbd_export_info {
@@ -58,6 +81,7 @@ struct rnbd_export_info {
 	bool discard, write_zeroes;	/* what OPEN_RSP announces */
 	unsigned opens, writers;	/* sessions that have it open; of them rw/migration */
 	uint64_t reads, read_bytes, writes, write_bytes, flushes, discards, errors;
+	uint64_t queued;		/* of them, run by an IO thread */
 };
 unsigned rnbd_srv_exports(const struct rnbd_srv *r);
 int rnbd_srv_export_get(const struct rnbd_srv *r, unsigned idx, struct rnbd_export_info *ei);

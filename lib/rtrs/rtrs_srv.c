@@ -701,6 +701,35 @@ static int poll_listeners(struct rtrs_srv *srv)
 	return n;
 }
 
+/* The held posts of a connection out; 1 when the burst limit left some
+ * for later (the fd would not say so: come back before sleeping). */
+static int con_flush(struct srv_con *c)
+{
+	int rc;
+
+	if (!c->held)
+		return 0;
+	if (c->path->state == RTRS_SRV_CLOSING) {
+		c->held = false;
+		return 0;
+	}
+	rc = xrc_flush(c->x);
+	c->held = rc > 0;
+	return rc > 0;
+}
+
+void rtrs_srv_batch(struct rtrs_srv *srv, bool on)
+{
+	srv->in_poll = on;
+	if (on)
+		return;
+	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next)
+		for (struct srv_path *p = s->paths; p; p = p->next)
+			for (unsigned i = 0; i < p->cid_num; i++)
+				if (p->con[i])
+					con_flush(p->con[i]);
+}
+
 static int poll_con(struct srv_con *c)
 {
 	struct srv_path *p = c->path;
@@ -740,17 +769,7 @@ static int poll_con(struct srv_con *c)
 		srv_io_flush_waiting(c);
 out:
 	p->sess->srv->in_poll = false;
-	if (p->state == RTRS_SRV_CLOSING) {
-		c->held = false;
-	} else if (c->held) {
-		/* 1: the burst limit left frames queued; come back before
-		 * sleeping (the fd would not say so) */
-		int rc = xrc_flush(c->x);
-
-		c->held = rc > 0;
-		total += rc > 0;
-	}
-	return total;
+	return total + con_flush(c);
 }
 
 int rtrs_srv_poll(struct rtrs_srv *srv, uint64_t now)

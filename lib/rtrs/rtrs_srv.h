@@ -111,6 +111,11 @@ void rtrs_srv_free(struct rtrs_srv *srv);
  * when the path went away meanwhile (the op is released all the same). */
 int rtrs_srv_resp(struct rtrs_srv_op *op, int err);
 struct rtrs_srv_sess *rtrs_srv_op_sess(const struct rtrs_srv_op *op);
+/* Answers given between rtrs_srv_batch(srv, true) and (srv, false) are
+ * held and go out together, one send per connection (tcp: one sendmsg
+ * for the batch instead of one per answer); rtrs_srv_poll() batches what
+ * it answers by itself. */
+void rtrs_srv_batch(struct rtrs_srv *srv, bool on);
 
 /* --- sessions, for the layer above and for `status` -------------------- */
 

@@ -144,6 +144,10 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	expect_stderr_match "hb-interval"
 	run_srv 2 "${e[@]}" --hb-missed 0
 	expect_stderr_match "hb-missed"
+	run_srv 2 "${e[@]}" --io-threads 257
+	expect_stderr_line "rtrs-server: --io-threads: '257' too large (0..256)"
+	run_srv 2 "${e[@]}" --io-threads -1
+	expect_stderr_match "^rtrs-server: --io-threads: '-1' "
 }
 
 @test "--allow takes addresses, prefixes and session names, nothing else" {
@@ -243,9 +247,11 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	allow: [127.0.0.0/8, trusted]
 	hb_interval: 2s
 	hb_missed: 3
+	io_threads: 2
 	EOF
 	start_server -c "$T/srv.yaml" --queue-depth 16
 	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json 'j["server"]["io_threads"]')" = 2 ]
 	[ "$(json 'j["server"]["queue_depth"]')" = 16 ]
 	[ "$(json 'j["server"]["chunk_size"]')" = 32768 ]
 	[ "$(json 'j["server"]["hb_interval_ms"]')" = 2000 ]
@@ -285,6 +291,31 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	[ "$(json 'j["exports"][0]["write_bytes"]')" = 1048576 ]
 	[ "$(json 'j["exports"][0]["read_bytes"]')" = 1048576 ]
 	grep -q "session 'bats' up" "$SRV_ERR"
+}
+
+# io_threads_roundtrip N: a write with its flush and a read back through a
+# server with N IO threads; what went through them shows as queued.
+io_threads_roundtrip() {
+	need_client
+	start_server -e d=$T/disk.img --io-threads "$1"
+	head -c 3M /dev/urandom >"$T/pat"
+	run_limited 60 rtrs-client 0 "$RTRS_CLIENT" write -s bats -p tcp://127.0.0.1:$PORT -d d <"$T/pat"
+	timeout 60 "$RTRS_CLIENT" read -s bats -p tcp://127.0.0.1:$PORT -d d --length 3M >"$T/back"
+	cmp "$T/pat" "$T/back"
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json 'j["server"]["io_threads"]')" = "$1" ]
+	[ "$(json 'j["exports"][0]["errors"]')" = 0 ]
+	[ "$(json 'j["exports"][0]["flushes"] >= 1')" = True ]
+}
+
+@test "--io-threads 0: every request on the serving thread, nothing queued" {
+	io_threads_roundtrip 0
+	[ "$(json 'j["exports"][0]["queued"]')" = 0 ]
+}
+
+@test "--io-threads 2: the flush that ends a write goes to an IO thread" {
+	io_threads_roundtrip 2
+	[ "$(json 'j["exports"][0]["queued"] >= 1')" = True ]
 }
 
 @test "--allow refuses other addresses and other session names" {

@@ -33,10 +33,13 @@ struct tsrv {
 	struct rnbd_srv *rnbd;
 	pthread_t th;
 	pthread_mutex_t mu;
-	volatile int stop;
+	_Atomic int stop;
 	uint16_t port, port2;		/* listeners on 127.0.0.1 and 127.0.0.2 */
 	char file[64], rofile[64];
 };
+
+/* IO threads of the servers srv_start() makes (0: synchronous IO). */
+static unsigned harness_io_threads;
 
 static inline void *srv_main(void *arg)
 {
@@ -47,12 +50,16 @@ static inline void *srv_main(void *arg)
 
 		pthread_mutex_lock(&s->mu);
 		rtrs_srv_poll(s->srv, xtime_ns());
-		armed = rtrs_srv_arm(s->srv);
+		rtrs_srv_batch(s->srv, true);
+		armed = rnbd_srv_poll(s->rnbd) > 0;
+		rtrs_srv_batch(s->srv, false);
+		armed |= rtrs_srv_arm(s->srv);
 		pthread_mutex_unlock(&s->mu);
 		if (!armed) {
-			struct pollfd p = { rtrs_srv_fd(s->srv), POLLIN, 0 };
+			struct pollfd p[2] = { { rtrs_srv_fd(s->srv), POLLIN, 0 },
+					       { rnbd_srv_fd(s->rnbd), POLLIN, 0 } };
 
-			poll(&p, 1, 5);
+			poll(p, 2, 5);
 		}
 	}
 	return NULL;
@@ -90,6 +97,7 @@ static inline struct tsrv *srv_start(uint32_t qd, uint32_t chunk, bool inval, ui
 	assert_non_null(s->rnbd);
 	assert_int_equal(rnbd_srv_export(s->rnbd, "disk", s->file, false, err, sizeof(err)), 0);
 	assert_int_equal(rnbd_srv_export(s->rnbd, "rodisk", s->rofile, true, err, sizeof(err)), 0);
+	assert_int_equal(rnbd_srv_set_io_threads(s->rnbd, harness_io_threads, err, sizeof(err)), 0);
 	rnbd_srv_rtrs_ops(&ops);
 	s->srv = rtrs_srv_new(&o, &ops, s->rnbd, err, sizeof(err));
 	assert_non_null(s->srv);
@@ -107,6 +115,7 @@ static inline void srv_stop(struct tsrv *s)
 {
 	s->stop = 1;
 	pthread_join(s->th, NULL);
+	rnbd_srv_drain(s->rnbd);
 	rtrs_srv_free(s->srv);
 	rnbd_srv_free(s->rnbd);
 	unlink(s->file);

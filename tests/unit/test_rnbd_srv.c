@@ -2,6 +2,7 @@
  * client of rtrs_srv_harness.h): export specs, access modes, read-only
  * exports and mappings, bounds, flush/FUA/discard/write-zeroes, device
  * lifetime with the session. */
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -126,11 +127,69 @@ static void test_rnbd_rules(void **state)
 	srv_stop(s);
 }
 
+/* The same rules with IO threads: what would block (flush, FUA,
+ * write-zeroes, discard) goes to a worker and is answered the same. */
+static void test_rnbd_rules_io_threads(void **state)
+{
+	harness_io_threads = 2;
+	test_rnbd_rules(state);
+	harness_io_threads = 0;
+}
+
+/* Pages not in the page cache are read by a worker (RWF_NOWAIT fails on
+ * the loop's thread), byte-exact; a flush too; the export counts them. */
+static void test_io_threads_cache_miss(void **state)
+{
+	struct tsrv *s;
+	struct tclt *a;
+	struct rnbd_export_info ei;
+	uint32_t dev, len = 65536;
+	uint8_t *pat = malloc(len);
+	int fd;
+
+	(void)state;
+	harness_io_threads = 3;
+	s = srv_start(8, 128 << 10, false, 0);
+	harness_io_threads = 0;
+	a = good_session(s, 50, "m", 2, RNBD_ACCESS_RW, &dev);
+	for (uint32_t i = 0; i < len; i++)
+		pat[i] = (uint8_t)(i * 7 + 3);
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE, 64, pat, len, 0), 0);
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_FLUSH, 0, NULL, 0, 0), 0);
+	/* out of the page cache: written back, then dropped */
+	fd = open(s->file, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fdatasync(fd), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	memset(a->mem, 0xee, len);
+	assert_int_equal(rnbd_io(a, 1, 4, dev, RNBD_OP_READ, 64, NULL, len, 0), 0);
+	assert_memory_equal(a->mem, pat, len);
+	pthread_mutex_lock(&s->mu);
+	assert_int_equal(rnbd_srv_io_threads(s->rnbd), 3);
+	assert_int_equal(rnbd_srv_export_get(s->rnbd, 0, &ei), 0);
+	pthread_mutex_unlock(&s->mu);
+	assert_string_equal(ei.name, "disk");
+	/* the flush and (on a file system that evicts on request) the read */
+	assert_true(ei.queued >= 1);
+	assert_int_equal(ei.flushes, 1);
+	assert_int_equal(ei.reads, 1);
+	assert_int_equal(ei.read_bytes, len);
+	assert_int_equal(ei.writes, 1);
+	assert_int_equal(ei.errors, 0);
+	clt_close(a);
+	wait_sessions(s, 0);
+	srv_stop(s);
+	free(pat);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exports),
 		cmocka_unit_test(test_rnbd_rules),
+		cmocka_unit_test(test_rnbd_rules_io_threads),
+		cmocka_unit_test(test_io_threads_cache_miss),
 	};
 
 	xlog_init("test_rnbd_srv");	/* XPRT_LOG=info: why paths close */
