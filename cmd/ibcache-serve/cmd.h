@@ -21,6 +21,4 @@ int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * "ibcache-serve" or "ibcache-serve-NAME".  0 or -errno. */
 int ctl_path(const char *name, const char *ctl, char *buf, size_t len);
 
-extern volatile sig_atomic_t stop_requested;
-
 #endif

@@ -29,14 +29,6 @@
 #define TIMER_NS	(10 * XTIME_NS_PER_MS)
 #define CTL_EVERY_NS	(50 * XTIME_NS_PER_MS)
 
-volatile sig_atomic_t stop_requested;
-
-static void on_stop(int sig)
-{
-	(void)sig;
-	stop_requested = 1;
-}
-
 struct lsn {
 	struct xdg *d;
 	struct ibc_srv *srv;
@@ -294,7 +286,6 @@ int cmd_serve(int argc, char **argv)
 	int nlisten = 0, c, epfd = -1, ret = EXIT_FAIL;
 	bool verbose = false;
 	struct xctl *ctl = NULL;
-	struct sigaction sa;
 	char err[512], path[256];
 
 	opterr = 0;
@@ -383,12 +374,7 @@ int cmd_serve(int argc, char **argv)
 	fflush(stdout);
 	s->started_ns = xtime_ns();
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop;	/* no SA_RESTART: the wait returns EINTR */
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	cli_stop_handlers();
 
 	c = ctl_path(name, ctlp, path, sizeof(path));
 	if (c == 0)
@@ -417,7 +403,7 @@ int cmd_serve(int argc, char **argv)
 	}
 
 	idle_since = xtime_ns();
-	while (!stop_requested) {
+	while (!cli_stop_requested) {
 		uint64_t now = xtime_ns(), wake = UINT64_MAX;
 		struct epoll_event ev[MAX_LISTEN + 1];
 		int work = 0, ms;

@@ -238,7 +238,7 @@ static int bopts_parse(int argc, char **argv, struct sess_opts *so, struct bopts
 			o->verify = true;
 			break;
 		case 'o':
-			if (parse_fmt("bench", optarg, &o->fmt))
+			if (cli_parse_fmt(PROG, "bench", optarg, &o->fmt))
 				return EXIT_USAGE;
 			break;
 		case 'h':
@@ -316,7 +316,7 @@ int cmd_bench(int argc, char **argv)
 		return usage_error("bench", "--access ro: --rw %s writes", rw_names[o.rw]);
 	if (so.access == RNBD_ACCESS_RO && o.verify)
 		return usage_error("bench", "--verify writes its pattern: not with --access ro");
-	install_stop_handlers();
+	cli_stop_handlers();
 	if ((rc = sess_open(&ss, "bench", &so)))
 		return rc;
 	memset(&b, 0, sizeof(b));
@@ -405,11 +405,11 @@ int cmd_bench(int argc, char **argv)
 	else if (b.stuck)
 		rc = fail("bench", "%u IOs still waiting %llu s after the end: all paths to %s are down",
 			  b.inflight, (unsigned long long)(STUCK_NS / 1000000000ull), so.session);
-	else if (stop_requested && b.prefill)
+	else if (cli_stop_requested && b.prefill)
 		rc = fail("bench", "interrupted");
 drain:
 	b.stop = true;
-	while (b.inflight && rtrs_clt_connected(ss.clt) && !stop_requested)
+	while (b.inflight && rtrs_clt_connected(ss.clt) && !cli_stop_requested)
 		sess_run(&ss, 100000000ull);
 out:
 	/* buffers a request may still write into stay until the end */

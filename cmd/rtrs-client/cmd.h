@@ -31,9 +31,6 @@ void cmd_usage(FILE *f, const char *name);
 /* "rtrs-client CMD: msg" on stderr; EXIT_FAIL. */
 int fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-extern volatile sig_atomic_t stop_requested;
-void install_stop_handlers(void);
-
 /* --- what every session command shares (sess.c) ---------------------- */
 
 struct sess_opts {
@@ -127,6 +124,5 @@ void sess_paths_node(const struct sess *ss, struct xnode *paths);
 int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out);
 int ctl_path_for(const char *session, const char *ctl, char *buf, size_t len);
 
-int parse_fmt(const char *cmd, const char *arg, enum xfmt *f);
 
 #endif

@@ -222,7 +222,7 @@ int cmd_status(int argc, char **argv)
 			session = optarg;
 			break;
 		case 'o':
-			if (parse_fmt("status", optarg, &f))
+			if (cli_parse_fmt(PROG, "status", optarg, &f))
 				return EXIT_USAGE;
 			fmt = optarg;
 			break;

@@ -202,7 +202,7 @@ int cmd_read(int argc, char **argv)
 	rc = io_opts("read", argc, argv, &o, &off, &len, &len_set);
 	if (rc)
 		return rc < 0 ? EXIT_OK : rc;
-	install_stop_handlers();
+	cli_stop_handlers();
 	if ((rc = sess_open(&ss, "read", &o)))
 		return rc;
 	size = rnbd_clt_geom(ss.dev)->size;
@@ -266,7 +266,7 @@ out_ring:
 		progress(&r, 0, 0, true);
 	/* what is still in flight must land before the ring goes */
 	for (unsigned i = 0; i < r.depth; i++)
-		while (r.s[i].state == 1 && rtrs_clt_alive(ss.clt) && !stop_requested)
+		while (r.s[i].state == 1 && rtrs_clt_alive(ss.clt) && !cli_stop_requested)
 			sess_run(&ss, 100000000ull);
 	ring_fini(&r);
 out:
@@ -284,7 +284,7 @@ static ssize_t fill(struct slot *sl, uint32_t chunk)
 
 		if (n < 0) {
 			if (errno == EINTR) {
-				if (stop_requested)
+				if (cli_stop_requested)
 					return -EINTR;
 				continue;
 			}
@@ -317,7 +317,7 @@ int cmd_write(int argc, char **argv)
 				   (unsigned long long)off, SECTOR);
 	if (o.access == RNBD_ACCESS_RO)
 		return usage_error("write", "--access ro: the device would be read-only");
-	install_stop_handlers();
+	cli_stop_handlers();
 	if ((rc = sess_open(&ss, "write", &o)))
 		return rc;
 	size = rnbd_clt_geom(ss.dev)->size;
@@ -408,7 +408,7 @@ out_ring:
 	if (rc)
 		progress(&r, 0, 0, true);
 	for (unsigned i = 0; i < r.depth; i++)
-		while (r.s[i].state == 1 && rtrs_clt_alive(ss.clt) && !stop_requested)
+		while (r.s[i].state == 1 && rtrs_clt_alive(ss.clt) && !cli_stop_requested)
 			sess_run(&ss, 100000000ull);
 	ring_fini(&r);
 out:

@@ -61,33 +61,6 @@ int bad_option(const char *cmd, const char *optstring, char **argv)
 	return cli_bad_option(PROG, cmd, optstring, argv);
 }
 
-int parse_fmt(const char *cmd, const char *arg, enum xfmt *f)
-{
-	if (xfmt_parse(arg, f) < 0)
-		return usage_error(cmd, "-o: '%s' is not text, yaml or json", arg);
-	return EXIT_OK;
-}
-
-volatile sig_atomic_t stop_requested;
-
-static void on_stop(int sig)
-{
-	(void)sig;
-	stop_requested = 1;
-}
-
-void install_stop_handlers(void)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop;	/* no SA_RESTART: sleeps return EINTR */
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-}
-
 int main(int argc, char **argv)
 {
 	xlog_init(PROG);

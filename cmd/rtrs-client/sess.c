@@ -453,7 +453,7 @@ int sess_run(struct sess *ss, uint64_t max_wait_ns)
 	n = rtrs_clt_poll(ss->clt, now);
 	if (ss->dev)
 		n += (int)rnbd_clt_kick(ss->dev);
-	if (stop_requested)
+	if (cli_stop_requested)
 		return -EINTR;
 	/* a loop that never sleeps still answers its control socket */
 	if (ss->ctl && now - ss->ctl_ns >= 50000000ull) {

@@ -20,26 +20,6 @@
 #define SPIN_NS		50000ull	/* busy-poll this long after the last work */
 #define CTL_CHECK_NS	(50 * XTIME_NS_PER_MS)	/* control socket, while busy */
 
-static volatile sig_atomic_t stop_requested;
-
-static void on_stop(int sig)
-{
-	(void)sig;
-	stop_requested = 1;
-}
-
-static void install_stop_handlers(void)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop;	/* no SA_RESTART: epoll_wait returns EINTR */
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-}
-
 struct serve_state {
 	struct rtrs_srv *srv;
 	struct rnbd_srv *rnbd;
@@ -324,7 +304,7 @@ static int loop(struct serve_state *st, struct xctl *ctl)
 		ev.data.u32 = 2;
 		epoll_ctl(ep, EPOLL_CTL_ADD, rnbd_srv_fd(st->rnbd), &ev);
 	}
-	while (!stop_requested) {
+	while (!cli_stop_requested) {
 		uint64_t now = xtime_ns(), next;
 		int rc = rtrs_srv_poll(st->srv, now), n, tmo;
 
@@ -379,7 +359,7 @@ int cmd_serve(int argc, char **argv)
 	}
 	if (c.verbose && xlog_level() < XLOG_INFO)
 		xlog_set_level(XLOG_INFO);
-	install_stop_handlers();
+	cli_stop_handlers();
 	rc = start(&st, &c, &ctl);
 	if (rc == EXIT_OK)
 		rc = loop(&st, ctl);

@@ -177,7 +177,7 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 		fail("bw", "%s: send: %s", c.target, strerror(-rc));
 		goto out_free;
 	}
-	while (f.inflight && !stop_requested) {
+	while (f.inflight && !cli_stop_requested) {
 		struct xp_event ev;
 
 		rc = pclient_wait(&c, &ev, 100000000ull);
@@ -194,11 +194,11 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 			goto out_free;
 		}
 		progress(o, start, &last_progress, f.done_msgs * o->size);
-		if (stop_requested)
+		if (cli_stop_requested)
 			f.end_ns = 0;	/* no new sends; let the window drain */
 	}
 	progress_end(o);
-	if (stop_requested && f.inflight) {
+	if (cli_stop_requested && f.inflight) {
 		fail("bw", "interrupted");
 		goto out_free;
 	}
@@ -269,7 +269,7 @@ static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_res
 		m[i] = (struct xdg_msg){ to, tx + (size_t)i * size, size, 0 };
 	start = last_progress = xtime_ns();
 	end = start + o->secs_ns;
-	while (!stop_requested && xtime_ns() < end) {
+	while (!cli_stop_requested && xtime_ns() < end) {
 		struct xdg_wc wc[64];
 		int n;
 
@@ -295,13 +295,13 @@ static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	r->bytes = r->msgs * size;
 	progress_end(o);
 	/* Let the tail arrive, then ask (datagrams: retry the question). */
-	for (int tries = 0; tries < 10 && !got && !stop_requested; tries++) {
+	for (int tries = 0; tries < 10 && !got && !cli_stop_requested; tries++) {
 		struct probe_dg pd = { .type = PROBE_DG_STATS_REQ, .session = session };
 		uint64_t deadline = xtime_ns() + 300000000ull;
 
 		probe_dg_encode(&pd, req);
 		xdg_send(d, to, req, sizeof(req), 0, 0);
-		while (!got && xtime_ns() < deadline && !stop_requested) {
+		while (!got && xtime_ns() < deadline && !cli_stop_requested) {
 			struct xdg_wc wc[16];
 			int n = xdg_poll(d, wc, 16);
 
@@ -401,7 +401,7 @@ int cmd_bw(int argc, char **argv)
 	if (xdev_require(&u, err, sizeof(err)) < 0)
 		return fail("bw", "%s", err);
 
-	install_stop_handlers();
+	cli_stop_handlers();
 	rc = is_datagram(&u) ? bw_dgram(&o, &u, &r) : bw_ports(&o, &u, &r);
 	if (rc == EXIT_OK) {
 		if (is_datagram(&u) && !o.size_set)

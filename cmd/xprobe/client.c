@@ -25,7 +25,7 @@ int common_opt(const char *cmd, int c, const char *arg, struct common_opts *co)
 		co->verbose = true;
 		return 1;
 	case 'o':
-		return parse_fmt(cmd, arg, &co->fmt) ? EXIT_USAGE : 1;
+		return cli_parse_fmt("xprobe", cmd, arg, &co->fmt) ? EXIT_USAGE : 1;
 	default:
 		return 0;
 	}

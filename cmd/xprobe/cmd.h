@@ -33,12 +33,7 @@ int fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2,
  * verbose the choice is printed on stderr.  EXIT_OK or EXIT_USAGE. */
 int parse_target(const char *cmd, const char *arg, bool verbose, struct xuri *u);
 int parse_prio(const char *cmd, const char *arg, enum xp_prio *p);
-int parse_fmt(const char *cmd, const char *arg, enum xfmt *f);
 
-/* SIGINT/SIGTERM set this (installed without SA_RESTART, so blocking waits
- * return EINTR). */
-extern volatile sig_atomic_t stop_requested;
-void install_stop_handlers(void);
 
 static inline bool is_datagram(const struct xuri *u)
 {

@@ -37,7 +37,7 @@ int cmd_devices(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, os, lo, NULL)) != -1) {
 		switch (c) {
 		case 'o':
-			if ((rc = parse_fmt("devices", optarg, &fmt)))
+			if ((rc = cli_parse_fmt("xprobe", "devices", optarg, &fmt)))
 				return rc;
 			break;
 		case 'h':

@@ -181,7 +181,7 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		uint64_t t0 = xtime_ns(), t1;
 		struct xp_event ev;
 
-		if (stop_requested)
+		if (cli_stop_requested)
 			break;
 		rc = xp_send(c.p, c.node, PROBE_PORT_ECHO, o->co.prio, tx, o->size, pclient_sent, &c);
 		if (rc < 0) {
@@ -191,7 +191,7 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		r->sent += counted;
 		rc = pclient_wait(&c, &ev, o->timeout_ns);
 		t1 = xtime_ns();
-		if (rc == -EINTR || stop_requested)
+		if (rc == -EINTR || cli_stop_requested)
 			break;
 		if (rc == -ENOTCONN) {
 			fail("ping", "%s: connection lost", c.target);
@@ -228,7 +228,7 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 			uint64_t next = t0 + o->interval_ns;
 
 			/* Keep the connection (and any load) moving meanwhile. */
-			while (!stop_requested && xtime_ns() < next) {
+			while (!cli_stop_requested && xtime_ns() < next) {
 				rc = pclient_wait(&c, &ev, next - xtime_ns());
 				if (rc == -ENOTCONN) {
 					fail("ping", "%s: connection lost", c.target);
@@ -307,7 +307,7 @@ static int ping_dgram(const struct ping_opts *o, const struct xuri *u, struct pi
 		bool got = false;
 		int rc;
 
-		if (stop_requested)
+		if (cli_stop_requested)
 			break;
 		probe_dg_encode(&pd, tx);
 		rc = xdg_send(d, to, tx, o->size, 0, 0);
@@ -316,7 +316,7 @@ static int ping_dgram(const struct ping_opts *o, const struct xuri *u, struct pi
 			goto out_close;
 		}
 		r->sent++;
-		while (!got && !stop_requested) {
+		while (!got && !cli_stop_requested) {
 			struct xdg_wc wc[16];
 			uint64_t now = xtime_ns();
 			int n;
@@ -337,7 +337,7 @@ static int ping_dgram(const struct ping_opts *o, const struct xuri *u, struct pi
 			if (!got && !n && now - t0 > o->co.spin_ns)
 				xdg_wait(d, deadline - now);
 		}
-		if (stop_requested)
+		if (cli_stop_requested)
 			break;
 		if (got) {
 			uint64_t ns = xtime_ns() - t0;
@@ -447,7 +447,7 @@ int cmd_ping(int argc, char **argv)
 	if (xdev_require(&u, err, sizeof(err)) < 0)
 		return fail("ping", "%s", err);
 
-	install_stop_handlers();
+	cli_stop_handlers();
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return fail("ping", "out of memory");

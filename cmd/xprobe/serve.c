@@ -591,7 +591,7 @@ int cmd_serve(int argc, char **argv)
 			return rc;
 	ho.max_msg = s->max_size;
 
-	install_stop_handlers();
+	cli_stop_handlers();
 	s->backlog_tail = &s->backlog;
 	for (int i = 0; i < nuri; i++) {
 		if (xdev_require(&uris[i], err, sizeof(err)) < 0 ||
@@ -625,7 +625,7 @@ int cmd_serve(int argc, char **argv)
 	}
 
 	idle_since = xtime_ns();
-	while (!stop_requested) {
+	while (!cli_stop_requested) {
 		int work = 0;
 
 		if (s->h) {

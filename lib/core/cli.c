@@ -2,6 +2,7 @@
 #include "core/cli.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -82,4 +83,31 @@ int cli_main(const struct cli_tool *t, int argc, char **argv)
 	fprintf(stderr, "%s: unknown command '%s'\n", t->prog, argv[1]);
 	cli_usage(t, stderr, NULL);
 	return EXIT_USAGE;
+}
+
+int cli_parse_fmt(const char *prog, const char *cmd, const char *arg, enum xfmt *f)
+{
+	if (xfmt_parse(arg, f) < 0)
+		return cli_usage_error(prog, cmd, "-o: '%s' is not text, yaml or json", arg);
+	return EXIT_OK;
+}
+
+volatile sig_atomic_t cli_stop_requested;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	cli_stop_requested = 1;
+}
+
+void cli_stop_handlers(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
 }

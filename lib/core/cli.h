@@ -5,9 +5,12 @@
 #ifndef XPRT_CORE_CLI_H
 #define XPRT_CORE_CLI_H
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+
+#include "core/emit.h"
 
 /* Exit status of every xprt tool. */
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
@@ -22,6 +25,15 @@ int cli_vusage_error(const char *prog, const char *cmd, const char *fmt, va_list
 /* getopt's '?' (run with opterr = 0): one line naming the unknown option or
  * the one missing its value; returns EXIT_USAGE. */
 int cli_bad_option(const char *prog, const char *cmd, const char *optstring, char **argv);
+
+/* "-o ARG": text, yaml or json; else the usage error naming ARG. */
+int cli_parse_fmt(const char *prog, const char *cmd, const char *arg, enum xfmt *f);
+
+/* SIGINT and SIGTERM set cli_stop_requested (no SA_RESTART: a sleeping
+ * poll, epoll_wait or nanosleep returns EINTR, and the loop sees it);
+ * SIGPIPE is ignored (a closed pipe is a write error, said once). */
+extern volatile sig_atomic_t cli_stop_requested;
+void cli_stop_handlers(void);
 
 /* Table-driven subcommands (STYLE.md 4). */
 struct cmd {
