@@ -226,9 +226,8 @@ static bool wildcard(const char *host)
 }
 
 /* __is_path_w_addr_exists: another live path of the session between the
- * same two addresses.  We know our own address only from a listener bound
- * to one; behind a wildcard listener two paths to different local
- * addresses cannot be told apart, so the rule is not applied there. */
+ * same two addresses (ours: the one the client connected to, also behind
+ * a wildcard listener; "" when the transport could not say). */
 static bool path_addr_exists(const struct rtrs_srv_sess *s, const char *peer_host,
 			     const char *local_host)
 {
@@ -242,7 +241,7 @@ static bool path_addr_exists(const struct rtrs_srv_sess *s, const char *peer_hos
 }
 
 static struct srv_path *path_new(struct rtrs_srv_sess *s, const struct rtrs_conn_req *cr,
-				 const char *peer, unsigned li)
+				 const char *peer, const char *local_host, unsigned li)
 {
 	struct rtrs_srv *srv = s->srv;
 	struct srv_path *p = calloc(1, sizeof(*p)), **pp;
@@ -262,8 +261,7 @@ static struct srv_path *path_new(struct rtrs_srv_sess *s, const struct rtrs_conn
 	memcpy(p->sess_uuid, cr->sess_uuid, 16);
 	snprintf(p->peer, sizeof(p->peer), "%s", peer);
 	host_of(peer, p->peer_host, sizeof(p->peer_host));
-	if (!wildcard(srv->lsn[li].uri.host))
-		snprintf(p->local_host, sizeof(p->local_host), "%s", srv->lsn[li].uri.host);
+	snprintf(p->local_host, sizeof(p->local_host), "%s", local_host);
 	p->listener = li;
 	p->scheme = srv->lsn[li].uri.scheme;
 	p->cid_num = cr->cid_num;
@@ -461,7 +459,7 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 	struct rtrs_conn_req cr;
 	struct rtrs_conn_rsp rsp = { 0 };
 	uint8_t rbuf[RTRS_CONN_RSP_LEN];
-	char peer[64], host[64], err[256];
+	char peer[64], host[64], local[64] = "", err[256];
 	struct rtrs_srv_sess *s;
 	struct srv_path *p;
 	struct srv_con *c;
@@ -473,6 +471,12 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 
 	snprintf(peer, sizeof(peer), "%s", xrc_req_peer(rq));
 	host_of(peer, host, sizeof(host));
+	/* the address the client connected to: on a wildcard listener the
+	 * transport says which (the kernel compares the route's addresses) */
+	if (xrc_req_local(rq)[0])
+		host_of(xrc_req_local(rq), local, sizeof(local));
+	else if (!wildcard(srv->lsn[li].uri.host))
+		snprintf(local, sizeof(local), "%s", srv->lsn[li].uri.host);
 	/* rtrs_rdma_connect: a malformed request is refused with -ECONNRESET */
 	if (rc < 0)
 		return reject(srv, rq, -ECONNRESET,
@@ -500,10 +504,9 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 	} else {
 		if (s->npaths >= RTRS_MAX_PATHS_NUM)
 			return reject(srv, rq, -ECONNRESET, "too many paths");
-		if (path_addr_exists(s, host, wildcard(srv->lsn[li].uri.host) ? "" :
-				     srv->lsn[li].uri.host))
+		if (path_addr_exists(s, host, local))
 			return reject(srv, rq, -EEXIST, "a path between these addresses exists");
-		p = path_new(s, &cr, peer, li);
+		p = path_new(s, &cr, peer, local, li);
 		if (!p)
 			return reject(srv, rq, -ENOMEM, "out of memory");
 	}

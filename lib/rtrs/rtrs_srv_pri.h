@@ -62,7 +62,7 @@ struct srv_path {
 	char sessname[RTRS_NAME_MAX + 1];
 	char peer[64];			/* first connection's "ADDR:PORT" */
 	char peer_host[64];		/* its address alone: the -EEXIST rule */
-	char local_host[256];		/* the listener's host; "" for a wildcard */
+	char local_host[256];		/* the address the client connected to */
 	unsigned listener;
 	enum xuri_scheme scheme;
 	uint16_t cid_num, cid_up, recon_cnt;

@@ -72,6 +72,7 @@ const void *xrc_req_data(const struct xrc_req *r, size_t *len)
 }
 
 const char *xrc_req_peer(const struct xrc_req *r) { return r->peer; }
+const char *xrc_req_local(const struct xrc_req *r) { return r->local; }
 
 struct xrc *xrc_accept(struct xrc_req *r, const void *priv, size_t privlen,
 		       const struct xrc_opts *o, char *err, size_t errlen)

@@ -156,6 +156,9 @@ struct xrc_req *xrc_get_request(struct xrc_listener *l, char *err, size_t errlen
 const void *xrc_req_data(const struct xrc_req *r, size_t *len);
 /* "ADDR:PORT" of the client. */
 const char *xrc_req_peer(const struct xrc_req *r);
+/* "ADDR:PORT" of ours it came to -- on a wildcard listener, the address
+ * the client connected to. */
+const char *xrc_req_local(const struct xrc_req *r);
 /* Accepts with `priv` (<= XRC_PRIV_MAX bytes, may be NULL) as the reply's
  * private data; frees r.  Never waits for the peer: returns a connection
  * that is XRC_UP (tcp) or still XRC_CONNECTING (rdma: xrc_poll() turns it

@@ -71,6 +71,7 @@ struct xrc_req {
 	uint8_t priv[XRC_PRIV_MAX];
 	size_t privlen;
 	char peer[64];
+	char local[64];		/* our address it came to, "ADDR:PORT" */
 };
 
 struct xrc_dom {

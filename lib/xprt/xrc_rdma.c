@@ -586,6 +586,7 @@ static struct xrc_req *listener_get(struct xrc_listener *xl, char *err, size_t e
 		r->initiator_depth = ev->param.conn.initiator_depth;
 		r->responder_resources = ev->param.conn.responder_resources;
 		xrdma_addr_str(rdma_get_peer_addr(id), r->base.peer, sizeof(r->base.peer));
+		xrdma_addr_str(rdma_get_local_addr(id), r->base.local, sizeof(r->base.local));
 		rdma_ack_cm_event(ev);
 		/* The request's later events (ESTABLISHED, DISCONNECTED) go to
 		 * a channel of its own, so the listener never sees them and

@@ -343,6 +343,13 @@ static struct xrc_req *pend_read(struct tcp_listener *l, struct pending *p)
 	memcpy(r->base.priv, p->buf + XTCP_HDR_MAX, f.len);
 	r->base.privlen = f.len;
 	memcpy(r->base.peer, p->peer, sizeof(r->base.peer));
+	{
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+
+		if (getsockname(p->fd, (struct sockaddr *)&ss, &sl) == 0)
+			fmt_sa((struct sockaddr *)&ss, sl, r->base.local, sizeof(r->base.local));
+	}
 	r->fd = p->fd;
 	r->max_send = f.max_send;
 	r->sq_depth = f.sq_depth;

@@ -35,6 +35,7 @@ struct tsrv {
 	pthread_mutex_t mu;
 	_Atomic int stop;
 	uint16_t port, port2;		/* listeners on 127.0.0.1 and 127.0.0.2 */
+	uint16_t port_any;		/* and one on 0.0.0.0 */
 	char file[64], rofile[64];
 };
 
@@ -106,6 +107,9 @@ static inline struct tsrv *srv_start(uint32_t qd, uint32_t chunk, bool inval, ui
 	strcpy(u.host, "127.0.0.2");
 	assert_int_equal(rtrs_srv_listen(s->srv, &u, err, sizeof(err)), 1);
 	s->port2 = rtrs_srv_listener_uri(s->srv, 1)->port;
+	strcpy(u.host, "0.0.0.0");
+	assert_int_equal(rtrs_srv_listen(s->srv, &u, err, sizeof(err)), 2);
+	s->port_any = rtrs_srv_listener_uri(s->srv, 2)->port;
 	pthread_mutex_init(&s->mu, NULL);
 	assert_int_equal(pthread_create(&s->th, NULL, srv_main, s), 0);
 	return s;
@@ -155,6 +159,7 @@ struct tcon {
 struct tclt {
 	struct tsrv *s;
 	bool second;			/* through the 127.0.0.2 listener */
+	const char *any;		/* through the wildcard listener, to this address */
 	uint8_t sess_uuid[16], paths_uuid[16];
 	uint16_t cid_num;
 	struct tcon con[8];
@@ -194,6 +199,10 @@ static inline struct xuri srv_uri(const struct tclt *t)
 	if (t->second) {
 		strcpy(u.host, "127.0.0.2");
 		u.port = t->s->port2;
+	}
+	if (t->any) {
+		snprintf(u.host, sizeof(u.host), "%s", t->any);
+		u.port = t->s->port_any;
 	}
 	return u;
 }

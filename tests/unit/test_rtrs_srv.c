@@ -144,6 +144,27 @@ static void test_conn_req_rules(void **state)
 		assert_int_equal(clt_connect_raw(dup, 0, NULL, &r), -EEXIST);
 		clt_close(dup);
 	}
+	/* behind a wildcard listener the rule holds too, on the address
+	 * the client connected to: a second path to 127.0.0.3 is one too
+	 * many, one to 127.0.0.4 is another path */
+	{
+		struct tclt *w1 = clt_new(s, 20), *w2 = clt_new(s, 20), *w3 = clt_new(s, 20);
+
+		w1->any = w2->any = "127.0.0.3";
+		w3->any = "127.0.0.4";
+		uuid_fill(w2->sess_uuid, 78);
+		uuid_fill(w3->sess_uuid, 79);
+		w1->cid_num = w2->cid_num = w3->cid_num = 1;
+		r = conn_req(w1, 0, true);
+		assert_int_equal(clt_connect_raw(w1, 0, NULL, &r), 0);
+		r = conn_req(w2, 0, false);
+		assert_int_equal(clt_connect_raw(w2, 0, NULL, &r), -EEXIST);
+		r = conn_req(w3, 0, false);
+		assert_int_equal(clt_connect_raw(w3, 0, NULL, &r), 0);
+		clt_close(w3);
+		clt_close(w2);
+		clt_close(w1);
+	}
 	/* connections of one path must agree */
 	r = conn_req(t, 0, true);
 	assert_int_equal(clt_connect_raw(t, 0, NULL, &r), 0);
