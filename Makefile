@@ -119,6 +119,7 @@ bench: tools benches
 	$(Q)bench/run
 	$(Q)bench/xprobe-run
 	$(Q)bench/ibcache-run
+	$(Q)bench/rtrs-run
 
 install: tools
 	install -d $(DESTDIR)$(PREFIX)/bin
