@@ -49,18 +49,7 @@ static void usage(FILE *f)
 	      "FILE is a path relative to the export.  See ibcache-fetch(1).\n", f);
 }
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs(PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return EXIT_FAIL;
-}
+#define fail(...) cli_fail(PROG, NULL, __VA_ARGS__)
 
 struct ctx {
 	bool quiet;

@@ -15,7 +15,7 @@ void usage(FILE *f);
 
 #define usage_error(...) cli_usage_error(PROG, NULL, __VA_ARGS__)
 /* "ibcache-serve: msg" on stderr; EXIT_FAIL. */
-int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define fail(...) cli_fail(PROG, NULL, __VA_ARGS__)
 
 /* The control socket of a server: --ctl PATH, else the default path of
  * "ibcache-serve" or "ibcache-serve-NAME".  0 or -errno. */

@@ -33,18 +33,6 @@ void usage(FILE *f)
 	      "See ibcache-serve(8).\n", f);
 }
 
-int fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs(PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return EXIT_FAIL;
-}
-
 int ctl_path(const char *name, const char *ctl, char *buf, size_t len)
 {
 	char n[300];

@@ -29,7 +29,7 @@ int cmd_path(int argc, char **argv);
 int bad_option(const char *cmd, const char *optstring, char **argv);
 void cmd_usage(FILE *f, const char *name);
 /* "rtrs-client CMD: msg" on stderr; EXIT_FAIL. */
-int fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define fail(cmd, ...) cli_fail(PROG, (cmd), __VA_ARGS__)
 
 /* --- what every session command shares (sess.c) ---------------------- */
 

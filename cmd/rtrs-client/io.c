@@ -65,6 +65,11 @@ static int ring_init(struct ring *r, struct sess *ss)
 
 static void ring_fini(struct ring *r)
 {
+	/* what is still in flight must land before the ring goes (unless
+	 * the session died or we were told to stop) */
+	for (unsigned i = 0; i < r->depth; i++)
+		while (r->s[i].state == 1 && rtrs_clt_alive(r->ss->clt) && !cli_stop_requested)
+			sess_run(r->ss, 100000000ull);
 	/* a request still in flight writes into the ring: keep it then */
 	for (unsigned i = 0; i < r->depth; i++)
 		if (r->s[i].state == 1)
@@ -264,10 +269,6 @@ int cmd_read(int argc, char **argv)
 out_ring:
 	if (rc)
 		progress(&r, 0, 0, true);
-	/* what is still in flight must land before the ring goes */
-	for (unsigned i = 0; i < r.depth; i++)
-		while (r.s[i].state == 1 && rtrs_clt_alive(ss.clt) && !cli_stop_requested)
-			sess_run(&ss, 100000000ull);
 	ring_fini(&r);
 out:
 	sess_close(&ss);
@@ -407,9 +408,6 @@ int cmd_write(int argc, char **argv)
 out_ring:
 	if (rc)
 		progress(&r, 0, 0, true);
-	for (unsigned i = 0; i < r.depth; i++)
-		while (r.s[i].state == 1 && rtrs_clt_alive(ss.clt) && !cli_stop_requested)
-			sess_run(&ss, 100000000ull);
 	ring_fini(&r);
 out:
 	sess_close(&ss);

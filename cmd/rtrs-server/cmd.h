@@ -33,7 +33,7 @@ int cmd_status(int argc, char **argv);
 int bad_option(const char *cmd, const char *optstring, char **argv);
 void cmd_usage(FILE *f, const char *name);
 /* "rtrs-server: msg" to stderr; EXIT_FAIL. */
-int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define fail(...) cli_fail(PROG, NULL, __VA_ARGS__)
 
 /* --- what serve runs with: command line and config file together ------ */
 

@@ -29,18 +29,6 @@ void cmd_usage(FILE *f, const char *name)
 	cli_usage(&tool, f, name);
 }
 
-int fail(const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, PROG ": %s\n", msg);
-	return EXIT_FAIL;
-}
-
 int bad_option(const char *cmd, const char *optstring, char **argv)
 {
 	const char *arg = argv[optind - 1];

@@ -313,9 +313,11 @@ static int loop(struct serve_state *st, struct xctl *ctl)
 			break;
 		}
 		/* what the IO threads finished, answered in one batch */
-		rtrs_srv_batch(st->srv, true);
-		rc += rnbd_srv_poll(st->rnbd);
-		rtrs_srv_batch(st->srv, false);
+		if (rnbd_srv_pending(st->rnbd)) {
+			rtrs_srv_batch(st->srv, true);
+			rc += rnbd_srv_poll(st->rnbd);
+			rtrs_srv_batch(st->srv, false);
+		}
 		/* status questions are answered even under load */
 		if (now - last_ctl >= CTL_CHECK_NS) {
 			struct pollfd p = { xctl_fd(ctl), POLLIN, 0 };

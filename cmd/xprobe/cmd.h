@@ -27,7 +27,7 @@ void cmd_usage(FILE *f, const char *name);
 /* getopt's '?': one line naming the option, EXIT_USAGE. */
 #define bad_option(cmd, optstring, argv) cli_bad_option("xprobe", (cmd), (optstring), (argv))
 /* Prints "xprobe CMD: msg" to stderr; returns EXIT_FAIL. */
-int fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define fail(cmd, ...) cli_fail("xprobe", (cmd), __VA_ARGS__)
 
 /* Parses a URI argument; AUTO is resolved (datagram: ud/udp), and with
  * verbose the choice is printed on stderr.  EXIT_OK or EXIT_USAGE. */

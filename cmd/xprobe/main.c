@@ -34,18 +34,6 @@ void cmd_usage(FILE *f, const char *name)
 	cli_usage(&tool, f, name);
 }
 
-int fail(const char *cmd, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "xprobe %s: %s\n", cmd, msg);
-	return EXIT_FAIL;
-}
-
 int parse_target(const char *cmd, const char *arg, bool verbose, struct xuri *u)
 {
 	char err[256], why[256];

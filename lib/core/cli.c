@@ -85,6 +85,21 @@ int cli_main(const struct cli_tool *t, int argc, char **argv)
 	return EXIT_USAGE;
 }
 
+int cli_fail(const char *prog, const char *cmd, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (cmd)
+		fprintf(stderr, "%s %s: %s\n", prog, cmd, msg);
+	else
+		fprintf(stderr, "%s: %s\n", prog, msg);
+	return EXIT_FAIL;
+}
+
 int cli_parse_fmt(const char *prog, const char *cmd, const char *arg, enum xfmt *f)
 {
 	if (xfmt_parse(arg, f) < 0)

@@ -22,6 +22,11 @@ int cli_usage_error(const char *prog, const char *cmd, const char *fmt, ...)
 int cli_vusage_error(const char *prog, const char *cmd, const char *fmt, va_list ap)
 	__attribute__((format(printf, 3, 0)));
 
+/* A runtime failure: "PROG CMD: msg" (or "PROG: msg") on stderr, one
+ * line; returns EXIT_FAIL. */
+int cli_fail(const char *prog, const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* getopt's '?' (run with opterr = 0): one line naming the unknown option or
  * the one missing its value; returns EXIT_USAGE. */
 int cli_bad_option(const char *prog, const char *cmd, const char *optstring, char **argv);

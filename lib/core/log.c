@@ -146,3 +146,14 @@ bool xlog_rl_allow(struct xlog_rl *rl, enum xlog_level l, unsigned burst)
 	errno = saved;
 	return ok;
 }
+
+void xerr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include "core/log.h"
 #include "core/xtime.h"
 #include "rnbd/rnbd_clt.h"
 
@@ -48,19 +49,6 @@ struct rnbd_clt_dev {
 	uint64_t reopens;
 	int reopen_err;
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 int rnbd_clt_wait(struct rtrs_clt *s, const volatile int *flag, uint64_t timeout_ns)
 {
@@ -181,13 +169,13 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	memset(&o, 0, sizeof(o));
 	o.access_mode = (uint8_t)mode;
 	if (!dev_name || strlen(dev_name) >= sizeof(o.dev_name)) {
-		set_err(err, errlen, "device name of 1 to %u characters", RNBD_NAME_MAX - 1);
+		xerr(err, errlen, "device name of 1 to %u characters", RNBD_NAME_MAX - 1);
 		errno = EINVAL;
 		return NULL;
 	}
 	snprintf(o.dev_name, sizeof(o.dev_name), "%s", dev_name);
 	if (rnbd_open_encode(&o, op)) {
-		set_err(err, errlen, "device %s: bad name or access mode", dev_name);
+		xerr(err, errlen, "device %s: bad name or access mode", dev_name);
 		errno = EINVAL;
 		return NULL;
 	}
@@ -195,7 +183,7 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	if (!d || !(d->rsp = aligned_alloc(4096, RSP_BUF)) ||
 	    !(d->parts = calloc(qd ? qd : 1, sizeof(*d->parts)))) {
 		rc = -ENOMEM;
-		set_err(err, errlen, "out of memory");
+		xerr(err, errlen, "out of memory");
 		goto fail;
 	}
 	d->s = s;
@@ -217,7 +205,7 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	if (rc == 0 && rnbd_sess_info_rsp_decode(d->rsp, RNBD_SESS_INFO_LEN, &info))
 		rc = -EPROTO;
 	if (rc) {
-		set_err(err, errlen, "session info: %s", rc == -EPROTO ?
+		xerr(err, errlen, "session info: %s", rc == -EPROTO ?
 			"malformed answer from the server" : open_err(rc));
 		goto fail;
 	}
@@ -227,7 +215,7 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	if (rc == 0 && rnbd_open_rsp_decode(d->rsp, RNBD_OPEN_RSP_LEN, &or))
 		rc = -EPROTO;
 	if (rc) {
-		set_err(err, errlen, "device %s: %s", dev_name, rc == -EPROTO ?
+		xerr(err, errlen, "device %s: %s", dev_name, rc == -EPROTO ?
 			"malformed open response from the server" : open_err(rc));
 		goto fail;
 	}

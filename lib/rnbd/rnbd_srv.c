@@ -5,6 +5,7 @@
 #include <linux/falloc.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,7 @@ struct io_pool {
 	unsigned out;			/* jobs not answered yet */
 	unsigned waiting;		/* workers with nothing to do */
 	bool stop;
+	_Atomic bool has_done;		/* `done` is not empty: the loop's cheap look */
 	int efd;			/* eventfd: something is on `done` */
 };
 
@@ -659,6 +661,7 @@ static void *worker_main(void *arg)
 		*pl->done_tail = j;
 		pl->done_tail = &j->next;
 		if (wake) {
+			atomic_store_explicit(&pl->has_done, true, memory_order_release);
 			uint64_t one = 1;
 
 			/* one wakeup per batch: the loop takes the whole list */
@@ -711,6 +714,11 @@ int rnbd_srv_set_io_threads(struct rnbd_srv *r, unsigned n, char *err, size_t er
 	return 0;
 }
 
+bool rnbd_srv_pending(const struct rnbd_srv *r)
+{
+	return r->pool.n && atomic_load_explicit(&r->pool.has_done, memory_order_acquire);
+}
+
 int rnbd_srv_fd(const struct rnbd_srv *r)
 {
 	return r->pool.efd;
@@ -740,9 +748,12 @@ int rnbd_srv_poll(struct rnbd_srv *r)
 	uint64_t v;
 	int n = 0;
 
-	if (!pl->n)
+	/* called on every turn of the loop: no lock, no syscall when the
+	 * workers finished nothing */
+	if (!rnbd_srv_pending(r))
 		return 0;
 	pthread_mutex_lock(&pl->lock);
+	atomic_store_explicit(&pl->has_done, false, memory_order_relaxed);
 	j = pl->done;
 	pl->done = NULL;
 	pl->done_tail = &pl->done;

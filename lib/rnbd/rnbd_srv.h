@@ -65,6 +65,10 @@ unsigned rnbd_srv_io_threads(const struct rnbd_srv *r);
 /* Readable when workers finished IO (-1 without IO threads): wait on it
  * next to the RTRS server's fd. */
 int rnbd_srv_fd(const struct rnbd_srv *r);
+/* Whether workers finished IO that rnbd_srv_poll() would answer (a load,
+ * no lock, no syscall): the loop brackets the poll with rtrs_srv_batch()
+ * only then. */
+bool rnbd_srv_pending(const struct rnbd_srv *r);
 /* Answers the IO the workers finished (rtrs_srv_resp); how many. */
 int rnbd_srv_poll(struct rnbd_srv *r);
 /* Waits for every queued IO and answers it: before rtrs_srv_free(), which

@@ -31,17 +31,6 @@ static const struct rtrs_core_ops core_ops;
 
 /* --- small helpers ----------------------------------------------------------- */
 
-void clt_set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 static void rand_bytes(void *p, size_t n)
 {
 	uint8_t *b = p;
@@ -461,14 +450,14 @@ struct rtrs_clt *rtrs_clt_open(const struct rtrs_clt_opts *o, const struct xuri 
 	uint64_t seed;
 
 	if (!o || !o->sessname || rtrs_check_pathname(o->sessname)) {
-		clt_set_err(err, errlen, "session name '%s': 1 to 254 characters, without '/' or '.'",
+		xerr(err, errlen, "session name '%s': 1 to 254 characters, without '/' or '.'",
 			o && o->sessname ? o->sessname : "");
 		errno = EINVAL;
 		return NULL;
 	}
 	if (!npaths || npaths > RTRS_MAX_PATHS_NUM || o->connections > RTRS_CLT_MAX_CONNECTIONS ||
 	    o->max_reconnect_attempts < -1 || o->max_reconnect_attempts > 9999) {
-		clt_set_err(err, errlen, "%s", !npaths ? "no path given" : npaths > RTRS_MAX_PATHS_NUM ?
+		xerr(err, errlen, "%s", !npaths ? "no path given" : npaths > RTRS_MAX_PATHS_NUM ?
 			"more than 128 paths" : o->connections > RTRS_CLT_MAX_CONNECTIONS ?
 			"more than 4096 connections per path" :
 			"max reconnect attempts must be -1..9999");
@@ -511,7 +500,7 @@ struct rtrs_clt *rtrs_clt_open(const struct rtrs_clt_opts *o, const struct xuri 
 		}
 		for (unsigned k = 0; k < i; k++)
 			if (!strcmp(path_at(s, k)->name, p->name)) {
-				clt_set_err(err, errlen, "path %s given twice", p->name);
+				xerr(err, errlen, "path %s given twice", p->name);
 				rtrs_clt_close(s);
 				errno = EEXIST;
 				return NULL;
@@ -535,7 +524,7 @@ struct rtrs_clt *rtrs_clt_open(const struct rtrs_clt_opts *o, const struct xuri 
 		err[0] = 0;
 	return s;
 nomem:
-	clt_set_err(err, errlen, "out of memory");
+	xerr(err, errlen, "out of memory");
 	errno = ENOMEM;
 	return NULL;
 }
@@ -579,12 +568,12 @@ int rtrs_clt_add_mem(struct rtrs_clt *s, void *addr, size_t len, char *err, size
 	struct clt_mem *m;
 
 	if (!addr || !len) {
-		clt_set_err(err, errlen, "empty region");
+		xerr(err, errlen, "empty region");
 		return -EINVAL;
 	}
 	m = realloc(s->mem, (s->nmem + 1) * sizeof(*m));
 	if (!m) {
-		clt_set_err(err, errlen, "out of memory");
+		xerr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	s->mem = m;
@@ -597,7 +586,7 @@ int rtrs_clt_add_mem(struct rtrs_clt *s, void *addr, size_t len, char *err, size
 			continue;	/* registered when it connects */
 		u = realloc(p->umr, s->nmem * sizeof(*u));
 		if (!u) {
-			clt_set_err(err, errlen, "out of memory");
+			xerr(err, errlen, "out of memory");
 			s->nmem--;
 			return -ENOMEM;
 		}

@@ -346,21 +346,21 @@ int rtrs_clt_path_add(struct rtrs_clt *s, const struct xuri *uri, char *err, siz
 	int rc;
 
 	if (rtrs_clt_path_find(s, uri) >= 0) {
-		clt_set_err(err, errlen, "already a path of the session");
+		xerr(err, errlen, "already a path of the session");
 		return -EEXIST;
 	}
 	if (s->core.npaths >= RTRS_MAX_PATHS_NUM) {
-		clt_set_err(err, errlen, "the session has 128 paths already");
+		xerr(err, errlen, "the session has 128 paths already");
 		return -E2BIG;
 	}
 	p = clt_path_new(s, uri);
 	if (!p) {
-		clt_set_err(err, errlen, "out of memory");
+		xerr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	rc = clt_path_connect_inline(p, now, &close_it);
 	if (rc) {
-		clt_set_err(err, errlen, "%s", p->last_error);
+		xerr(err, errlen, "%s", p->last_error);
 		clt_path_free(p);
 		return rc;
 	}

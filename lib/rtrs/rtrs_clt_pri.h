@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/log.h"
 #include "rtrs/rtrs_clt.h"
 #include "rtrs/rtrs_clt_core.h"
 #include "rtrs/rtrs_hb.h"
@@ -119,8 +120,6 @@ static inline struct clt_path *path_at(const struct rtrs_clt *s, unsigned i)
 }
 
 /* rtrs_clt.c */
-void clt_set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 void clt_uuid_v4(uint8_t u[16]);
 
 /* rtrs_clt_path.c: a path's life */

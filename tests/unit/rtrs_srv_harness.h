@@ -51,9 +51,12 @@ static inline void *srv_main(void *arg)
 
 		pthread_mutex_lock(&s->mu);
 		rtrs_srv_poll(s->srv, xtime_ns());
-		rtrs_srv_batch(s->srv, true);
-		armed = rnbd_srv_poll(s->rnbd) > 0;
-		rtrs_srv_batch(s->srv, false);
+		armed = rnbd_srv_pending(s->rnbd);
+		if (armed) {
+			rtrs_srv_batch(s->srv, true);
+			rnbd_srv_poll(s->rnbd);
+			rtrs_srv_batch(s->srv, false);
+		}
 		armed |= rtrs_srv_arm(s->srv);
 		pthread_mutex_unlock(&s->mu);
 		if (!armed) {
