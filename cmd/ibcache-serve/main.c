@@ -27,7 +27,8 @@ void usage(FILE *f)
 	      "  --max-mem SIZE    bytes of replies held at once (default 256M)\n"
 	      "  --ttl DURATION    an idle request is forgotten after it (default 2s)\n"
 	      "  --resident-only   serve only pages in the page cache (mincore)\n"
-	      "  --spin DURATION   busy-poll this long after the last work (default 0)\n"
+	      "  --spin DURATION   busy-poll this long after the last work (default 50us;\n"
+	      "                    0 on one CPU)\n"
 	      "  --name NAME       control socket ibcache-serve-NAME (for status)\n"
 	      "  --ctl PATH        control socket at PATH\n"
 	      "See ibcache-serve(8).\n", f);

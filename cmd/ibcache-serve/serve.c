@@ -1,8 +1,9 @@
 /* ibcache-serve: the responder (seed 004 3.3.3, 3.3.5).  One public
  * endpoint per -l URI, each with its own gfcc engine (lib/ibcache/
  * ibc_srv.h) over the shared export.  One thread: it busy-polls for --spin
- * after the last work (default none: a daemon beside applications must not
- * take a CPU), then sleeps in epoll; a request that misbehaves
+ * after the last work (default 50 us where more than one CPU is online, as
+ * the kernel's busy_poll advice; none on one CPU, where the spinner would
+ * hold the CPU its client needs), then sleeps in epoll; a request that misbehaves
  * costs a counter and at most a rate-limited log line, never the service. */
 #include <errno.h>
 #include <getopt.h>
@@ -28,6 +29,7 @@
 #define BATCH		64
 #define TIMER_NS	(10 * XTIME_NS_PER_MS)
 #define CTL_EVERY_NS	(50 * XTIME_NS_PER_MS)
+#define DEFAULT_SPIN_NS	(50 * XTIME_NS_PER_US)
 
 struct lsn {
 	struct xdg *d;
@@ -42,6 +44,7 @@ struct server {
 	struct lsn l[MAX_LISTEN];
 	int nl;
 	uint64_t started_ns;
+	uint64_t spin_ns;		/* --spin: busy-poll after the last work */
 	struct ibc_srv_cfg cfg;
 	uint32_t recv_depth, send_depth;
 };
@@ -157,6 +160,7 @@ static struct xnode *status_node(const struct server *s)
 	xnode_set_str(root, "export", ibc_export_root(s->x));
 	xnode_set_u64(root, "files", xs.files);
 	xnode_set_u64(root, "uptime_s", (xtime_ns() - s->started_ns) / XTIME_NS_PER_S);
+	xnode_set_u64(root, "spin_us", s->spin_ns / XTIME_NS_PER_US);
 	ls = xnode_set_list(root, "listeners");
 	for (int i = 0; i < s->nl; i++) {
 		ibc_srv_get_stats(s->l[i].srv, &one);
@@ -281,7 +285,7 @@ int cmd_serve(int argc, char **argv)
 	struct server *s = &srv;
 	struct ibc_export_opts xo = { 0 };
 	const char *listen[MAX_LISTEN], *root = NULL, *name = NULL, *ctlp = NULL, *es;
-	uint64_t v, spin_ns = 0, idle_since, next_timer = 0, next_ctl = 0;
+	uint64_t v, spin_ns = UINT64_MAX, idle_since, next_timer = 0, next_ctl = 0;
 	uint32_t mtu = 0;
 	int nlisten = 0, c, epfd = -1, ret = EXIT_FAIL;
 	bool verbose = false;
@@ -402,6 +406,9 @@ int cmd_serve(int argc, char **argv)
 		epoll_ctl(epfd, EPOLL_CTL_ADD, xctl_fd(ctl), &e);
 	}
 
+	if (spin_ns == UINT64_MAX)
+		spin_ns = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? DEFAULT_SPIN_NS : 0;
+	s->spin_ns = spin_ns;
 	idle_since = xtime_ns();
 	while (!cli_stop_requested) {
 		uint64_t now = xtime_ns(), wake = UINT64_MAX;

@@ -266,6 +266,29 @@ static int udp_send_batch(struct xdg *d, const struct xdg_dgram *m, int n, unsig
 	return sent;
 }
 
+/* Receive slot i: its ring buffer, address and control space.  Set once;
+ * recvmmsg writes back only the lengths and flags, which rx_rearm resets
+ * for the slots a call used, so a poll that finds nothing (the spinning
+ * case) costs the system call alone. */
+static void rx_init(struct udp_ep *e, uint32_t i)
+{
+	e->riov[i] = (struct iovec){ e->ring + (size_t)i * e->rxsz, e->rxsz };
+	e->rmsg[i].msg_hdr = (struct msghdr){ .msg_name = &e->rsa[i],
+		.msg_namelen = sizeof(e->rsa[i]), .msg_iov = &e->riov[i], .msg_iovlen = 1,
+		.msg_control = e->rctl + (size_t)i * CTL_LEN, .msg_controllen = CTL_LEN };
+}
+
+static void rx_rearm(struct udp_ep *e, uint32_t first, uint32_t count)
+{
+	for (uint32_t i = first; i < first + count; i++) {
+		struct msghdr *h = &e->rmsg[i].msg_hdr;
+
+		h->msg_namelen = sizeof(e->rsa[i]);
+		h->msg_controllen = CTL_LEN;
+		h->msg_flags = 0;
+	}
+}
+
 /* One recvmmsg into ring slots [first, first+vlen); returns delivered wcs. */
 static int rx_batch(struct udp_ep *e, uint32_t first, uint32_t vlen, struct xdg_wc *wc,
 		    bool *more)
@@ -273,12 +296,6 @@ static int rx_batch(struct udp_ep *e, uint32_t first, uint32_t vlen, struct xdg_
 	struct xdg *d = &e->base;
 	int n, k = 0;
 
-	for (uint32_t i = first; i < first + vlen; i++) {
-		e->riov[i] = (struct iovec){ e->ring + (size_t)i * e->rxsz, e->rxsz };
-		e->rmsg[i].msg_hdr = (struct msghdr){ .msg_name = &e->rsa[i],
-			.msg_namelen = sizeof(e->rsa[i]), .msg_iov = &e->riov[i], .msg_iovlen = 1,
-			.msg_control = e->rctl + (size_t)i * CTL_LEN, .msg_controllen = CTL_LEN };
-	}
 	do
 		n = recvmmsg(e->fd, e->rmsg + first, vlen, MSG_DONTWAIT, NULL);
 	while (n < 0 && errno == EINTR);
@@ -315,6 +332,8 @@ static int rx_batch(struct udp_ep *e, uint32_t first, uint32_t vlen, struct xdg_
 		d->stats.rx_bytes += wc[k].len;
 		k++;
 	}
+	/* the ones filled, and the one that found the queue empty */
+	rx_rearm(e, first, n < 0 ? 1 : (uint32_t)n < vlen ? (uint32_t)n + 1 : vlen);
 	return k;
 }
 
@@ -439,13 +458,10 @@ static int udp_reset(struct xdg *d, uint32_t qkey)
 
 	(void)qkey;
 	do {
-		for (uint32_t i = 0; i < e->rx_depth; i++) {
-			e->riov[i] = (struct iovec){ e->ring + (size_t)i * e->rxsz, e->rxsz };
-			e->rmsg[i].msg_hdr = (struct msghdr){ .msg_iov = &e->riov[i],
-							      .msg_iovlen = 1 };
-		}
+		rx_rearm(e, 0, e->rx_depth);
 		n = recvmmsg(e->fd, e->rmsg, e->rx_depth, MSG_DONTWAIT, NULL);
 	} while (n > 0 || (n < 0 && (errno == EINTR || errno == ECONNREFUSED)));
+	rx_rearm(e, 0, e->rx_depth);
 	getsockopt(e->fd, SOL_SOCKET, SO_ERROR, &soerr, &l);
 	return 0;
 }
@@ -545,6 +561,8 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 	if (!e->ring || !e->rmsg || !e->riov || !e->rsa || !e->rctl || !e->smsg || !e->siov ||
 	    !e->txc)
 		goto out_nomem;
+	for (uint32_t i = 0; i < rd; i++)
+		rx_init(e, i);
 	e->fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (e->fd < 0 || bind(e->fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
 	    getsockname(e->fd, (struct sockaddr *)&ss, &sl) < 0) {

@@ -230,6 +230,21 @@ for p in sys.argv[1:]: os.setxattr(p, "user.ibcache.gen", b"41")' "$ORG/g" "$EXP
 	[ "$(srv_status skipped)" -ge 2 ]
 }
 
+@test "--spin: 50us where there is more than one CPU, 0 on one; checked; a sleeping server serves" {
+	run_tool 2 "$S" -e "$EXP" --spin 2s
+	expect_stderr_match "^ibcache-serve: --spin: '2s'"
+	start_serve udp://127.0.0.1:0
+	run_tool 0 "$S" status --ctl "$SRV_CTL" -o json
+	if [ "$(nproc)" -gt 1 ]; then want=50; else want=0; fi
+	[ "$(json_val "$output" spin_us)" -eq "$want" ]
+	mkdata sp 50000
+	start_serve udp://127.0.0.1:0 --spin 0
+	run_tool 0 "$S" status --ctl "$SRV_CTL" -o json
+	[ "$(json_val "$output" spin_us)" -eq 0 ]
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/sp" sp
+	[ "$(stat_of peer_pages)" -eq 13 ]
+}
+
 @test "stats and status: every counter, in text, yaml and json" {
 	mkdata st 300000
 	start_serve udp://127.0.0.1:0
