@@ -25,6 +25,7 @@ struct ent {
 	struct xdg *d;
 	bool busy;
 	bool dirty;			/* ended early: drain/reset before reuse */
+	bool watched;			/* in the epoll set (ent_watch) */
 	int peer;
 	struct xdg_addr *addr[IBC_PEERS_MAX];	/* peers imported into d */
 	struct xdg_addr *connected;	/* udp */
@@ -41,6 +42,8 @@ struct ent {
 	 * into the place of the segment expected next, checked on arrival */
 	bool placed;
 	uint32_t cursor;		/* one past the highest segment seen */
+	int npred;			/* slots predicted, valid until a datagram
+					 * comes (-1: predict again) */
 	uint32_t slot_seg[RX_BATCH];
 	uint8_t hdrs[RX_BATCH][GFCC_DSEG_LEN];
 	uint8_t res[GFCC_RES_LEN];
@@ -329,6 +332,7 @@ static struct ent *ent_open(struct ibc_req *q, struct kind *k)
 		snprintf(err, errlen, "epoll: %s", strerror(errno));
 		goto fail_errno;
 	}
+	e->watched = true;
 	return e;
 fail_errno:
 	rc = errno ? errno : EIO;
@@ -466,6 +470,7 @@ int ibc_req_submit(struct ibc_req *q, int peer, uint64_t ino, uint64_t gen,
 	e->placed = k->scheme == XURI_UDP &&
 		    GFCC_PIECES_MAX(p->seglen, q->o.psize) + 1 <= SLOT_SGE;
 	e->cursor = 0;
+	e->npred = -1;
 	e->reqlen = ibc_rq_encode(&e->rq, e->req, sizeof(e->req));
 	if (e->reqlen < 0)
 		return e->reqlen;
@@ -571,6 +576,18 @@ static void on_wc(struct ibc_req *q, struct ent *e, const struct xdg_wc *w, uint
 		q->fin[q->nfin++] = e;
 }
 
+/* An endpoint in the epoll set only while the requester may sleep on it:
+ * a socket nobody waits on takes a datagram without the wake-up path (a
+ * lock and the epoll callback on the sender's side of the round trip). */
+static void ent_watch(struct ibc_req *q, struct ent *e, bool on)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = e };
+
+	if (e->watched != on &&
+	    epoll_ctl(q->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, xdg_fd(e->d), &ev) == 0)
+		e->watched = on;
+}
+
 /* The segments expected next, each with its scatter list: missing ones
  * from the cursor on (a flow arrives in order), then the holes below it
  * (what was asked for again).  Returns how many. */
@@ -642,13 +659,17 @@ static void poll_placed(struct ibc_req *q, struct ent *e, uint64_t now)
 	int n, late[RX_BATCH], nlate;
 
 	do {
-		int slots = predict(e);
+		/* a poll that found nothing leaves the prediction as it was:
+		 * a spinning requester asks the socket, and nothing else */
+		int slots = e->npred >= 0 ? e->npred : (e->npred = predict(e));
 		size_t bytes = 0;
 		uint8_t *bounce;
 
 		if (!slots)
 			return;
 		n = xdg_recv_sg(e->d, e->uwr, slots, wc);
+		if (n)
+			e->npred = -1;
 		nlate = 0;
 		for (int k = 0; k < n && e->rq.state == IBC_RQ_WAIT; k++) {
 			struct gfcc_dseg h;
@@ -802,6 +823,7 @@ int ibc_req_poll(struct ibc_req *q, struct ibc_done *done, int max, uint64_t wai
 
 					if (!e->busy || e->rq.state != IBC_RQ_WAIT)
 						continue;
+					ent_watch(q, e, false);
 					poll_ent(q, e, now);
 					got |= e->rq.ra.arrived + e->rq.ra.rejected != before ||
 					       e->rq.state != IBC_RQ_WAIT;
@@ -811,6 +833,9 @@ int ibc_req_poll(struct ibc_req *q, struct ibc_done *done, int max, uint64_t wai
 				idle_since = now;
 			continue;
 		}
+		for (int i = 0; i < K_MAX; i++)
+			for (uint32_t k = 0; k < q->kinds[i].nent; k++)
+				ent_watch(q, q->kinds[i].ents[k], true);
 		n = epoll_wait(q->epfd, ev, IBC_DEPTH_MAX, ms);
 		if (n < 0 && errno != EINTR)
 			return -errno;

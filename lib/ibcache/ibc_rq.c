@@ -1,5 +1,6 @@
 /* One gfcc request, requester side (ibc_rq.h). */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "ibcache/ibc_rq.h"
@@ -14,7 +15,11 @@ int ibc_rq_init(struct ibc_rq *r, const struct ibc_rq_cfg *c)
 	if (!c->pages || !n || (c->flavour != GFCC_UDP && c->flavour != GFCC_UD) ||
 	    (c->flavour == GFCC_UDP && (!c->window || c->placed)) || (!c->placed && !c->dst))
 		return -EINVAL;
-	memset(r, 0, sizeof(*r));
+	/* all but the big arrays: the page blocks gfcc_req_set_pages fills
+	 * (npblk of them are read), the reassembly gfcc_reasm_init clears,
+	 * and dst (taken entries copied below) -- 5 KiB a request otherwise */
+	memset(q, 0, offsetof(struct gfcc_req, pblk));
+	memset(&r->state, 0, offsetof(struct ibc_rq, dst) - offsetof(struct ibc_rq, state));
 	q->id = c->id;
 	q->obj = c->obj;
 	q->qkey = c->qkey;

@@ -51,6 +51,8 @@ struct ibc_rq_cfg {
 
 enum ibc_rq_state { IBC_RQ_WAIT = 0, IBC_RQ_DONE = 1, IBC_RQ_FAILED = 2 };
 
+/* ibc_rq_init clears req's head, ra, and state up to dst: a new field
+ * goes between state and dst, and dst stays last. */
 struct ibc_rq {
 	struct gfcc_req req;
 	struct gfcc_reasm ra;
@@ -68,6 +70,9 @@ struct ibc_rq {
 	uint32_t credits;		/* CREDIT messages */
 	uint8_t *dst[GFCC_PAGES_MAX];
 };
+_Static_assert(sizeof(struct ibc_rq) - sizeof(((struct ibc_rq *)0)->dst) ==
+		       __builtin_offsetof(struct ibc_rq, dst),
+	       "dst is ibc_rq's last field");
 
 /* What the caller sends to the responder's public endpoint. */
 #define IBC_RQ_CTL_MAX 4
