@@ -200,10 +200,9 @@ int pclient_stats(struct pclient *c, uint64_t *msgs, uint64_t *bytes)
 
 int pclient_wait(struct pclient *c, struct xp_event *ev, uint64_t timeout_ns)
 {
-	uint64_t deadline = xtime_ns() + timeout_ns;
+	uint64_t now = xtime_ns(), deadline = now + timeout_ns;
 
-	for (;;) {
-		uint64_t now = xtime_ns();
+	for (;; now = xtime_ns()) {
 		int rc;
 
 		if (c->lost || !xp_node_up(c->h, c->node))

@@ -2,6 +2,7 @@
  * message -- send descriptors, receive-buffer records and event slots are
  * allocated per port when it opens; stream state once per stream. */
 #include "port/port_eng.h"
+#include "core/ring.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -101,6 +102,8 @@ struct pe_txs {
 	struct link backoff;		/* on the engine's retry list */
 	struct link abort;		/* on its lane's aborts list */
 	uint32_t abort_seq;		/* the message given up half sent */
+	struct pe_rxs *rev;		/* the reverse stream's receiver: its ACKs
+					 * ride on our DATA (NULL until it exists) */
 };
 
 enum rx_state { RX_UNSYNC, RX_IDLE, RX_ASM, RX_DISCARD };
@@ -117,6 +120,8 @@ struct pe_rxs {
 	uint8_t nack_reason;
 	uint32_t ack_seq, nack_seq;
 	struct link ctl;		/* on its lane's control list */
+	struct pe_txs *rev;		/* the reverse stream's sender (NULL until
+					 * it exists) */
 };
 
 struct pe_rbuf {
@@ -314,6 +319,9 @@ static struct pe_txs *txs_get(struct pe_node *n, unsigned src, unsigned dst, uns
 	s->dst = (uint8_t)dst;
 	s->prio = (uint8_t)prio;
 	s->need_sync = true;	/* a new stream: the receiver knows no seq yet */
+	/* streams live as long as the engine: the pair points at each other */
+	if (n->rx[dst] && (s->rev = n->rx[dst][src * 2 + prio]))
+		s->rev->rev = s;
 	row[dst * 2 + prio] = s;
 	return s;
 }
@@ -337,6 +345,8 @@ static struct pe_rxs *rxs_get(struct pe_node *n, unsigned src, unsigned dst, uns
 	r->dst = (uint8_t)dst;
 	r->prio = (uint8_t)prio;
 	r->st = RX_UNSYNC;
+	if (n->tx[dst] && (r->rev = n->tx[dst][src * 2 + prio]))
+		r->rev->rev = r;
 	row[dst * 2 + prio] = r;
 	return r;
 }
@@ -592,14 +602,18 @@ unsigned pe_recv_tokens(const struct pe_eng *e, unsigned port)
 	return port < PW_MAX_PORTS && e->ports[port].open ? e->ports[port].rtok : 0;
 }
 
-int pe_send(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
-	    unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx)
+/* pe_send up to the point where the message has its seq: *dp, or a
+ * return for the caller (0 for a node that is down: already completed). */
+static int send_take(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
+		     unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx,
+		     struct pe_send **dp)
 {
 	struct pe_port *p;
 	struct pe_node *n;
 	struct pe_txs *s;
 	struct pe_send *d;
 
+	*dp = NULL;
 	if (port >= PW_MAX_PORTS || !e->ports[port].open || dst_port >= PW_MAX_PORTS ||
 	    prio > 1 || (len && !buf))
 		return -EINVAL;
@@ -616,13 +630,8 @@ int pe_send(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
 	d = p->dfree;
 	p->dfree = d->next;
 	p->stok--;
-	memset(d, 0, sizeof(*d));
-	d->s = s;
-	d->buf = buf;
-	d->len = (uint32_t)len;
-	d->port = (uint16_t)port;
-	d->cb = cb;
-	d->ctx = ctx;
+	*d = (struct pe_send){ .s = s, .buf = buf, .len = (uint32_t)len, .port = (uint16_t)port,
+			       .cb = cb, .ctx = ctx };
 	if (!n->up) {
 		/* Not an error at the call (port.h): the callback says it. */
 		finish(e, s, d, XP_SEND_TARGET_NODE_UNREACHABLE);
@@ -631,12 +640,83 @@ int pe_send(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
 	}
 	d->seq = s->next_seq++;
 	sq_push(&s->q, d);
+	*dp = d;
+	return 0;
+}
+
+/* The ordinary way: the stream's next to transmit, on its lane's list. */
+static void send_queue(struct pe_txs *s, struct pe_send *d)
+{
 	if (!s->cur) {
 		s->cur = d;
 		s->cur_off = 0;
 	}
 	activate(s);
-	return 0;
+}
+
+int pe_send(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
+	    unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx)
+{
+	struct pe_send *d;
+	int rc = send_take(e, port, node, dst_port, prio, buf, len, cb, ctx, &d);
+
+	if (d)
+		send_queue(d->s, d);
+	return rc;
+}
+
+int pe_send_now(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
+		unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx,
+		struct pe_frame *f)
+{
+	struct pe_send *d;
+	struct pe_txs *s;
+	struct pe_node *n;
+	struct pe_lane *l;
+	struct pe_rxs *r;
+	struct pw_hdr h;
+	int rc = send_take(e, port, node, dst_port, prio, buf, len, cb, ctx, &d);
+
+	if (!d)
+		return rc;
+	s = d->s;
+	n = s->node;
+	l = &n->lane[lane_of(n, prio)];
+	r = s->rev;
+	/* What pe_pull would hand out next anyway: one frame, nothing of the
+	 * stream before it, no abort owed on the lane, no stream of this
+	 * priority (or, on a shared lane, of the high one) waiting for its
+	 * turn, and no control frame but the ACK this frame carries. */
+	if (s->cur || s->stopped || linked(&s->backoff) ||
+	    len > (prio ? n->frag : n->low_frag) || !list_empty(&l->aborts) ||
+	    !list_empty(&l->active[prio]) || (n->nlanes == 1 && !list_empty(&l->active[1])) ||
+	    (!list_empty(&l->ctl) &&
+	     (!r || l->ctl.next != &r->ctl || r->ctl.next != &l->ctl || r->nack_pending))) {
+		send_queue(s, d);
+		return 0;
+	}
+	h = (struct pw_hdr){ .type = PW_DATA, .flags = PW_FIRST | PW_LAST, .prio = (uint8_t)prio,
+			     .arg = (uint8_t)pw_size_for_len(len), .src_port = s->src,
+			     .dst_port = s->dst, .seq = d->seq, .len = (uint32_t)len };
+	if (s->need_sync) {
+		d->sync = true;
+		s->need_sync = false;
+		h.flags |= PW_SYNC;
+	}
+	if (r && r->ack_pending) {	/* (no NACK owed: checked above) */
+		h.flags |= PW_ACKS;
+		h.aux = r->ack_seq;
+		r->ack_pending = false;
+		list_del(&r->ctl);
+	}
+	pw_encode(f->hdr, &h);
+	f->data = buf;
+	f->dlen = (uint32_t)len;
+	f->ref = d;
+	d->refs++;
+	n->refs++;
+	e->ports[port].refs++;
+	return 1;
 }
 
 int pe_provide(struct pe_eng *e, unsigned port, void *buf, unsigned size, unsigned prio)
@@ -731,12 +811,13 @@ int pe_next_event(struct pe_eng *e, unsigned port, struct xp_event *ev)
 {
 	struct pe_port *p;
 
-	memset(ev, 0, sizeof(*ev));
-	if (port >= PW_MAX_PORTS || !e->ports[port].open || !e->ports[port].ev_n)
+	if (port >= PW_MAX_PORTS || !e->ports[port].open || !e->ports[port].ev_n) {
+		*ev = (struct xp_event){ .type = XP_NO_EVENT };
 		return 0;
+	}
 	p = &e->ports[port];
 	*ev = p->ev[p->ev_head];
-	p->ev_head = (p->ev_head + 1) % e->o.recv_tokens;
+	p->ev_head = xring_slot(p->ev_head + 1, e->o.recv_tokens);
 	p->ev_n--;
 	p->rtok++;	/* seed 001 section 3: one receive token per RECV event */
 	return 1;
@@ -832,8 +913,7 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 	 * rides on that (PW_ACKS).  NACKs never wait. */
 	for (struct link *c = l->ctl.next; c != &l->ctl; c = c->next) {
 		struct pe_rxs *r = container_of(c, struct pe_rxs, ctl);
-		struct pe_txs *rev = r->nack_pending ? NULL :
-				     txs_get(n, r->dst, r->src, r->prio, false);
+		struct pe_txs *rev = r->nack_pending ? NULL : r->rev;
 
 		if (!rev || !linked(&rev->active) || rev->prio < min_prio)
 			return pull_ctl(l, r, f);
@@ -857,7 +937,7 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 		h.prio = (uint8_t)prio;
 		h.arg = (uint8_t)pw_size_for_len(d->len);
 		{
-			struct pe_rxs *r = rxs_get(n, s->dst, s->src, (unsigned)prio, false);
+			struct pe_rxs *r = s->rev;
 
 			if (r && r->ack_pending && !r->nack_pending) {
 				h.flags |= PW_ACKS;
@@ -957,7 +1037,7 @@ static void rx_complete(struct pe_eng *e, struct pe_rxs *r)
 {
 	struct pe_port *p = &e->ports[r->dst];
 	struct pe_rbuf *b = r->rb;
-	struct xp_event *ev = &p->ev[(p->ev_head + p->ev_n) % e->o.recv_tokens];
+	struct xp_event *ev = &p->ev[xring_slot(p->ev_head + p->ev_n, e->o.recv_tokens)];
 
 	/* At most recv_tokens buffers exist, so the ring cannot overflow. */
 	ev->type = r->prio ? XP_HIGH_RECV_EVENT : XP_RECV_EVENT;
@@ -980,13 +1060,9 @@ static void rx_complete(struct pe_eng *e, struct pe_rxs *r)
 	queue_ctl(r);
 }
 
-static int rx_data(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
+static int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
 		   const uint8_t *pl, uint32_t plen, char *why, size_t whylen)
 {
-	struct pe_rxs *r = rxs_get(n, h->src_port, h->dst_port, h->prio, true);
-
-	if (!r)
-		return proto_err(why, whylen, "out of memory for a new stream", h);
 	if (h->flags & PW_FIRST) {
 		if (r->st == RX_ASM) {
 			/* Only a sender that gave the message up restarts mid-way,
@@ -1025,15 +1101,14 @@ static int rx_data(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
 	return 0;
 }
 
-static int rx_ack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
-		  char *why, size_t whylen)
+/* Stream s (NULL: none, a port closed since) acknowledged up to seq. */
+static int rx_ack(struct pe_eng *e, struct pe_txs *s, const struct pw_hdr *h, char *why,
+		  size_t whylen)
 {
-	/* ours is the dst_port of an ACK/NACK */
-	struct pe_txs *s = txs_get(n, h->dst_port, h->src_port, h->prio, false);
 	struct pe_send *d;
 
 	if (!s)
-		return 0;	/* a port that was closed since */
+		return 0;
 	while ((d = s->q.head) && seq_le(d->seq, h->seq)) {
 		if (d == s->cur)
 			return proto_err(why, whylen, "ACK of a message not sent yet", h);
@@ -1103,19 +1178,26 @@ int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uin
 		return -EPROTO;
 	}
 	switch (h.type) {
-	case PW_DATA:
+	case PW_DATA: {
+		struct pe_rxs *r = rxs_get(n, h.src_port, h.dst_port, h.prio, true);
+
+		if (!r)
+			return proto_err(why, whylen, "out of memory for a new stream", &h);
 		if (h.flags & PW_ACKS) {
+			/* for our stream the other way: ours is the DATA's dst */
 			struct pw_hdr a = { .type = PW_ACK, .prio = h.prio, .src_port = h.src_port,
 					    .dst_port = h.dst_port, .seq = h.aux };
-			int arc = rx_ack(e, n, &a, why, whylen);
+			int arc = rx_ack(e, r->rev, &a, why, whylen);
 
 			if (arc)
 				return arc;
 		}
-		return rx_data(e, n, &h, (const uint8_t *)frame + PW_HDR_LEN,
+		return rx_data(e, r, &h, (const uint8_t *)frame + PW_HDR_LEN,
 			       (uint32_t)(len - PW_HDR_LEN), why, whylen);
+	}
 	case PW_ACK:
-		return rx_ack(e, n, &h, why, whylen);
+		/* ours is the dst_port of an ACK/NACK */
+		return rx_ack(e, txs_get(n, h.dst_port, h.src_port, h.prio, false), &h, why, whylen);
 	case PW_NACK:
 		return rx_nack(e, n, &h, now, why, whylen);
 	case PW_ABORT: {

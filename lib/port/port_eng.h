@@ -97,6 +97,14 @@ unsigned pe_recv_tokens(const struct pe_eng *e, unsigned port);
 /* xp_send() semantics (port.h).  0, -EAGAIN, -EMSGSIZE, -EINVAL, -ENOENT. */
 int pe_send(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
 	    unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx);
+/* pe_send for a transport that can post a frame at once: when the message
+ * is what pe_pull would give next -- one fragment, the stream and the lane
+ * otherwise idle (an ACK the frame carries aside) -- 1 with *f, to be
+ * posted now and given back with pe_frame_done like a pulled one;
+ * otherwise 0 (queued as pe_send does) or pe_send's error. */
+int pe_send_now(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
+		unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx,
+		struct pe_frame *f);
 int pe_provide(struct pe_eng *e, unsigned port, void *buf, unsigned size, unsigned prio);
 void pe_set_acceptable(struct pe_eng *e, unsigned port, unsigned prio, uint64_t mask);
 void pe_resume(struct pe_eng *e, unsigned port, unsigned prio, uint32_t node, unsigned dst);

@@ -12,6 +12,7 @@
  *                    Each side sends a HELLO frame first.
  */
 #include "port/port_pri.h"
+#include "core/ring.h"
 #include "shmcm/shmcm_pri.h"
 #include "shmcm/shmcm_wire.h"
 #include "xprt/mbox.h"
@@ -522,7 +523,7 @@ static int rx_xrc(struct xp_link *k, uint64_t now)
 					break;
 				}
 				while ((int32_t)(upto - ln->tail) >= 0) {
-					struct xp_tx *t = &ln->ring[ln->tail++ % ln->sq];
+					struct xp_tx *t = &ln->ring[xring_slot(ln->tail++, ln->sq)];
 
 					ln->posted--;
 					if (t->ref)
@@ -555,100 +556,134 @@ static int rx_xrc(struct xp_link *k, uint64_t now)
 	return done;
 }
 
-static int tx_xrc(struct xp_link *k)
+/* Frames a lane may have in flight: memory stays bounded and the engine
+ * keeps choosing what goes next.  The low lane gets only a few, so one
+ * round of progress never writes much low-priority data (the high lane
+ * waits for it). */
+static uint32_t lane_limit(const struct xp_link *k, const struct xp_lane *ln, unsigned i)
+{
+	return i == 0 && k->nlanes == 2 && ln->sq > XP_LOW_INFLIGHT ? XP_LOW_INFLIGHT : ln->sq;
+}
+
+/* One frame onto lane i (XRC_MORE: out at lane_flush).  0, or -1 when the
+ * link failed. */
+static int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const struct pe_frame *f,
+		     uint32_t lim)
+{
+	uint32_t slot = xring_slot(ln->head, ln->sq);
+	struct xp_tx *t = &ln->ring[slot];
+	struct xrc_sge sg[2];
+	int nsg = 1, rc;
+	unsigned fl = XRC_SIGNALED | XRC_MORE;
+	bool inl = PW_HDR_LEN + f->dlen <= xrc_max_inline(ln->c);
+
+	memcpy(t->hdr, f->hdr, PW_HDR_LEN);
+	t->ref = f->ref;
+	if (inl) {
+		/* small (an ACK, a ping): copied into the work request itself,
+		 * no registered copy needed, and no completion wanted but every
+		 * XP_SIG_EVERY-th (which then stands for the ones before it) */
+		sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
+		if (f->dlen)
+			sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, NULL };
+		fl = XRC_INLINE | XRC_MORE;
+		if (ln->head % XP_SIG_EVERY == XP_SIG_EVERY - 1 ||
+		    ln->posted + 1 >= lim)	/* the lane is full after it */
+			fl |= XRC_SIGNALED;
+	} else if (ln->txpool) {
+		uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
+
+		memcpy(b, f->hdr, PW_HDR_LEN);
+		if (f->dlen)
+			memcpy(b + PW_HDR_LEN, f->data, f->dlen);
+		sg[0] = (struct xrc_sge){ b, PW_HDR_LEN + f->dlen, ln->txmr };
+	} else {
+		sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
+		if (f->dlen)
+			sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, NULL };
+	}
+	ln->posted++;
+	/* wr_id: the ring counter, so one completion can stand for every
+	 * unsignaled send before it */
+	if ((rc = xrc_post_send(ln->c, sg, nsg, ln->head++, fl)) < 0) {
+		char why[80];
+
+		snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));
+		xpl_fail(k, why);
+		return -1;
+	}
+	if (inl) {	/* copied at the post: the user's buffer is free */
+		pe_frame_done(k->h->e, t->ref);
+		t->ref = NULL;
+	}
+	return 0;
+}
+
+/* One sendmsg (tcp) or doorbell (rdma) for everything this round put on the
+ * lane; returns 1 when the burst limit left bytes for the next round. */
+static int lane_flush(struct xp_link *k, struct xp_lane *ln)
+{
+	ln->flush_more = ln->c && !k->dead && xrc_flush(ln->c) > 0;
+	/* A full socket: only its becoming writable can wake a host that
+	 * sleeps meanwhile (the peer acknowledges whole messages, so it may
+	 * well have nothing to say until we send more). */
+	if (ln->c && !k->dead) {
+		bool out = xrc_tx_pending(ln->c);
+
+		if (out != ln->want_out) {
+			struct epoll_event ev = { .events = EPOLLIN | (out ? EPOLLOUT : 0) };
+
+			if (epoll_ctl(k->h->epfd, EPOLL_CTL_MOD, xrc_fd(ln->c), &ev) == 0)
+				ln->want_out = out;
+		}
+	}
+	return ln->flush_more;
+}
+
+/* Lanes [lo, hi] of k, the high-priority lane first. */
+static int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
 {
 	int done = 0;
 
-	/* the high-priority lane first */
-	for (unsigned i = k->nlanes; i-- > 0 && !k->dead;) {
+	for (unsigned i = hi + 1; i-- > lo && !k->dead;) {
 		struct xp_lane *ln = &k->lane[i];
 		struct pe_frame f;
+		uint32_t lim;
 
-		if (xrc_state(ln->c) != XRC_UP)	/* an accepted rdma lane finishing */
-			continue;
 		/* the common idle case costs a few compares, not a round of
 		 * calls into the engine and the transport */
 		if (!ln->flush_more && !ln->want_out && !pe_has_tx(k->h->e, k->node, i))
 			continue;
-
-		/* a bounded number of frames in flight per lane: memory stays
-		 * bounded and the engine keeps choosing what goes next.  The
-		 * low lane gets only a few, so one round of progress never
-		 * writes much low-priority data (the high lane waits for it). */
-		uint32_t lim = i == 0 && k->nlanes == 2 && ln->sq > XP_LOW_INFLIGHT ?
-			       XP_LOW_INFLIGHT : ln->sq;
-
+		if (xrc_state(ln->c) != XRC_UP)	/* an accepted rdma lane finishing */
+			continue;
+		lim = lane_limit(k, ln, i);
 		while (ln->posted < lim && pe_pull(k->h->e, k->node, i, &f)) {
-			uint32_t slot = ln->head % ln->sq;
-			struct xp_tx *t = &ln->ring[slot];
-			struct xrc_sge sg[2];
-			int nsg = 1, rc;
-
-			unsigned fl = XRC_SIGNALED | XRC_MORE;
-			bool inl = PW_HDR_LEN + f.dlen <= xrc_max_inline(ln->c);
-
-			memcpy(t->hdr, f.hdr, PW_HDR_LEN);
-			t->ref = f.ref;
-			if (inl) {
-				/* small (an ACK, a ping): copied into the work
-				 * request itself, no registered copy needed, and
-				 * no completion wanted but every XP_SIG_EVERY-th
-				 * (which then stands for the ones before it) */
-				sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
-				if (f.dlen)
-					sg[nsg++] = (struct xrc_sge){ (void *)f.data, f.dlen, NULL };
-				fl = XRC_INLINE | XRC_MORE;
-				if (ln->head % XP_SIG_EVERY == XP_SIG_EVERY - 1 ||
-				    ln->posted + 1 >= lim)	/* the lane is full after it */
-					fl |= XRC_SIGNALED;
-			} else if (ln->txpool) {
-				uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
-
-				memcpy(b, f.hdr, PW_HDR_LEN);
-				if (f.dlen)
-					memcpy(b + PW_HDR_LEN, f.data, f.dlen);
-				sg[0] = (struct xrc_sge){ b, PW_HDR_LEN + f.dlen, ln->txmr };
-			} else {
-				sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
-				if (f.dlen)
-					sg[nsg++] = (struct xrc_sge){ (void *)f.data, f.dlen, NULL };
-			}
-			ln->posted++;
-			/* wr_id: the ring counter, so one completion can stand
-			 * for every unsignaled send before it */
-			if ((rc = xrc_post_send(ln->c, sg, nsg, ln->head++, fl)) < 0) {
-				char why[80];
-
-				snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));
-				xpl_fail(k, why);
+			if (lane_post(k, ln, i, &f, lim) < 0)
 				break;
-			}
-			if (inl) {	/* copied at the post: the user's buffer is free */
-				pe_frame_done(k->h->e, t->ref);
-				t->ref = NULL;
-			}
 			done++;
 		}
-		/* one sendmsg for everything this round put on the lane;
-		 * what the burst limit leaves over is work for the next round */
-		ln->flush_more = ln->c && !k->dead && xrc_flush(ln->c) > 0;
-		if (ln->flush_more)
-			done++;
-		/* A full socket: only its becoming writable can wake a host
-		 * that sleeps meanwhile (the peer acknowledges whole messages,
-		 * so it may well have nothing to say until we send more). */
-		if (ln->c && !k->dead) {
-			bool out = xrc_tx_pending(ln->c);
-
-			if (out != ln->want_out) {
-				struct epoll_event ev = { .events = EPOLLIN | (out ? EPOLLOUT : 0) };
-
-				if (epoll_ctl(k->h->epfd, EPOLL_CTL_MOD, xrc_fd(ln->c), &ev) == 0)
-					ln->want_out = out;
-			}
-		}
+		done += lane_flush(k, ln);
 	}
 	return done;
+}
+
+bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t len)
+{
+	const struct xp_lane *ln;
+
+	if (k->dead || k->shm || k->nlanes != 2)
+		return false;
+	ln = &k->lane[prio];
+	return !ln->flush_more && !ln->want_out && ln->posted < lane_limit(k, ln, prio) &&
+	       PW_HDR_LEN + len <= xrc_max_inline(ln->c) && xrc_state(ln->c) == XRC_UP;
+}
+
+void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_frame *f)
+{
+	struct xp_lane *ln = &k->lane[prio];
+
+	if (lane_post(k, ln, prio, f, lane_limit(k, ln, prio)) == 0)
+		lane_flush(k, ln);
 }
 
 /* ------------------------------------------------------------ shm */
@@ -1037,7 +1072,16 @@ int xpl_tx(struct xp_link *k)
 {
 	if (k->dead)
 		return 0;
-	return k->shm ? tx_shm(k) : tx_xrc(k);
+	return k->shm ? tx_shm(k) : tx_xrc(k, 0, k->nlanes - 1);
+}
+
+int xpl_tx_prio(struct xp_link *k, unsigned prio)
+{
+	unsigned lane = k->nlanes == 2 ? prio : 0;
+
+	if (k->dead)
+		return 0;
+	return k->shm ? tx_shm(k) : tx_xrc(k, lane, lane);
 }
 
 int xpl_shm_listeners(struct xp_host *h);

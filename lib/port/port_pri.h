@@ -94,11 +94,13 @@ struct xp_port {
 };
 
 #define XP_ACCEPT_EVERY_NS 1000000ull	/* listeners are looked at every 1 ms */
+#define XP_CLOCK_EVERY	8u		/* idle progress rounds per clock read */
 
 struct xp_host {
 	struct xp_host_opts o;
 	uint64_t accept_ns;		/* last look at the listeners */
 	uint64_t now;			/* the clock at the last progress */
+	uint32_t idle_rounds;		/* progress calls that found nothing since */
 	unsigned nextra;		/* fds added with xp_host_add_fd() */
 	bool frag_default;		/* o.frag was left 0: per-transport sizes */
 	struct pe_eng *e;
@@ -124,6 +126,14 @@ int xpl_accept(struct xp_host *h, struct xp_listener *l, uint64_t now);
 int xpl_rx(struct xp_link *k, uint64_t now);
 /* Send side: frames out while the transport has room. */
 int xpl_tx(struct xp_link *k);
+/* Only the lane that carries `prio` (xp_send: the frame just queued). */
+int xpl_tx_prio(struct xp_link *k, unsigned prio);
+/* xp_send's fast path (pe_send_now): whether a message of len bytes and
+ * priority prio can go out at once -- an rdma/tcp link whose lane has room,
+ * nothing held back, and inline space for it -- and the posting of the
+ * frame the engine then gives. */
+bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t len);
+void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_frame *f);
 /* Closes the transport and tells the engine (NODE_UNREACHABLE). */
 void xpl_fail(struct xp_link *k, const char *why);
 void xpl_free(struct xp_link *k);

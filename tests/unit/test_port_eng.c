@@ -86,6 +86,19 @@ static int move(struct pe_eng *from, struct pe_eng *to, unsigned lanes, uint64_t
 	return n;
 }
 
+/* One frame from `from` into `to` (at time 0), given back to `from`. */
+static void deliver(struct pe_eng *from, struct pe_eng *to, struct pe_frame *f)
+{
+	uint8_t buf[PW_HDR_LEN + 4096];
+	char why[200];
+
+	memcpy(buf, f->hdr, PW_HDR_LEN);
+	if (f->dlen)
+		memcpy(buf + PW_HDR_LEN, f->data, f->dlen);
+	pe_frame_done(from, f->ref);
+	assert_int_equal(pe_input(to, 1, buf, PW_HDR_LEN + f->dlen, 0, why, sizeof(why)), 0);
+}
+
 static void pump(struct pair *p, uint64_t now)
 {
 	pe_timers(p->a, now);
@@ -718,6 +731,61 @@ static void test_ack_rides_on_reply(void **s)
 	rm(&p);
 }
 
+/* pe_send_now: the frame at once when it is what pe_pull would give next
+ * (SYNC on a new stream, the reverse stream's ACK riding along); queued
+ * the ordinary way when something else comes first on the lane. */
+static void test_send_now(void **s)
+{
+	struct pe_opts o = { .send_tokens = 8, .recv_tokens = 8 };
+	struct pair p = mk(2, 64, &o);
+	char big[100] = "x", bb[4][128], ba[4][64];
+	struct pe_frame f;
+	struct pw_hdr h;
+	struct xp_event ev;
+
+	assert_int_equal(pe_port_open(p.a, 3), 0);
+	assert_int_equal(pe_port_open(p.b, 5), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pe_provide(p.b, 5, bb[i], 4, XP_LOW), 0);
+		assert_int_equal(pe_provide(p.a, 3, ba[i], 4, XP_LOW), 0);
+	}
+	assert_int_equal(pe_provide(p.b, 5, bb[3], 7, XP_LOW), 0);
+	/* a new stream, idle lane: the frame now, FIRST|LAST|SYNC, seq 0 */
+	assert_int_equal(pe_send_now(p.a, 3, 1, 5, XP_LOW, "ping", 4, cb, (void *)1, &f), 1);
+	assert_int_equal(pw_decode(f.hdr, PW_HDR_LEN + f.dlen, &h), 0);
+	assert_int_equal(h.type, PW_DATA);
+	assert_int_equal(h.flags, PW_FIRST | PW_LAST | PW_SYNC);
+	assert_int_equal(h.seq, 0);
+	assert_int_equal(f.dlen, 4);
+	deliver(p.a, p.b, &f);
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 0);	/* nothing left behind */
+	assert_int_equal(pe_next_event(p.b, 5, &ev), 1);
+	assert_memory_equal(ev.buffer, "ping", 4);
+	/* the reply carries the ACK; no bare ACK stays queued */
+	assert_int_equal(pe_send_now(p.b, 5, 1, 3, XP_LOW, "pong", 4, cb, (void *)2, &f), 1);
+	assert_int_equal(pw_decode(f.hdr, PW_HDR_LEN + f.dlen, &h), 0);
+	assert_int_equal(h.flags, PW_FIRST | PW_LAST | PW_SYNC | PW_ACKS);
+	assert_int_equal(h.aux, 0);
+	deliver(p.b, p.a, &f);
+	assert_int_equal(pe_pull(p.b, 1, 0, &f), 0);
+	assert_int_equal(reap(p.a, 3), 1);
+	assert_int_equal(dn[0].st, XP_SUCCESS);
+	assert_int_equal(pe_next_event(p.a, 3, &ev), 1);
+	/* more than a fragment: queued, and pe_pull gives its first part */
+	assert_int_equal(pe_send_now(p.a, 3, 1, 5, XP_LOW, big, 100, cb, (void *)3, &f), 0);
+	/* ... and a small one behind it waits its turn on the stream */
+	assert_int_equal(pe_send_now(p.a, 3, 1, 5, XP_LOW, "late", 4, cb, (void *)4, &f), 0);
+	assert_int_equal(pe_pull(p.a, 1, 0, &f), 1);
+	assert_int_equal(pw_decode(f.hdr, PW_HDR_LEN + f.dlen, &h), 0);
+	assert_int_equal(h.seq, 1);
+	assert_int_equal(h.flags & (PW_FIRST | PW_LAST | PW_ACKS), PW_FIRST | PW_ACKS);
+	pe_frame_done(p.a, f.ref);
+	/* bad arguments fail as pe_send's do */
+	assert_int_equal(pe_send_now(p.a, 3, 1, 64, XP_LOW, "x", 1, cb, NULL, &f), -EINVAL);
+	assert_int_equal(pe_send_now(p.a, 3, 9, 5, XP_LOW, "x", 1, cb, NULL, &f), -ENOENT);
+	rm(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -735,6 +803,7 @@ int main(void)
 		cmocka_unit_test(test_empty_message),
 		cmocka_unit_test(test_stress_order),
 		cmocka_unit_test(test_ack_rides_on_reply),
+		cmocka_unit_test(test_send_now),
 		cmocka_unit_test(test_drop_mid_message_frees_buffer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
