@@ -31,8 +31,11 @@ B       ?= build
 # Link-time optimization for the default build: the hot paths cross files
 # (port engine -> links -> transports), and every call they keep costs
 # (bench/README.md: rdma round trip in the Soft-RoCE VM 40 -> 32 us).
-# `make LTO=` builds without.
+# `make LTO=` builds without; with clang (whose LTO needs its own archiver
+# and linker plugin) it is off.
+ifeq ($(shell $(CC) --version 2>/dev/null | grep -ci clang),0)
 LTO     ?= -flto=auto
+endif
 CFLAGS  += $(LTO)
 LDFLAGS += $(LTO)
 ifneq ($(LTO),)
