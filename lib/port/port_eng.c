@@ -147,6 +147,8 @@ struct pe_node {
 	uint32_t frag;
 	uint32_t low_frag;		/* fragment size of low priority */
 	uint64_t refs;
+	bool tx_maybe;			/* a lane list gained an entry since the
+					 * I/O layer last found them all empty */
 	struct pe_lane lane[2];
 	/* [src port] -> [dst port * 2 + prio], allocated on first use */
 	struct pe_txs **tx[PW_MAX_PORTS];
@@ -383,8 +385,10 @@ static void activate(struct pe_txs *s)
 {
 	struct pe_node *n = s->node;
 
-	if (s->cur && !s->stopped && !linked(&s->backoff) && !linked(&s->active) && n->up)
+	if (s->cur && !s->stopped && !linked(&s->backoff) && !linked(&s->active) && n->up) {
 		list_add_tail(&n->lane[lane_of(n, s->prio)].active[s->prio], &s->active);
+		n->tx_maybe = true;
+	}
 }
 
 /* The head message failed: it completes with `st`, the stream stops, and
@@ -416,6 +420,7 @@ static void fail_all(struct pe_eng *e, struct pe_txs *s, enum xp_status st, bool
 	if (s->cur && s->cur_off && s->node->up && !linked(&s->abort)) {
 		s->abort_seq = s->cur->seq;
 		list_add_tail(&s->node->lane[lane_of(s->node, s->prio)].aborts, &s->abort);
+		s->node->tx_maybe = true;
 	}
 	while ((d = sq_pop(&s->q)))
 		finish(e, s, d, st);
@@ -541,8 +546,10 @@ static void queue_ctl(struct pe_rxs *r)
 {
 	struct pe_node *n = r->node;
 
-	if (!linked(&r->ctl))
+	if (!linked(&r->ctl)) {
 		list_add_tail(&n->lane[lane_of(n, r->prio)].ctl, &r->ctl);
+		n->tx_maybe = true;
+	}
 }
 
 static void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
@@ -837,6 +844,21 @@ void pe_port_stats(const struct pe_eng *e, unsigned port, struct xp_port_stats *
 }
 
 /* ------------------------------------------------------- transmitting */
+
+bool pe_node_tx_maybe(const struct pe_eng *e, uint32_t node)
+{
+	const struct pe_node *n = node_get(e, node);
+
+	return n && n->tx_maybe;
+}
+
+void pe_node_tx_idle(struct pe_eng *e, uint32_t node)
+{
+	struct pe_node *n = node_get(e, node);
+
+	if (n)
+		n->tx_maybe = false;
+}
 
 bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane)
 {

@@ -131,6 +131,11 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 		 struct pe_frame *f);
 /* Whether pe_pull() would give something. */
 bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane);
+/* Whether a lane of the node may have gained something for pe_pull() since
+ * the last pe_node_tx_idle() -- which the I/O layer calls after finding
+ * every lane empty -- so a busy poller need not ask lane by lane. */
+bool pe_node_tx_maybe(const struct pe_eng *e, uint32_t node);
+void pe_node_tx_idle(struct pe_eng *e, uint32_t node);
 void pe_frame_done(struct pe_eng *e, struct pe_send *ref);
 /* A frame received on `node`: 0, or -EPROTO with the reason in why. */
 int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uint64_t now,

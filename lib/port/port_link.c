@@ -495,6 +495,23 @@ out_close:
 	return rc;
 }
 
+/* Receive buffers go back to the transport in batches, off the path of the
+ * message that freed them: XP_REPOST_BATCH at a time, or when a poll finds
+ * the lane idle.  0, or -1 when the link failed. */
+static int lane_repost(struct xp_link *k, struct xp_lane *ln)
+{
+	while (ln->nrepost) {
+		uint32_t id = ln->repost[--ln->nrepost];
+		struct xrc_sge sg = { ln->rxpool + (size_t)id * ln->bufsz, ln->bufsz, ln->rxmr };
+
+		if (xrc_post_recv(ln->c, &sg, id) < 0) {
+			xpl_fail(k, "cannot repost a receive");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int rx_xrc(struct xp_link *k, uint64_t now)
 {
 	struct xrc_wc wc[32];
@@ -532,26 +549,24 @@ static int rx_xrc(struct xp_link *k, uint64_t now)
 				}
 			} else if (wc[j].op == XRC_OP_RECV) {
 				uint8_t *b = ln->rxpool + wc[j].wr_id * ln->bufsz;
-				struct xrc_sge sg = { b, ln->bufsz, ln->rxmr };
-				int rc;
 
 				if (wc[j].wr_id >= XP_RQ_DEPTH || wc[j].len > ln->bufsz) {
 					xpl_fail(k, "bad receive completion");
 					break;
 				}
-				rc = pe_input(k->h->e, k->node, b, wc[j].len, now, why, sizeof(why));
-				if (rc < 0) {
+				if (pe_input(k->h->e, k->node, b, wc[j].len, now, why, sizeof(why)) < 0) {
 					xpl_fail(k, why);
 					break;
 				}
-				if ((rc = xrc_post_recv(ln->c, &sg, wc[j].wr_id)) < 0) {
-					xpl_fail(k, "cannot repost a receive");
+				ln->repost[ln->nrepost++] = (uint16_t)wc[j].wr_id;
+				if (ln->nrepost >= XP_REPOST_BATCH && lane_repost(k, ln) < 0)
 					break;
-				}
 			}
 		}
 		if (!k->dead && (n < 0 || xrc_state(ln->c) == XRC_DOWN))
 			xpl_fail(k, "connection lost");
+		else if (!k->dead && n == 0 && ln->nrepost)
+			lane_repost(k, ln);
 	}
 	return done;
 }
@@ -643,27 +658,36 @@ static int lane_flush(struct xp_link *k, struct xp_lane *ln)
 /* Lanes [lo, hi] of k, the high-priority lane first. */
 static int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
 {
+	bool all = lo == 0 && hi + 1 == k->nlanes, left = false;
 	int done = 0;
 
+	/* the common idle case: one flag, not a round of calls per lane */
+	if (all && !pe_node_tx_maybe(k->h->e, k->node) && !k->lane[0].flush_more &&
+	    !k->lane[0].want_out && !k->lane[1].flush_more && !k->lane[1].want_out)
+		return 0;
 	for (unsigned i = hi + 1; i-- > lo && !k->dead;) {
 		struct xp_lane *ln = &k->lane[i];
 		struct pe_frame f;
+		bool more = true;
 		uint32_t lim;
 
-		/* the common idle case costs a few compares, not a round of
-		 * calls into the engine and the transport */
 		if (!ln->flush_more && !ln->want_out && !pe_has_tx(k->h->e, k->node, i))
 			continue;
-		if (xrc_state(ln->c) != XRC_UP)	/* an accepted rdma lane finishing */
+		if (xrc_state(ln->c) != XRC_UP) {	/* an accepted rdma lane finishing */
+			left = true;
 			continue;
+		}
 		lim = lane_limit(k, ln, i);
-		while (ln->posted < lim && pe_pull(k->h->e, k->node, i, &f)) {
+		while (ln->posted < lim && (more = pe_pull(k->h->e, k->node, i, &f))) {
 			if (lane_post(k, ln, i, &f, lim) < 0)
 				break;
 			done++;
 		}
 		done += lane_flush(k, ln);
+		left |= more || ln->flush_more || ln->want_out;
 	}
+	if (all && !left && !k->dead)
+		pe_node_tx_idle(k->h->e, k->node);
 	return done;
 }
 

@@ -18,6 +18,7 @@
 #define XP_LOW_INFLIGHT	4	/* frames posted on the low lane at once */
 #define XP_RDMA_FRAG	(64u * 1024)	/* default fragment on rdma lanes */
 #define XP_SIG_EVERY	16		/* inline sends: one completion per this many */
+#define XP_REPOST_BATCH	8		/* receive buffers posted again at once */
 #define XP_SHM_MARGIN	4	/* slots left for the CM thread's CON packets */
 #define XP_SHM_LOW_SLOTS 1	/* mailbox slots low priority may hold... */
 #define XP_HIGH_RECENT_NS 10000000ull	/* ...within 10 ms of a high one, */
@@ -45,6 +46,8 @@ struct xp_lane {
 	uint32_t bufsz;			/* bytes per receive/copy buffer */
 	bool want_out;			/* its fd is in the host's epoll with EPOLLOUT */
 	bool flush_more;		/* the last xrc_flush() left bytes for later */
+	uint32_t nrepost;		/* receive buffers consumed, not posted again */
+	uint16_t repost[XP_RQ_DEPTH];
 };
 
 struct xp_listener;
