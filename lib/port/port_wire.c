@@ -4,11 +4,13 @@
 
 unsigned pw_size_for_len(uint64_t len)
 {
-	unsigned s = PW_MIN_SIZE;
+	/* ceil(log2(len + 8)), at least PW_MIN_SIZE, at most 63 */
+	unsigned s;
 
-	while (s < 63 && (1ull << s) < len + 8)
-		s++;
-	return s;
+	if (len > (1ull << 63) - 8)
+		return 63;
+	s = 64u - (unsigned)__builtin_clzll(len + 7);
+	return s < PW_MIN_SIZE ? PW_MIN_SIZE : s;
 }
 
 void pw_encode(uint8_t *b, const struct pw_hdr *h)

@@ -868,10 +868,7 @@ static int conn_post_recv(struct xrc *xc, const struct xrc_sge *sg, uint64_t wr_
 		return rc;
 	if (c->rq_head - c->rq_tail >= c->base.rq_depth)
 		return -ENOBUFS;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = RQ_BIT | c->rq_head;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
+	wr = (struct ibv_recv_wr){ .wr_id = RQ_BIT | c->rq_head, .sg_list = &sge, .num_sge = 1 };
 	c->rq[xring_slot(c->rq_head, c->base.rq_depth)] = wr_id;
 	if (ibv_post_recv(c->qp, &wr, &bad)) {
 		int e = errno ? errno : ENOMEM;
@@ -995,8 +992,7 @@ static int map_wc(struct rconn *c, const struct ibv_wc *w, struct xrc_wc *o)
 			c->base.stats.remote_errors++;
 		go_down(c);
 	}
-	memset(o, 0, sizeof(*o));
-	o->status = st;
+	*o = (struct xrc_wc){ .status = st };
 	if (w->wr_id & RQ_BIT) {
 		uint64_t seq = w->wr_id & ~RQ_BIT;
 
