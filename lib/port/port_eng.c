@@ -609,6 +609,45 @@ unsigned pe_recv_tokens(const struct pe_eng *e, unsigned port)
 	return port < PW_MAX_PORTS && e->ports[port].open ? e->ports[port].rtok : 0;
 }
 
+/* Fragment [off, off + chunk) of message d of stream s as a DATA frame in
+ * *f, with the reverse stream's ACK riding along when one is owed (and no
+ * NACK, which never waits); the transport holds d until pe_frame_done.
+ * Whether it is the message's last fragment. */
+static bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, uint32_t off,
+		       uint32_t chunk, struct pe_frame *f)
+{
+	struct pe_rxs *r = s->rev;
+	struct pw_hdr h = { .type = PW_DATA, .prio = s->prio, .arg = (uint8_t)pw_size_for_len(d->len),
+			    .src_port = s->src, .dst_port = s->dst, .seq = d->seq, .len = d->len,
+			    .off = off };
+
+	if (r && r->ack_pending && !r->nack_pending) {
+		h.flags |= PW_ACKS;
+		h.aux = r->ack_seq;
+		r->ack_pending = false;
+		list_del(&r->ctl);
+	}
+	if (off == 0) {
+		h.flags |= PW_FIRST;
+		if (s->need_sync) {
+			d->sync = true;
+			s->need_sync = false;
+		}
+		if (d->sync)
+			h.flags |= PW_SYNC;
+	}
+	if (off + chunk == d->len)
+		h.flags |= PW_LAST;
+	pw_encode(f->hdr, &h);
+	f->data = d->buf + off;
+	f->dlen = chunk;
+	f->ref = d;
+	d->refs++;
+	s->node->refs++;
+	e->ports[d->port].refs++;
+	return h.flags & PW_LAST;
+}
+
 /* pe_send up to the point where the message has its seq: *dp, or a
  * return for the caller (0 for a node that is down: already completed). */
 static int send_take(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
@@ -681,7 +720,6 @@ int pe_send_now(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_por
 	struct pe_node *n;
 	struct pe_lane *l;
 	struct pe_rxs *r;
-	struct pw_hdr h;
 	int rc = send_take(e, port, node, dst_port, prio, buf, len, cb, ctx, &d);
 
 	if (!d)
@@ -702,27 +740,7 @@ int pe_send_now(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_por
 		send_queue(s, d);
 		return 0;
 	}
-	h = (struct pw_hdr){ .type = PW_DATA, .flags = PW_FIRST | PW_LAST, .prio = (uint8_t)prio,
-			     .arg = (uint8_t)pw_size_for_len(len), .src_port = s->src,
-			     .dst_port = s->dst, .seq = d->seq, .len = (uint32_t)len };
-	if (s->need_sync) {
-		d->sync = true;
-		s->need_sync = false;
-		h.flags |= PW_SYNC;
-	}
-	if (r && r->ack_pending) {	/* (no NACK owed: checked above) */
-		h.flags |= PW_ACKS;
-		h.aux = r->ack_seq;
-		r->ack_pending = false;
-		list_del(&r->ctl);
-	}
-	pw_encode(f->hdr, &h);
-	f->data = buf;
-	f->dlen = (uint32_t)len;
-	f->ref = d;
-	d->refs++;
-	n->refs++;
-	e->ports[port].refs++;
+	frame_data(e, s, d, 0, (uint32_t)len, f);
 	return 1;
 }
 
@@ -946,8 +964,8 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 		struct link *al = &l->active[prio];
 		struct pe_txs *s;
 		struct pe_send *d;
-		struct pw_hdr h = { .type = PW_DATA };
 		uint32_t chunk;
+		bool last;
 
 		if (list_empty(al))
 			continue;
@@ -956,44 +974,10 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 		uint32_t fr = prio ? n->frag : n->low_frag;
 
 		chunk = d->len - s->cur_off < fr ? d->len - s->cur_off : fr;
-		h.prio = (uint8_t)prio;
-		h.arg = (uint8_t)pw_size_for_len(d->len);
-		{
-			struct pe_rxs *r = s->rev;
-
-			if (r && r->ack_pending && !r->nack_pending) {
-				h.flags |= PW_ACKS;
-				h.aux = r->ack_seq;
-				r->ack_pending = false;
-				list_del(&r->ctl);
-			}
-		}
-		h.src_port = s->src;
-		h.dst_port = s->dst;
-		h.seq = d->seq;
-		h.len = d->len;
-		h.off = s->cur_off;
-		if (s->cur_off == 0) {
-			h.flags |= PW_FIRST;
-			if (s->need_sync) {
-				d->sync = true;
-				s->need_sync = false;
-			}
-			if (d->sync)
-				h.flags |= PW_SYNC;
-		}
-		if (s->cur_off + chunk == d->len)
-			h.flags |= PW_LAST;
-		pw_encode(f->hdr, &h);
-		f->data = d->buf + s->cur_off;
-		f->dlen = chunk;
-		f->ref = d;
-		d->refs++;
-		n->refs++;
-		e->ports[d->port].refs++;
+		last = frame_data(e, s, d, s->cur_off, chunk, f);
 		s->cur_off += chunk;
 		list_del(&s->active);
-		if (h.flags & PW_LAST) {
+		if (last) {
 			s->cur = d->next;
 			s->cur_off = 0;
 		}
