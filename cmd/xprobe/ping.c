@@ -132,12 +132,44 @@ static void load_sent(struct xp_port *p, void *ctx, enum xp_status st)
 	load_push(l);
 }
 
+/* A reply taken but not yet looked at (ev.buffer NULL: none). */
+struct reply {
+	struct xp_event ev;
+	uint64_t seq;
+	uint64_t rtt;
+	bool counted;		/* not a warm-up round trip */
+};
+
+/* Checks a reply, gives its buffer back and counts it: done while the next
+ * ping is on its way, off the round trip being timed (two buffers are
+ * provided, so the next reply has one meanwhile).  -1 when it differs. */
+static int reply_done(const struct ping_opts *o, struct pclient *c, struct ping_result *r,
+		      struct reply *y, const void *tx)
+{
+	int bad = y->ev.length != o->size || memcmp(y->ev.buffer, tx, o->size) != 0;
+
+	xp_provide_receive_buffer(c->p, y->ev.buffer, y->ev.size, y->ev.prio);
+	y->ev.buffer = NULL;
+	if (bad) {
+		fail("ping", "%s: reply %llu differs from what was sent", c->target,
+		     (unsigned long long)y->seq);
+		return -1;
+	}
+	if (y->counted) {
+		r->received++;
+		xhist_add(&r->rtt, y->rtt);
+		print_line(o, c->target, y->seq, y->rtt);
+	}
+	return 0;
+}
+
 static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct ping_result *r)
 {
 	struct pclient c;
 	struct load load = { 0 };
 	unsigned size_class = xp_min_size_for_length(o->size);
 	void *tx = NULL, *rx[2] = { NULL, NULL };
+	struct reply last = { 0 };
 	int rc, ret = EXIT_FAIL;
 
 	if ((rc = pclient_open(&c, "ping", u, o->co.spin_ns, 1 + LOAD_WINDOW)))
@@ -178,17 +210,21 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 	r->start_ns = xtime_ns();
 	for (uint64_t seq = 1 - o->warmup; !o->count || (int64_t)seq <= (int64_t)o->count; seq++) {
 		bool counted = (int64_t)seq > 0;
-		uint64_t t0 = xtime_ns(), t1;
 		struct xp_event ev;
+		uint64_t t0, t1;
 
 		if (cli_stop_requested)
 			break;
+		t0 = xtime_ns();
 		rc = xp_send(c.p, c.node, PROBE_PORT_ECHO, o->co.prio, tx, o->size, pclient_sent, &c);
 		if (rc < 0) {
 			fail("ping", "%s: send: %s", c.target, strerror(-rc));
 			goto out_free;
 		}
 		r->sent += counted;
+		/* the previous reply's checks and books while this one flies */
+		if (last.ev.buffer && reply_done(o, &c, r, &last, tx) < 0)
+			goto out_free;
 		rc = pclient_wait(&c, &ev, o->timeout_ns);
 		t1 = xtime_ns();
 		if (rc == -EINTR || cli_stop_requested)
@@ -210,35 +246,28 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 			fail("ping", "%s: %s", c.target, strerror(-rc));
 			goto out_free;
 		}
-		if (ev.length != o->size || memcmp(ev.buffer, tx, o->size) != 0) {
-			fail("ping", "%s: reply %llu differs from what was sent", c.target,
-			     (unsigned long long)seq);
-			goto out_free;
-		}
-		xp_provide_receive_buffer(c.p, ev.buffer, ev.size, ev.prio);
-		if (!counted) {
-			if (seq == 0)
-				r->start_ns = xtime_ns();
+		last = (struct reply){ .ev = ev, .seq = seq, .rtt = t1 - t0, .counted = counted };
+		if (seq == 0)
+			r->start_ns = t1;
+		if (!counted || !o->interval_ns || (o->count && seq >= o->count))
 			continue;
-		}
-		r->received++;
-		xhist_add(&r->rtt, t1 - t0);
-		print_line(o, c.target, seq, t1 - t0);
-		if (o->interval_ns && (!o->count || seq < o->count)) {
-			uint64_t next = t0 + o->interval_ns;
+		if (reply_done(o, &c, r, &last, tx) < 0)
+			goto out_free;
+		uint64_t next = t0 + o->interval_ns;
 
-			/* Keep the connection (and any load) moving meanwhile. */
-			while (!cli_stop_requested && xtime_ns() < next) {
-				rc = pclient_wait(&c, &ev, next - xtime_ns());
-				if (rc == -ENOTCONN) {
-					fail("ping", "%s: connection lost", c.target);
-					goto out_free;
-				}
-				if (rc == 1)
-					xp_provide_receive_buffer(c.p, ev.buffer, ev.size, ev.prio);
+		/* Keep the connection (and any load) moving meanwhile. */
+		while (!cli_stop_requested && xtime_ns() < next) {
+			rc = pclient_wait(&c, &ev, next - xtime_ns());
+			if (rc == -ENOTCONN) {
+				fail("ping", "%s: connection lost", c.target);
+				goto out_free;
 			}
+			if (rc == 1)
+				xp_provide_receive_buffer(c.p, ev.buffer, ev.size, ev.prio);
 		}
 	}
+	if (last.ev.buffer && reply_done(o, &c, r, &last, tx) < 0)
+		goto out_free;
 	r->end_ns = xtime_ns();
 	ret = EXIT_OK;
 out_free:
