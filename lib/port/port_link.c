@@ -231,6 +231,7 @@ static int lane_init(struct xp_lane *ln, struct xrc *c, char *err, size_t errlen
 	struct xrc_dom *d = xrc_domain(c);
 
 	ln->c = c;
+	ln->held = !rdma;
 	ln->sq = xrc_sq_depth(c) < XP_SQ_DEPTH ? xrc_sq_depth(c) : XP_SQ_DEPTH;
 	ln->bufsz = xrc_max_send(c);
 	if (!ln->sq || ln->bufsz <= PW_HDR_LEN) {
@@ -589,55 +590,57 @@ static int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const st
 	struct xp_tx *t = &ln->ring[slot];
 	struct xrc_sge sg[2];
 	int nsg = 1, rc;
-	unsigned fl = XRC_SIGNALED | XRC_MORE;
-	bool inl = PW_HDR_LEN + f->dlen <= xrc_max_inline(ln->c);
 
-	memcpy(t->hdr, f->hdr, PW_HDR_LEN);
-	t->ref = f->ref;
-	if (inl) {
+	ln->posted++;
+	if (PW_HDR_LEN + f->dlen <= xrc_max_inline(ln->c)) {
 		/* small (an ACK, a ping): copied into the work request itself,
 		 * no registered copy needed, and no completion wanted but every
 		 * XP_SIG_EVERY-th (which then stands for the ones before it) */
-		sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
-		if (f->dlen)
-			sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, NULL };
-		fl = XRC_INLINE | XRC_MORE;
+		unsigned fl = XRC_MORE;
+
 		if (ln->head % XP_SIG_EVERY == XP_SIG_EVERY - 1 ||
-		    ln->posted + 1 >= lim)	/* the lane is full after it */
+		    ln->posted >= lim)	/* the lane is full after it */
 			fl |= XRC_SIGNALED;
-	} else if (ln->txpool) {
-		uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
-
-		memcpy(b, f->hdr, PW_HDR_LEN);
-		if (f->dlen)
-			memcpy(b + PW_HDR_LEN, f->data, f->dlen);
-		sg[0] = (struct xrc_sge){ b, PW_HDR_LEN + f->dlen, ln->txmr };
+		t->ref = NULL;	/* copied at the post: the user's buffer is free */
+		/* wr_id: the ring counter, so one completion can stand for
+		 * every unsignaled send before it */
+		rc = xrc_send_inline(ln->c, f->hdr, PW_HDR_LEN, f->data, f->dlen, ln->head++, fl);
+		if (rc == 0) {
+			pe_frame_done(k->h->e, f->ref);
+			return 0;
+		}
 	} else {
-		sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
-		if (f->dlen)
-			sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, NULL };
-	}
-	ln->posted++;
-	/* wr_id: the ring counter, so one completion can stand for every
-	 * unsignaled send before it */
-	if ((rc = xrc_post_send(ln->c, sg, nsg, ln->head++, fl)) < 0) {
-		char why[80];
+		t->ref = f->ref;
+		if (ln->txpool) {
+			uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
 
-		snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));
-		xpl_fail(k, why);
-		return -1;
+			memcpy(b, f->hdr, PW_HDR_LEN);
+			if (f->dlen)
+				memcpy(b + PW_HDR_LEN, f->data, f->dlen);
+			sg[0] = (struct xrc_sge){ b, PW_HDR_LEN + f->dlen, ln->txmr };
+		} else {
+			memcpy(t->hdr, f->hdr, PW_HDR_LEN);
+			sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
+			if (f->dlen)
+				sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, NULL };
+		}
+		rc = xrc_post_send(ln->c, sg, nsg, ln->head++, XRC_SIGNALED | XRC_MORE);
+		if (rc == 0)
+			return 0;
 	}
-	if (inl) {	/* copied at the post: the user's buffer is free */
-		pe_frame_done(k->h->e, t->ref);
-		t->ref = NULL;
-	}
-	return 0;
+	char why[80];
+
+	snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));
+	xpl_fail(k, why);
+	return -1;
 }
 
 /* One sendmsg (tcp) or doorbell (rdma) for everything this round put on the
  * lane; returns 1 when the burst limit left bytes for the next round. */
 static int lane_flush(struct xp_link *k, struct xp_lane *ln)
 {
+	if (!ln->held)	/* rdma: out at the post, and never waits for room */
+		return 0;
 	ln->flush_more = ln->c && !k->dead && xrc_flush(ln->c) > 0;
 	/* A full socket: only its becoming writable can wake a host that
 	 * sleeps meanwhile (the peer acknowledges whole messages, so it may

@@ -44,6 +44,7 @@ struct xp_lane {
 	uint8_t *rxpool;		/* XP_RQ_DEPTH receive buffers */
 	struct xrc_mr *rxmr;
 	uint32_t bufsz;			/* bytes per receive/copy buffer */
+	bool held;			/* the transport holds posts back until a flush (tcp) */
 	bool want_out;			/* its fd is in the host's epoll with EPOLLOUT */
 	bool flush_more;		/* the last xrc_flush() left bytes for later */
 	uint32_t nrepost;		/* receive buffers consumed, not posted again */

@@ -206,6 +206,25 @@ int xrc_post_send_inv(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t
 	return post_send(c, sg, nsg, SEND_INV, inv_rkey, wr_id, flags);
 }
 
+int xrc_send_inline(struct xrc *c, const void *hdr, uint32_t hlen, const void *data,
+		    uint32_t dlen, uint64_t wr_id, unsigned flags)
+{
+	uint64_t len = (uint64_t)hlen + dlen;
+
+	if ((hlen && !hdr) || (dlen && !data) || len > c->max_inline ||
+	    (flags & ~(unsigned)(XRC_SIGNALED | XRC_MORE)))
+		return -EINVAL;
+	if (c->state != XRC_UP)
+		return -ENOTCONN;
+	if (len > c->max_send)
+		return -EMSGSIZE;
+	if (c->ops->send_inline)
+		return c->ops->send_inline(c, hdr, hlen, data, dlen, wr_id, flags);
+	struct xrc_sge sg[2] = { { (void *)hdr, hlen, NULL }, { (void *)data, dlen, NULL } };
+
+	return c->ops->post_send(c, sg, dlen ? 2 : 1, SEND_PLAIN, 0, wr_id, flags | XRC_INLINE);
+}
+
 /* --- memory windows ------------------------------------------------------ */
 
 struct xrc_win *xrc_win_new(struct xrc_dom *d, unsigned flags, char *err, size_t errlen)

@@ -314,6 +314,13 @@ int xrc_post_write(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t ra
  * (zero length: no key check either). */
 int xrc_post_read(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 		  uint32_t rkey, uint64_t wr_id, unsigned flags);
+/* A SEND of hdr (hlen bytes) followed by data (dlen), both copied into
+ * the request at the post (as XRC_INLINE; hlen + dlen <= xrc_max_inline(),
+ * no regions needed): a small message's path, one call with no gather
+ * list to check.  flags: XRC_SIGNALED, XRC_MORE.  Returns as
+ * xrc_post_send(). */
+int xrc_send_inline(struct xrc *c, const void *hdr, uint32_t hlen, const void *data,
+		    uint32_t dlen, uint64_t wr_id, unsigned flags);
 /* One buffer per receive. */
 int xrc_post_recv(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id);
 

@@ -11,6 +11,10 @@ struct xrc_conn_ops {
 	/* kind: SEND_PLAIN, SEND_IMM (arg = imm) or SEND_INV (arg = inv_rkey) */
 	int (*post_send)(struct xrc *c, const struct xrc_sge *sg, int nsg, int kind,
 			 uint32_t arg, uint64_t wr_id, unsigned flags);
+	/* NULL: xrc_send_inline() goes through post_send (xrc.c checked
+	 * state and sizes) */
+	int (*send_inline)(struct xrc *c, const void *hdr, uint32_t hlen, const void *data,
+			   uint32_t dlen, uint64_t wr_id, unsigned flags);
 	int (*post_write)(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 			  uint32_t rkey, bool with_imm, uint32_t imm, uint64_t wr_id,
 			  unsigned flags);

@@ -41,6 +41,7 @@
 #include <arpa/inet.h>
 
 #include "xprt/rdma_util.h"
+#include "core/cc.h"
 #include "core/ring.h"
 #include "xprt/xrc_pri.h"
 
@@ -734,8 +735,8 @@ static int build_sge(const struct rconn *c, const struct xrc_sge *sg, int nsg, b
  * in *send_flags (SIGNALED when the caller asked, or as the internal
  * every-sig_every-th signal that recycles unsignaled slots).  The post
  * counts only once sq_posted() says it went in. */
-static int sq_claim(struct rconn *c, unsigned flags, enum xrc_op op, uint64_t wr_id,
-		    uint32_t len, uint64_t *seq, unsigned *send_flags)
+XINLINE int sq_claim(struct rconn *c, unsigned flags, enum xrc_op op, uint64_t wr_id,
+		     uint32_t len, uint64_t *seq, unsigned *send_flags)
 {
 	bool sig = (flags & XRC_SIGNALED) || c->unsig + 1 >= c->sig_every;
 
@@ -749,7 +750,7 @@ static int sq_claim(struct rconn *c, unsigned flags, enum xrc_op op, uint64_t wr
 	return 0;
 }
 
-static void sq_posted(struct rconn *c, unsigned send_flags)
+XINLINE void sq_posted(struct rconn *c, unsigned send_flags)
 {
 	c->sq_head++;
 	c->unsig = send_flags & IBV_SEND_SIGNALED ? 0 : c->unsig + 1;
@@ -762,8 +763,8 @@ static int post_errno(int e)
 	return e == ENOMEM ? -ENOBUFS : -e;
 }
 
-static int post_sq(struct rconn *c, struct ibv_send_wr *wr, unsigned flags, enum xrc_op op,
-		   uint64_t wr_id, uint32_t len)
+XINLINE int post_sq(struct rconn *c, struct ibv_send_wr *wr, unsigned flags, enum xrc_op op,
+		    uint64_t wr_id, uint32_t len)
 {
 	struct ibv_send_wr *bad;
 	unsigned sf;
@@ -827,6 +828,23 @@ static int conn_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, int
 		wr.invalidate_rkey = arg;	/* host order, unlike imm_data */
 
 	return post_sg((struct rconn *)xc, &wr, sg, nsg, flags, XRC_OP_SEND, wr_id);
+}
+
+/* xrc_send_inline(): no regions to check, the two pieces go as they are. */
+static int conn_send_inline(struct xrc *xc, const void *hdr, uint32_t hlen, const void *data,
+			    uint32_t dlen, uint64_t wr_id, unsigned flags)
+{
+	struct rconn *c = (struct rconn *)xc;
+	struct ibv_sge sge[2] = { { (uintptr_t)hdr, hlen, 0 }, { (uintptr_t)data, dlen, 0 } };
+	struct ibv_send_wr wr = { .sg_list = sge, .num_sge = dlen ? 2 : 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_INLINE };
+	int rc = post_sq(c, &wr, flags, XRC_OP_SEND, wr_id, hlen + dlen);
+
+	if (rc)
+		return rc;
+	c->base.stats.sends++;
+	c->base.stats.tx_bytes += hlen + dlen;
+	return 0;
 }
 
 static int conn_post_write(struct xrc *xc, const struct xrc_sge *sg, int nsg, uint64_t raddr,
@@ -977,7 +995,7 @@ static void conn_cm_events(struct rconn *c)
 }
 
 /* One work completion -> 0 (hidden) or 1 xrc_wc. */
-static int map_wc(struct rconn *c, const struct ibv_wc *w, struct xrc_wc *o)
+XINLINE int map_wc(struct rconn *c, const struct ibv_wc *w, struct xrc_wc *o)
 {
 	int st = xrdma_wc_errno(w->status);
 
@@ -1148,6 +1166,7 @@ static void conn_close(struct xrc *xc)
 static const struct xrc_conn_ops conn_ops = {
 	.close = conn_close,
 	.post_send = conn_post_send,
+	.send_inline = conn_send_inline,
 	.post_write = conn_post_write,
 	.post_read = conn_post_read,
 	.post_recv = conn_post_recv,

@@ -1115,9 +1115,19 @@ static int tcp_arm(struct xrc *xc)
 }
 
 static const struct xrc_conn_ops tcp_conn_ops = {
-	tcp_close, tcp_post_send, tcp_post_write, tcp_post_read, tcp_post_recv,
-	tcp_poll, tcp_fd, tcp_wait, tcp_domain, tcp_flush, tcp_tx_pending, tcp_arm,
-	tcp_win_bind,
+	.close = tcp_close,
+	.post_send = tcp_post_send,
+	.post_write = tcp_post_write,
+	.post_read = tcp_post_read,
+	.post_recv = tcp_post_recv,
+	.poll = tcp_poll,
+	.fd = tcp_fd,
+	.wait = tcp_wait,
+	.domain = tcp_domain,
+	.flush = tcp_flush,
+	.tx_pending = tcp_tx_pending,
+	.arm = tcp_arm,
+	.win_bind = tcp_win_bind,
 };
 
 /* --- connections ----------------------------------------------------------------

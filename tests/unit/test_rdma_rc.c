@@ -283,6 +283,19 @@ static void test_send_recv(void **state)
 	assert_int_equal(wc.wr_id, 101);
 	assert_string_equal(rbuf[1], "inline two");
 	assert_int_equal(next_wc(cli).wr_id, 2);
+	/* xrc_send_inline: header + payload from unregistered memory */
+	char hdr[8] = "HDR:", pay[16] = "payload";
+
+	assert_int_equal(xrc_send_inline(cli, hdr, 4, pay, 8, 5, XRC_SIGNALED), 0);
+	memset(pay, 'x', sizeof(pay));
+	wc = next_wc(srv);
+	assert_int_equal(wc.op, XRC_OP_RECV);
+	assert_int_equal(wc.len, 12);
+	assert_string_equal(rbuf[2], "HDR:payload");
+	wc = next_wc(cli);
+	assert_int_equal(wc.op, XRC_OP_SEND);
+	assert_int_equal(wc.wr_id, 5);
+	assert_int_equal(xrc_send_inline(cli, hdr, 4, pay, xrc_max_inline(cli), 9, 0), -EINVAL);
 	/* send with immediate, two gathered pieces */
 	strcpy(sbuf, "ab");
 	strcpy(sbuf + 100, "cd");
@@ -294,7 +307,7 @@ static void test_send_recv(void **state)
 	assert_true(wc.has_imm);
 	assert_int_equal(wc.imm, 0xdeadbeef);
 	assert_int_equal(wc.len, 5);
-	assert_string_equal(rbuf[2], "abcd");
+	assert_string_equal(rbuf[3], "abcd");
 	assert_int_equal(next_wc(cli).wr_id, 3);
 	/* misuse */
 	assert_int_equal(xrc_post_send(cli, &(struct xrc_sge){ sbuf, 4, NULL }, 1, 9, 0), -EINVAL);
@@ -303,7 +316,7 @@ static void test_send_recv(void **state)
 	struct xrc_stats st;
 
 	xrc_get_stats(srv, &st);
-	assert_int_equal(st.recvs, 3);
+	assert_int_equal(st.recvs, 4);
 	xrc_close(cli);
 	xrc_close(srv);
 	xrc_dereg(rmr);

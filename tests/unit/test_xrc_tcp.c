@@ -270,6 +270,22 @@ static void test_send_recv_sge_inline_imm(void **state)
 	for (uint64_t i = 1; i <= 3; i++)
 		expect_wc(a, b, i, XRC_OP_SEND, 0);
 
+	/* xrc_send_inline: header and payload joined, both copied at the post */
+	char hdr[] = "HDR:", pay[] = "payload", rr[64];
+	struct xrc_sge rs = { rr, sizeof(rr), NULL };
+
+	assert_int_equal(xrc_post_recv(b, &rs, 200), 0);
+	assert_int_equal(xrc_send_inline(a, hdr, 4, pay, 7, 4, XRC_SIGNALED), 0);
+	memcpy(pay, "CHANGED", 7);
+	get_wc(b, a, &wc);
+	assert_int_equal(wc.wr_id, 200);
+	assert_int_equal(wc.len, 11);
+	assert_memory_equal(rr, "HDR:payload", 11);
+	expect_wc(a, b, 4, XRC_OP_SEND, 0);
+	assert_int_equal(xrc_send_inline(a, hdr, 4, NULL, 0, 9, XRC_INLINE), -EINVAL);
+	assert_int_equal(xrc_send_inline(a, hdr, 4, NULL, 8, 9, 0), -EINVAL);
+	assert_int_equal(xrc_send_inline(a, r, xrc_max_inline(a), hdr, 1, 9, 0), -EINVAL);
+
 	/* limits checked at post time */
 	assert_int_equal(xrc_post_send(a, sg, 5, 9, 0), -EINVAL);
 	struct xrc_sge big = { r, xrc_max_send(a) + 1, NULL };
