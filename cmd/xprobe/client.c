@@ -198,25 +198,28 @@ int pclient_stats(struct pclient *c, uint64_t *msgs, uint64_t *bytes)
 	return EXIT_OK;
 }
 
-int pclient_wait(struct pclient *c, struct xp_event *ev, uint64_t timeout_ns)
+int pclient_wait_until(struct pclient *c, struct xp_event *ev, uint64_t until,
+		       uint64_t spin_until)
 {
-	uint64_t now = xtime_ns(), deadline = now + timeout_ns;
-
-	for (;; now = xtime_ns()) {
+	for (;;) {
 		int rc;
 
 		if (c->lost || !xp_node_up(c->h, c->node))
 			return -ENOTCONN;
-		if (now >= deadline)
-			return 0;
-		rc = xp_blocking_receive(c->p, ev, deadline - now, c->spin_ns);
-		if (rc < 0)
+		rc = xp_blocking_receive_until(c->p, ev, until, spin_until);
+		if (rc <= 0)
 			return rc;
 		if (c->lost || !xp_node_up(c->h, c->node))
 			return -ENOTCONN;
-		if (rc == 1 && !is_ctl_reply(c, ev))
+		if (!is_ctl_reply(c, ev))
 			return 1;
-		if (rc == 1)
-			xp_provide_receive_buffer(c->p, ev->buffer, ev->size, XP_HIGH);
+		xp_provide_receive_buffer(c->p, ev->buffer, ev->size, XP_HIGH);
 	}
+}
+
+int pclient_wait(struct pclient *c, struct xp_event *ev, uint64_t timeout_ns)
+{
+	uint64_t now = xtime_ns();
+
+	return pclient_wait_until(c, ev, now + timeout_ns, now + c->spin_ns);
 }

@@ -51,6 +51,10 @@ int pclient_stats(struct pclient *c, uint64_t *msgs, uint64_t *bytes);
 /* Waits for the next event that is not a control reply, running callbacks;
  * 1 event, 0 timeout, -EINTR, -ENOTCONN (connection lost). */
 int pclient_wait(struct pclient *c, struct xp_event *ev, uint64_t timeout_ns);
+/* The same until `until` (xtime_ns() clock), spinning until spin_until:
+ * for a caller that has just read the clock. */
+int pclient_wait_until(struct pclient *c, struct xp_event *ev, uint64_t until,
+		       uint64_t spin_until);
 void pclient_close(struct pclient *c);
 
 /* Send callback for data messages whose completion only matters when it

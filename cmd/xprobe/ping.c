@@ -225,7 +225,7 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		/* the previous reply's checks and books while this one flies */
 		if (last.ev.buffer && reply_done(o, &c, r, &last, tx) < 0)
 			goto out_free;
-		rc = pclient_wait(&c, &ev, o->timeout_ns);
+		rc = pclient_wait_until(&c, &ev, t0 + o->timeout_ns, t0 + o->co.spin_ns);
 		t1 = xtime_ns();
 		if (rc == -EINTR || cli_stop_requested)
 			break;

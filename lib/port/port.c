@@ -423,26 +423,25 @@ int xp_host_wait(struct xp_host *h, uint64_t timeout_ns)
 	return host_wait(h, xtime_ns() + timeout_ns);
 }
 
-int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout_ns,
-			uint64_t spin_ns)
+int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
+			      uint64_t spin_until)
 {
-	uint64_t start = xtime_ns();
-	uint64_t until = timeout_ns ? start + timeout_ns : UINT64_MAX;
 	int rc;
 
 	for (;;) {
 		if ((rc = xp_receive(p, ev)) != 0)
 			return rc;
 		/* the receive just ran a progress: its clock reading will do
-		 * (under emulation every clock read is a microsecond) */
-		uint64_t now = p->h->now > start ? p->h->now : start;
+		 * (under emulation every clock read is a microsecond); it
+		 * may lag by a few idle rounds, never run ahead */
+		uint64_t now = p->h->now;
 
 		if (now >= until)
 			return 0;
 		/* Busy-poll (no sched_yield: measured here, yielding spinners
 		 * let the scheduler keep both ends on one CPU, 12 us round
 		 * trips instead of 1), then sleep. */
-		if (now - start < spin_ns)
+		if (now < spin_until)
 			continue;
 		/* Progress may have queued completions of other ports, or
 		 * frames still to go: sleep only when idle. */
@@ -451,6 +450,15 @@ int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout
 		if ((rc = host_wait(p->h, until)) < 0)
 			return rc;
 	}
+}
+
+int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout_ns,
+			uint64_t spin_ns)
+{
+	uint64_t start = xtime_ns();
+
+	return xp_blocking_receive_until(p, ev, timeout_ns ? start + timeout_ns : UINT64_MAX,
+					 start + spin_ns);
 }
 
 void xp_resume_sending(struct xp_port *p, enum xp_prio prio, uint32_t node, unsigned dst_port)

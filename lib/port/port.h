@@ -199,6 +199,11 @@ bool xp_port_pending(const struct xp_port *p);
  * interrupted the wait. */
 int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout_ns,
 			uint64_t spin_ns);
+/* The same with absolute times on the xtime_ns() clock, for a caller that
+ * has just read it (a ping's send time): until (UINT64_MAX: forever) and
+ * the moment spinning gives way to sleeping.  Reads no clock on entry. */
+int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
+			      uint64_t spin_until);
 
 /* GM's fault-tolerance calls for the stream (this port -> node:dst_port,
  * prio) after a failed send.  resume: the stream's waiting sends go out

@@ -497,18 +497,28 @@ out_close:
 }
 
 /* Receive buffers go back to the transport in batches, off the path of the
- * message that freed them: XP_REPOST_BATCH at a time, or when a poll finds
- * the lane idle.  0, or -1 when the link failed. */
+ * message that freed them: XP_REPOST_BATCH at a time (the queue keeps
+ * XP_RQ_DEPTH - XP_REPOST_BATCH + 1 or more posted meanwhile; a ping-pong
+ * pays one post per XP_REPOST_BATCH round trips, not one per trip).  0, or
+ * -1 when the link failed. */
 static int lane_repost(struct xp_link *k, struct xp_lane *ln)
 {
 	while (ln->nrepost) {
-		uint32_t id = ln->repost[--ln->nrepost];
-		struct xrc_sge sg = { ln->rxpool + (size_t)id * ln->bufsz, ln->bufsz, ln->rxmr };
+		struct xrc_sge sg[XRC_RECV_BATCH];
+		uint64_t id[XRC_RECV_BATCH];
+		int n = 0, rc;
 
-		if (xrc_post_recv(ln->c, &sg, id) < 0) {
+		while (n < XRC_RECV_BATCH && n < (int)ln->nrepost) {
+			id[n] = ln->repost[ln->nrepost - 1 - n];
+			sg[n] = (struct xrc_sge){ ln->rxpool + (size_t)id[n] * ln->bufsz, ln->bufsz,
+						  ln->rxmr };
+			n++;
+		}
+		if ((rc = xrc_post_recvs(ln->c, sg, id, n)) <= 0) {
 			xpl_fail(k, "cannot repost a receive");
 			return -1;
 		}
+		ln->nrepost -= (uint32_t)rc;
 	}
 	return 0;
 }
@@ -566,8 +576,6 @@ static int rx_xrc(struct xp_link *k, uint64_t now)
 		}
 		if (!k->dead && (n < 0 || xrc_state(ln->c) == XRC_DOWN))
 			xpl_fail(k, "connection lost");
-		else if (!k->dead && n == 0 && ln->nrepost)
-			lane_repost(k, ln);
 	}
 	return done;
 }

@@ -326,6 +326,28 @@ int xrc_post_recv(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id)
 	return c->ops->post_recv(c, sg, wr_id);
 }
 
+int xrc_post_recvs(struct xrc *c, const struct xrc_sge *sg, const uint64_t *wr_id, int n)
+{
+	int i;
+
+	if (n < 0 || (n && (!sg || !wr_id)))
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		if (sg[i].len && !sg[i].addr)
+			return -EINVAL;
+	if (c->state == XRC_DOWN)
+		return -ENOTCONN;
+	if (c->ops->post_recvs)
+		return n ? c->ops->post_recvs(c, sg, wr_id, n) : 0;
+	for (i = 0; i < n; i++) {
+		int rc = c->ops->post_recv(c, &sg[i], wr_id[i]);
+
+		if (rc < 0)
+			return i ? i : rc;
+	}
+	return n;
+}
+
 int xrc_poll(struct xrc *c, struct xrc_wc *wc, int n)
 {
 	if (n < 0 || (n && !wc))

@@ -99,6 +99,7 @@ struct xrc_sge {
 };
 
 #define XRC_MAX_SGE 4
+#define XRC_RECV_BATCH 16	/* receives one xrc_post_recvs() call takes at most */
 
 enum xrc_op {
 	XRC_OP_SEND,		/* our send completed (buffer is ours again) */
@@ -323,6 +324,11 @@ int xrc_send_inline(struct xrc *c, const void *hdr, uint32_t hlen, const void *d
 		    uint32_t dlen, uint64_t wr_id, unsigned flags);
 /* One buffer per receive. */
 int xrc_post_recv(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id);
+/* n receives at once, buffer sg[i] with wr_id[i] (rdma: one post of a
+ * chain of work requests).  Returns the number posted, from the first:
+ * fewer than n when the queue filled or n is above XRC_RECV_BATCH (post
+ * the rest again), or -errno when none was. */
+int xrc_post_recvs(struct xrc *c, const struct xrc_sge *sg, const uint64_t *wr_id, int n);
 
 /* Rings the doorbell for posts made with XRC_MORE.  0, 1 when part of
  * what is queued is left for a later xrc_flush()/xrc_poll() (tcp: the

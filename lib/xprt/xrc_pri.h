@@ -21,6 +21,8 @@ struct xrc_conn_ops {
 	int (*post_read)(struct xrc *c, const struct xrc_sge *sg, int nsg, uint64_t raddr,
 			 uint32_t rkey, uint64_t wr_id, unsigned flags);
 	int (*post_recv)(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id);
+	/* NULL: xrc_post_recvs() posts one at a time (xrc.c checked the sges) */
+	int (*post_recvs)(struct xrc *c, const struct xrc_sge *sg, const uint64_t *wr_id, int n);
 	int (*poll)(struct xrc *c, struct xrc_wc *wc, int n);
 	int (*fd)(const struct xrc *c);
 	int (*wait)(struct xrc *c, uint64_t timeout_ns);

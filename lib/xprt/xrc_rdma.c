@@ -897,6 +897,53 @@ static int conn_post_recv(struct xrc *xc, const struct xrc_sge *sg, uint64_t wr_
 	return 0;
 }
 
+/* A chain of receives in one post.  A work request the provider refuses
+ * ends the chain there: the ones before it are posted. */
+static int conn_post_recvs(struct xrc *xc, const struct xrc_sge *sg, const uint64_t *wr_id,
+			   int n)
+{
+	struct rconn *c = (struct rconn *)xc;
+	struct ibv_recv_wr wr[XRC_RECV_BATCH], *bad = NULL;
+	struct ibv_sge sge[XRC_RECV_BATCH];
+	uint64_t room = c->base.rq_depth - (c->rq_head - c->rq_tail);
+	int k = 0;
+
+	if (n > XRC_RECV_BATCH)
+		n = XRC_RECV_BATCH;
+	if ((uint64_t)n > room)
+		n = (int)room;
+	if (!n)
+		return -ENOBUFS;
+	for (; k < n; k++) {
+		uint32_t len;
+		int rc;
+
+		if (!sg[k].mr && sg[k].len)
+			rc = -EINVAL;
+		else
+			rc = build_sge(c, &sg[k], 1, false, &sge[k], &len);
+		if (rc)
+			break;
+		wr[k] = (struct ibv_recv_wr){ .wr_id = RQ_BIT | (c->rq_head + k), .sg_list = &sge[k],
+					      .num_sge = 1, .next = &wr[k + 1] };
+		c->rq[xring_slot(c->rq_head + k, c->base.rq_depth)] = wr_id[k];
+	}
+	if (!k)
+		return -EINVAL;
+	wr[k - 1].next = NULL;
+	if (ibv_post_recv(c->qp, wr, &bad)) {
+		int e = errno ? errno : ENOMEM;
+
+		k = bad ? (int)(bad - wr) : 0;
+		c->rq_head += (uint64_t)k;
+		if (k)
+			return k;
+		return e == ENOMEM ? -ENOBUFS : -e;
+	}
+	c->rq_head += (uint64_t)k;
+	return k;
+}
+
 /* Bind (mr set) or invalidate (mr NULL) a window through c's send queue. */
 static int conn_win_bind(struct xrc *xc, struct xrc_win *xw, struct xrc_mr *xmr, void *addr,
 			 size_t len, unsigned access, uint64_t wr_id, unsigned flags)
@@ -1170,6 +1217,7 @@ static const struct xrc_conn_ops conn_ops = {
 	.post_write = conn_post_write,
 	.post_read = conn_post_read,
 	.post_recv = conn_post_recv,
+	.post_recvs = conn_post_recvs,
 	.poll = conn_poll,
 	.fd = conn_fd,
 	.wait = conn_wait,

@@ -349,6 +349,14 @@ static void test_blocking_receive(void **s)
 	ualarm(20000, 0);
 	assert_int_equal(xp_blocking_receive(p, &ev, 5 * S, 0), -EINTR);
 	assert_int_equal(xp_num_receive_tokens(p), 256);
+	/* the absolute form: a deadline already past returns at once; one
+	 * ahead, spinning first and then sleeping, returns at it */
+	t0 = xtime_ns();
+	assert_int_equal(xp_blocking_receive_until(p, &ev, t0, t0), 0);
+	assert_true(xtime_ns() - t0 < S / 20);
+	t0 = xtime_ns();
+	assert_int_equal(xp_blocking_receive_until(p, &ev, t0 + S / 20, t0 + S / 100), 0);
+	assert_true(xtime_ns() - t0 >= S / 20);
 	xp_close(p);
 	xp_host_free(h);
 }

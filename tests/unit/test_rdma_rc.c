@@ -359,6 +359,55 @@ static void test_inline_limit(void **state)
 	xrc_dereg(rmr);
 }
 
+/* xrc_post_recvs: one chained post; a full queue takes what fits. */
+static void test_post_recvs(void **state)
+{
+	const struct xrc_opts o = { .rq_depth = 4 };
+	struct xrc *srv, *cli;
+	static char rbuf[6][64];
+	struct xrc_sge sg[6];
+	uint64_t id[6];
+	struct xrc_mr *rmr;
+	struct xrc_wc wc;
+
+	(void)state;
+	RDMA_OR_SKIP();
+	make_pair(&o, &srv, &cli);
+	rmr = reg(srv, rbuf, sizeof(rbuf), XRC_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < 6; i++) {
+		sg[i] = (struct xrc_sge){ rbuf[i], sizeof(rbuf[i]), rmr };
+		id[i] = 700 + i;
+	}
+	/* an unregistered buffer is refused, nothing posted */
+	struct xrc_sge bad = { rbuf[5], 8, NULL };
+
+	assert_int_equal(xrc_post_recvs(srv, &bad, &id[5], 1), -EINVAL);
+	assert_int_equal(xrc_post_recvs(srv, sg, id, 3), 3);
+	assert_int_equal(xrc_post_recvs(srv, &sg[3], &id[3], 3), 1);
+	assert_int_equal(xrc_post_recvs(srv, &sg[4], &id[4], 2), -ENOBUFS);
+	for (int i = 0; i < 4; i++) {
+		char m[8];
+
+		snprintf(m, sizeof(m), "m%d", i);
+		assert_int_equal(xrc_send_inline(cli, m, 3, NULL, 0, (uint64_t)i, XRC_SIGNALED), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		char m[8];
+
+		wc = next_wc(srv);
+		assert_int_equal(wc.status, 0);
+		assert_int_equal(wc.op, XRC_OP_RECV);
+		assert_int_equal(wc.wr_id, 700 + i);
+		snprintf(m, sizeof(m), "m%d", i);
+		assert_string_equal(rbuf[i], m);
+	}
+	for (uint64_t i = 0; i < 4; i++)
+		assert_int_equal(next_wc(cli).wr_id, i);
+	xrc_close(cli);
+	xrc_close(srv);
+	xrc_dereg(rmr);
+}
+
 static void test_write_read(void **state)
 {
 	struct xrc *srv, *cli;
@@ -973,6 +1022,7 @@ int main(void)
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_send_recv),
 		cmocka_unit_test(test_inline_limit),
+		cmocka_unit_test(test_post_recvs),
 		cmocka_unit_test(test_write_read),
 		cmocka_unit_test(test_bad_rkey),
 		cmocka_unit_test(test_out_of_bounds),

@@ -294,6 +294,50 @@ static void test_send_recv_sge_inline_imm(void **state)
 	xrc_close(b);
 }
 
+/* xrc_post_recvs: a batch fills receives in order; a full queue takes
+ * what fits and says how many. */
+static void test_post_recvs(void **state)
+{
+	struct xrc_opts o = { .rq_depth = 4 };
+	struct xrc *a, *b;
+	char r[6][16];
+	struct xrc_sge sg[6];
+	uint64_t id[6];
+	struct xrc_wc wc;
+
+	(void)state;
+	pair_opts(&a, &b, NULL, &o);
+	for (int i = 0; i < 6; i++) {
+		sg[i] = (struct xrc_sge){ r[i], sizeof(r[i]), NULL };
+		id[i] = 500 + i;
+	}
+	assert_int_equal(xrc_post_recvs(b, sg, id, 0), 0);
+	assert_int_equal(xrc_post_recvs(b, NULL, id, 2), -EINVAL);
+	assert_int_equal(xrc_post_recvs(b, sg, id, 3), 3);
+	/* one slot left: the fourth goes in, the rest not */
+	assert_int_equal(xrc_post_recvs(b, &sg[3], &id[3], 3), 1);
+	assert_int_equal(xrc_post_recvs(b, &sg[4], &id[4], 2), -ENOBUFS);
+	for (int i = 0; i < 4; i++) {
+		char m[8];
+
+		snprintf(m, sizeof(m), "m%d", i);
+		assert_int_equal(xrc_send_inline(a, m, 3, NULL, 0, (uint64_t)i, XRC_SIGNALED), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		char m[8];
+
+		get_wc(b, a, &wc);
+		assert_int_equal(wc.op, XRC_OP_RECV);
+		assert_int_equal(wc.wr_id, 500 + i);
+		snprintf(m, sizeof(m), "m%d", i);
+		assert_string_equal(r[i], m);
+	}
+	for (uint64_t i = 0; i < 4; i++)
+		expect_wc(a, b, i, XRC_OP_SEND, 0);
+	xrc_close(a);
+	xrc_close(b);
+}
+
 static void test_write_read(void **state)
 {
 	struct xrc *a, *b;
@@ -1163,6 +1207,7 @@ int main(void)
 		cmocka_unit_test(test_reject_with_data),
 		cmocka_unit_test(test_connect_errors),
 		cmocka_unit_test(test_send_recv_sge_inline_imm),
+		cmocka_unit_test(test_post_recvs),
 		cmocka_unit_test(test_write_read),
 		cmocka_unit_test(test_remote_access_errors),
 		cmocka_unit_test(test_recv_too_small),
