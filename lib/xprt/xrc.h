@@ -326,8 +326,9 @@ int xrc_send_inline(struct xrc *c, const void *hdr, uint32_t hlen, const void *d
 int xrc_post_recv(struct xrc *c, const struct xrc_sge *sg, uint64_t wr_id);
 /* n receives at once, buffer sg[i] with wr_id[i] (rdma: one post of a
  * chain of work requests).  Returns the number posted, from the first:
- * fewer than n when the queue filled or n is above XRC_RECV_BATCH (post
- * the rest again), or -errno when none was. */
+ * fewer than n when the queue filled, n is above XRC_RECV_BATCH or a later
+ * buffer is bad (post the rest again: that call says why), or -errno when
+ * none was: -ENOBUFS (queue full), -EINVAL, -ENOTCONN. */
 int xrc_post_recvs(struct xrc *c, const struct xrc_sge *sg, const uint64_t *wr_id, int n);
 
 /* Rings the doorbell for posts made with XRC_MORE.  0, 1 when part of
