@@ -871,34 +871,11 @@ static int conn_post_read(struct xrc *xc, const struct xrc_sge *sg, int nsg, uin
 	return post_sg((struct rconn *)xc, &wr, sg, nsg, flags, XRC_OP_READ, wr_id);
 }
 
-static int conn_post_recv(struct xrc *xc, const struct xrc_sge *sg, uint64_t wr_id)
-{
-	struct rconn *c = (struct rconn *)xc;
-	struct ibv_recv_wr wr, *bad;
-	struct ibv_sge sge;
-	uint32_t len;
-	int rc;
-
-	if (!sg->mr && sg->len)
-		return -EINVAL;
-	rc = build_sge(c, sg, 1, false, &sge, &len);
-	if (rc)
-		return rc;
-	if (c->rq_head - c->rq_tail >= c->base.rq_depth)
-		return -ENOBUFS;
-	wr = (struct ibv_recv_wr){ .wr_id = RQ_BIT | c->rq_head, .sg_list = &sge, .num_sge = 1 };
-	c->rq[xring_slot(c->rq_head, c->base.rq_depth)] = wr_id;
-	if (ibv_post_recv(c->qp, &wr, &bad)) {
-		int e = errno ? errno : ENOMEM;
-
-		return e == ENOMEM ? -ENOBUFS : -e;
-	}
-	c->rq_head++;
-	return 0;
-}
-
-/* A chain of receives in one post.  A work request the provider refuses
- * ends the chain there: the ones before it are posted. */
+/* Receives as one chain of work requests (one post, one doorbell).  Each
+ * buffer is checked in turn: the first bad one (-EINVAL) or the first with
+ * no room left in the queue (-ENOBUFS) ends the chain there, and a
+ * work request the provider refuses ends it too; the ones before it are
+ * posted and counted. */
 static int conn_post_recvs(struct xrc *xc, const struct xrc_sge *sg, const uint64_t *wr_id,
 			   int n)
 {
@@ -906,22 +883,19 @@ static int conn_post_recvs(struct xrc *xc, const struct xrc_sge *sg, const uint6
 	struct ibv_recv_wr wr[XRC_RECV_BATCH], *bad = NULL;
 	struct ibv_sge sge[XRC_RECV_BATCH];
 	uint64_t room = c->base.rq_depth - (c->rq_head - c->rq_tail);
-	int k = 0;
+	int k, rc = 0;
 
 	if (n > XRC_RECV_BATCH)
 		n = XRC_RECV_BATCH;
-	if ((uint64_t)n > room)
-		n = (int)room;
-	if (!n)
-		return -ENOBUFS;
-	for (; k < n; k++) {
+	for (k = 0; k < n; k++) {
 		uint32_t len;
-		int rc;
 
 		if (!sg[k].mr && sg[k].len)
 			rc = -EINVAL;
 		else
 			rc = build_sge(c, &sg[k], 1, false, &sge[k], &len);
+		if (!rc && (uint64_t)k >= room)
+			rc = -ENOBUFS;
 		if (rc)
 			break;
 		wr[k] = (struct ibv_recv_wr){ .wr_id = RQ_BIT | (c->rq_head + k), .sg_list = &sge[k],
@@ -929,19 +903,24 @@ static int conn_post_recvs(struct xrc *xc, const struct xrc_sge *sg, const uint6
 		c->rq[xring_slot(c->rq_head + k, c->base.rq_depth)] = wr_id[k];
 	}
 	if (!k)
-		return -EINVAL;
+		return rc;
 	wr[k - 1].next = NULL;
 	if (ibv_post_recv(c->qp, wr, &bad)) {
 		int e = errno ? errno : ENOMEM;
 
 		k = bad ? (int)(bad - wr) : 0;
-		c->rq_head += (uint64_t)k;
-		if (k)
-			return k;
-		return e == ENOMEM ? -ENOBUFS : -e;
+		if (!k)
+			return e == ENOMEM ? -ENOBUFS : -e;
 	}
 	c->rq_head += (uint64_t)k;
 	return k;
+}
+
+static int conn_post_recv(struct xrc *xc, const struct xrc_sge *sg, uint64_t wr_id)
+{
+	int rc = conn_post_recvs(xc, sg, &wr_id, 1);
+
+	return rc < 0 ? rc : 0;
 }
 
 /* Bind (mr set) or invalidate (mr NULL) a window through c's send queue. */
