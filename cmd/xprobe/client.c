@@ -1,4 +1,5 @@
 #include "client.h"
+#include "core/cc.h"
 #include "core/parse.h"
 #include "core/xtime.h"
 
@@ -198,8 +199,8 @@ int pclient_stats(struct pclient *c, uint64_t *msgs, uint64_t *bytes)
 	return EXIT_OK;
 }
 
-int pclient_wait_until(struct pclient *c, struct xp_event *ev, uint64_t until,
-		       uint64_t spin_until)
+XHOT_INLINE int pclient_wait_until(struct pclient *c, struct xp_event *ev, uint64_t until,
+				   uint64_t spin_until)
 {
 	for (;;) {
 		int rc;

@@ -7,6 +7,7 @@
  * --spin after the last work, then sleeps in epoll.  A client that
  * misbehaves costs a rate-limited log line, never the service. */
 #include "cmd.h"
+#include "core/cc.h"
 #include "core/log.h"
 #include "core/parse.h"
 #include "core/xtime.h"
@@ -112,7 +113,7 @@ static struct sbuf *sbuf_of(void *mem)
 	return (struct sbuf *)((unsigned char *)mem - offsetof(struct sbuf, mem));
 }
 
-static void provide(struct server *s, struct sbuf *b)
+XINLINE void provide(struct server *s, struct sbuf *b)
 {
 	if (s->closing)
 		return;

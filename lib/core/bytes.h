@@ -96,4 +96,54 @@ static inline void put_le64(uint8_t *p, uint64_t v)
 	memcpy(p, &v, sizeof(v));
 }
 
+/* memcpy for a per-message copy that is mostly a few bytes (a ping's
+ * payload): 8-byte words inline, the library call only for long ones (a
+ * call costs more than the copy under binary translation, core/cc.h). */
+static inline __attribute__((always_inline)) void copy_short(void *dst, const void *src, size_t n)
+{
+	uint8_t *d = dst;
+	const uint8_t *s = src;
+
+	if (n > 64) {
+		memcpy(d, s, n);
+		return;
+	}
+	/* (the empty asm keeps the compiler from making the loop a memcpy
+	 * call again) */
+	for (; n >= 8; n -= 8, d += 8, s += 8) {
+		memcpy(d, s, 8);
+		__asm__("" : "+r"(d));
+	}
+	if (n & 4) {
+		memcpy(d, s, 4);
+		d += 4, s += 4;
+	}
+	if (n & 2) {
+		memcpy(d, s, 2);
+		d += 2, s += 2;
+	}
+	if (n & 1)
+		*d = *s;
+}
+
+/* memcmp() == 0 likewise. */
+static inline __attribute__((always_inline)) int equal_short(const void *a, const void *b, size_t n)
+{
+	const uint8_t *x = a, *y = b;
+	uint64_t u, v;
+
+	if (n > 64)
+		return !memcmp(x, y, n);
+	for (; n >= 8; n -= 8, x += 8, y += 8) {
+		memcpy(&u, x, 8);
+		memcpy(&v, y, 8);
+		if (u != v)
+			return 0;
+	}
+	for (; n; n--, x++, y++)
+		if (*x != *y)
+			return 0;
+	return 1;
+}
+
 #endif

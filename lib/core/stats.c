@@ -1,4 +1,5 @@
 #include "core/stats.h"
+#include "core/cc.h"
 
 #include <string.h>
 
@@ -6,7 +7,7 @@
 
 _Static_assert(sizeof(struct xhist) < 32 * 1024, "xhist must stay small");
 
-static unsigned bucket_of(uint64_t v)
+XINLINE unsigned bucket_of(uint64_t v)
 {
 	unsigned e, sh;
 
@@ -32,7 +33,7 @@ void xhist_reset(struct xhist *h)
 	h->min = UINT64_MAX;
 }
 
-void xhist_add(struct xhist *h, uint64_t ns)
+XHOT_INLINE void xhist_add(struct xhist *h, uint64_t ns)
 {
 	uint32_t *b = &h->b[bucket_of(ns)];
 

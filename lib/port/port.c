@@ -1,6 +1,7 @@
 /* GM-style ports (port.h) over host-pair links: the API and the progress
  * loop.  The protocol is port_eng.c; the transports are port_link.c. */
 #include "port/port_pri.h"
+#include "core/cc.h"
 #include "core/log.h"
 #include "core/xtime.h"
 
@@ -53,6 +54,7 @@ struct xp_host *xp_host_new(const struct xp_host_opts *o, char *err, size_t errl
 	}
 	if (o)
 		h->o = *o;
+	h->now = xtime_ns();
 	if (!h->o.frag) {
 		h->o.frag = 32 * 1024;
 		h->frag_default = true;
@@ -164,7 +166,7 @@ static struct xp_link *link_get(const struct xp_host *h, uint32_t node)
 	return node >= 1 && node <= h->nlinks ? h->links[node - 1] : NULL;
 }
 
-bool xp_node_up(const struct xp_host *h, uint32_t node)
+XHOT_INLINE bool xp_node_up(const struct xp_host *h, uint32_t node)
 {
 	const struct xp_link *k = link_get(h, node);
 
@@ -186,13 +188,15 @@ int xp_host_progress(struct xp_host *h)
 	uint64_t now;
 	int done = 0;
 
-	/* The clock is read after a round that did something and every
-	 * XP_CLOCK_EVERY-th idle round: a spinning caller's clock reads were
-	 * a third of its idle rounds under emulation, and nothing here needs
-	 * finer time than a few rounds (timers are 100 us and up). */
-	if (h->idle_rounds == 0 || h->idle_rounds >= XP_CLOCK_EVERY) {
+	/* The clock is read every XP_CLOCK_EVERY-th round (and by host_wait
+	 * after a sleep): nothing here needs finer time than a few rounds
+	 * (timers are 100 us and up), while under emulation a clock read is
+	 * a microsecond -- a spinning caller's reads were a third of its idle
+	 * rounds, and a read per message is calls a round trip pays for
+	 * (core/cc.h). */
+	if (++h->rounds >= XP_CLOCK_EVERY) {
 		h->now = xtime_ns();
-		h->idle_rounds = 0;
+		h->rounds = 0;
 	}
 	now = h->now;
 
@@ -214,7 +218,6 @@ int xp_host_progress(struct xp_host *h)
 		if (h->links[i])
 			done += xpl_rx(h->links[i], now);
 	done += pe_timers(h->e, now);
-	h->idle_rounds = done ? 0 : h->idle_rounds + 1;
 	return done;
 }
 
@@ -291,7 +294,7 @@ int xp_host_timeout_ms(const struct xp_host *h, int max_ms)
 unsigned xp_num_send_tokens(const struct xp_port *p) { return pe_send_tokens(p->h->e, p->id); }
 unsigned xp_num_receive_tokens(const struct xp_port *p) { return pe_recv_tokens(p->h->e, p->id); }
 
-int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio prio,
+XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio prio,
 	    const void *buf, size_t len, xp_send_cb cb, void *ctx)
 {
 	struct xp_link *k;
@@ -320,7 +323,7 @@ int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio pr
 	return rc;
 }
 
-int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size, enum xp_prio prio)
+XHOT_INLINE int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size, enum xp_prio prio)
 {
 	if (!p->open)
 		return -EINVAL;
@@ -333,7 +336,7 @@ void xp_set_acceptable_sizes(struct xp_port *p, enum xp_prio prio, uint64_t mask
 }
 
 /* seed 001 section 2: callbacks run only inside the receive calls. */
-static void run_callbacks(struct xp_port *p)
+XINLINE void run_callbacks(struct xp_port *p)
 {
 	xp_send_cb cb;
 	void *ctx;
@@ -344,12 +347,12 @@ static void run_callbacks(struct xp_port *p)
 			cb(p, ctx, st);
 }
 
-bool xp_port_pending(const struct xp_port *p)
+XHOT_INLINE bool xp_port_pending(const struct xp_port *p)
 {
 	return p->open && pe_port_pending(p->h->e, p->id);
 }
 
-int xp_receive(struct xp_port *p, struct xp_event *ev)
+XHOT_INLINE int xp_receive(struct xp_port *p, struct xp_event *ev)
 {
 	if (!p->open) {
 		*ev = (struct xp_event){ .type = XP_NO_EVENT };
@@ -403,6 +406,8 @@ static int host_wait(struct xp_host *h, uint64_t until)
 	struct timespec ts = { (time_t)(t / XTIME_NS_PER_S), (long)(t % XTIME_NS_PER_S) };
 
 	rc = epoll_pwait2(h->epfd, evs, 8, &ts, NULL);
+	h->now = xtime_ns();
+	h->rounds = 0;
 	if (rc < 0 && errno == EINTR)
 		return -EINTR;
 	return 0;

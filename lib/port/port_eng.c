@@ -2,6 +2,8 @@
  * message -- send descriptors, receive-buffer records and event slots are
  * allocated per port when it opens; stream state once per stream. */
 #include "port/port_eng.h"
+#include "core/bytes.h"
+#include "core/cc.h"
 #include "core/ring.h"
 
 #include <errno.h>
@@ -301,19 +303,13 @@ uint64_t pe_node_refs(const struct pe_eng *e, uint32_t node)
 	return n ? n->refs : 0;
 }
 
-/* Stream lookup; `make` allocates (once per stream, not per message). */
-static struct pe_txs *txs_get(struct pe_node *n, unsigned src, unsigned dst, unsigned prio,
-			      bool make)
+/* A new stream's state (once per stream, not per message). */
+static XCOLD struct pe_txs *txs_make(struct pe_node *n, unsigned src, unsigned dst, unsigned prio)
 {
 	struct pe_txs **row = n->tx[src], *s;
 
-	if (!row) {
-		if (!make || !(row = n->tx[src] = calloc(2 * PW_MAX_PORTS, sizeof(*row))))
-			return NULL;
-	}
-	s = row[dst * 2 + prio];
-	if (s || !make)
-		return s;
+	if (!row && !(row = n->tx[src] = calloc(2 * PW_MAX_PORTS, sizeof(*row))))
+		return NULL;
 	if (!(s = calloc(1, sizeof(*s))))
 		return NULL;
 	s->node = n;
@@ -328,18 +324,12 @@ static struct pe_txs *txs_get(struct pe_node *n, unsigned src, unsigned dst, uns
 	return s;
 }
 
-static struct pe_rxs *rxs_get(struct pe_node *n, unsigned src, unsigned dst, unsigned prio,
-			      bool make)
+static XCOLD struct pe_rxs *rxs_make(struct pe_node *n, unsigned src, unsigned dst, unsigned prio)
 {
 	struct pe_rxs **row = n->rx[src], *r;
 
-	if (!row) {
-		if (!make || !(row = n->rx[src] = calloc(2 * PW_MAX_PORTS, sizeof(*row))))
-			return NULL;
-	}
-	r = row[dst * 2 + prio];
-	if (r || !make)
-		return r;
+	if (!row && !(row = n->rx[src] = calloc(2 * PW_MAX_PORTS, sizeof(*row))))
+		return NULL;
 	if (!(r = calloc(1, sizeof(*r))))
 		return NULL;
 	r->node = n;
@@ -353,11 +343,28 @@ static struct pe_rxs *rxs_get(struct pe_node *n, unsigned src, unsigned dst, uns
 	return r;
 }
 
+/* Stream lookups; `make` allocates a stream met for the first time. */
+XINLINE struct pe_txs *txs_get(struct pe_node *n, unsigned src, unsigned dst, unsigned prio,
+			       bool make)
+{
+	struct pe_txs *s = n->tx[src] ? n->tx[src][dst * 2 + prio] : NULL;
+
+	return s || !make ? s : txs_make(n, src, dst, prio);
+}
+
+XINLINE struct pe_rxs *rxs_get(struct pe_node *n, unsigned src, unsigned dst, unsigned prio,
+			       bool make)
+{
+	struct pe_rxs *r = n->rx[src] ? n->rx[src][dst * 2 + prio] : NULL;
+
+	return r || !make ? r : rxs_make(n, src, dst, prio);
+}
+
 /* -------------------------------------------------- send completions */
 
 /* Completions leave a stream in order: a finished message whose frames the
  * transport still holds keeps the ones behind it waiting too. */
-static void done_flush(struct pe_eng *e, struct pe_txs *s)
+XINLINE void done_flush(struct pe_eng *e, struct pe_txs *s)
 {
 	struct pe_send *d;
 
@@ -367,7 +374,7 @@ static void done_flush(struct pe_eng *e, struct pe_txs *s)
 	}
 }
 
-static void finish(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, enum xp_status st)
+XINLINE void finish(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, enum xp_status st)
 {
 	struct pe_port *p = &e->ports[d->port];
 
@@ -542,7 +549,7 @@ uint64_t pe_port_refs(const struct pe_eng *e, unsigned port)
 	return port < PW_MAX_PORTS ? e->ports[port].refs : 0;
 }
 
-static void queue_ctl(struct pe_rxs *r)
+XINLINE void queue_ctl(struct pe_rxs *r)
 {
 	struct pe_node *n = r->node;
 
@@ -552,7 +559,7 @@ static void queue_ctl(struct pe_rxs *r)
 	}
 }
 
-static void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
+static XCOLD void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
 {
 	r->st = RX_DISCARD;
 	r->expect = seq;
@@ -613,7 +620,7 @@ unsigned pe_recv_tokens(const struct pe_eng *e, unsigned port)
  * *f, with the reverse stream's ACK riding along when one is owed (and no
  * NACK, which never waits); the transport holds d until pe_frame_done.
  * Whether it is the message's last fragment. */
-static bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, uint32_t off,
+XINLINE bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, uint32_t off,
 		       uint32_t chunk, struct pe_frame *f)
 {
 	struct pe_rxs *r = s->rev;
@@ -650,7 +657,7 @@ static bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, ui
 
 /* pe_send up to the point where the message has its seq: *dp, or a
  * return for the caller (0 for a node that is down: already completed). */
-static int send_take(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
+XINLINE int send_take(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
 		     unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx,
 		     struct pe_send **dp)
 {
@@ -711,7 +718,7 @@ int pe_send(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
 	return rc;
 }
 
-int pe_send_now(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
+XHOT_INLINE int pe_send_now(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
 		unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx,
 		struct pe_frame *f)
 {
@@ -744,7 +751,7 @@ int pe_send_now(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_por
 	return 1;
 }
 
-int pe_provide(struct pe_eng *e, unsigned port, void *buf, unsigned size, unsigned prio)
+XHOT_INLINE int pe_provide(struct pe_eng *e, unsigned port, void *buf, unsigned size, unsigned prio)
 {
 	struct pe_port *p;
 	struct pe_rbuf *b;
@@ -811,7 +818,7 @@ void pe_drop(struct pe_eng *e, unsigned port, unsigned prio, uint32_t node, unsi
 	s->stopped = false;
 }
 
-int pe_next_completion(struct pe_eng *e, unsigned port, xp_send_cb *cb, void **ctx,
+XHOT_INLINE int pe_next_completion(struct pe_eng *e, unsigned port, xp_send_cb *cb, void **ctx,
 		       enum xp_status *st)
 {
 	struct pe_port *p;
@@ -832,7 +839,7 @@ int pe_next_completion(struct pe_eng *e, unsigned port, xp_send_cb *cb, void **c
 	return 1;
 }
 
-int pe_next_event(struct pe_eng *e, unsigned port, struct xp_event *ev)
+XHOT_INLINE int pe_next_event(struct pe_eng *e, unsigned port, struct xp_event *ev)
 {
 	struct pe_port *p;
 
@@ -848,7 +855,7 @@ int pe_next_event(struct pe_eng *e, unsigned port, struct xp_event *ev)
 	return 1;
 }
 
-bool pe_port_pending(const struct pe_eng *e, unsigned port)
+XHOT_INLINE bool pe_port_pending(const struct pe_eng *e, unsigned port)
 {
 	return port < PW_MAX_PORTS && (e->ports[port].comp.head || e->ports[port].ev_n);
 }
@@ -863,14 +870,14 @@ void pe_port_stats(const struct pe_eng *e, unsigned port, struct xp_port_stats *
 
 /* ------------------------------------------------------- transmitting */
 
-bool pe_node_tx_maybe(const struct pe_eng *e, uint32_t node)
+XHOT_INLINE bool pe_node_tx_maybe(const struct pe_eng *e, uint32_t node)
 {
 	const struct pe_node *n = node_get(e, node);
 
 	return n && n->tx_maybe;
 }
 
-void pe_node_tx_idle(struct pe_eng *e, uint32_t node)
+XHOT_INLINE void pe_node_tx_idle(struct pe_eng *e, uint32_t node)
 {
 	struct pe_node *n = node_get(e, node);
 
@@ -878,7 +885,7 @@ void pe_node_tx_idle(struct pe_eng *e, uint32_t node)
 		n->tx_maybe = false;
 }
 
-bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane)
+XHOT_INLINE bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane)
 {
 	const struct pe_node *n = node_get(e, node);
 	const struct pe_lane *l;
@@ -988,7 +995,7 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 	return 0;
 }
 
-void pe_frame_done(struct pe_eng *e, struct pe_send *d)
+XHOT_INLINE void pe_frame_done(struct pe_eng *e, struct pe_send *d)
 {
 	if (!d || !d->refs)
 		return;
@@ -1001,7 +1008,7 @@ void pe_frame_done(struct pe_eng *e, struct pe_send *d)
 
 /* --------------------------------------------------------- receiving */
 
-static int proto_err(char *why, size_t whylen, const char *fmt, const struct pw_hdr *h)
+static XCOLD int proto_err(char *why, size_t whylen, const char *fmt, const struct pw_hdr *h)
 {
 	snprintf(why, whylen, "%s (port %u -> %u prio %u seq %u off %u)", fmt,
 		 h->src_port, h->dst_port, h->prio, h->seq, h->off);
@@ -1010,7 +1017,7 @@ static int proto_err(char *why, size_t whylen, const char *fmt, const struct pw_
 
 /* seed 001 section 3: a message lands only in a buffer provided for its
  * size and priority; otherwise the receiver refuses it and says why. */
-static void rx_first(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h)
+XINLINE void rx_first(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h)
 {
 	struct pe_port *p = &e->ports[h->dst_port];
 	struct rq *q;
@@ -1039,7 +1046,7 @@ static void rx_first(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h)
 	r->got = 0;
 }
 
-static void rx_complete(struct pe_eng *e, struct pe_rxs *r)
+XINLINE void rx_complete(struct pe_eng *e, struct pe_rxs *r)
 {
 	struct pe_port *p = &e->ports[r->dst];
 	struct pe_rbuf *b = r->rb;
@@ -1066,7 +1073,7 @@ static void rx_complete(struct pe_eng *e, struct pe_rxs *r)
 	queue_ctl(r);
 }
 
-static int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
+XINLINE int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
 		   const uint8_t *pl, uint32_t plen, char *why, size_t whylen)
 {
 	if (h->flags & PW_FIRST) {
@@ -1100,7 +1107,7 @@ static int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
 	/* pw_decode checked off + plen <= len; the buffer holds
 	 * max_length_for_size(size) >= len since size is len's class. */
 	if (plen)
-		memcpy(r->rb->buf + h->off, pl, plen);
+		copy_short(r->rb->buf + h->off, pl, plen);
 	r->got += plen;
 	if (h->flags & PW_LAST)
 		rx_complete(e, r);
@@ -1108,7 +1115,7 @@ static int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
 }
 
 /* Stream s (NULL: none, a port closed since) acknowledged up to seq. */
-static int rx_ack(struct pe_eng *e, struct pe_txs *s, const struct pw_hdr *h, char *why,
+XINLINE int rx_ack(struct pe_eng *e, struct pe_txs *s, const struct pw_hdr *h, char *why,
 		  size_t whylen)
 {
 	struct pe_send *d;
@@ -1125,7 +1132,7 @@ static int rx_ack(struct pe_eng *e, struct pe_txs *s, const struct pw_hdr *h, ch
 	return 0;
 }
 
-static int rx_nack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h, uint64_t now,
+static __attribute__((noinline)) int rx_nack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h, uint64_t now,
 		   char *why, size_t whylen)
 {
 	struct pe_txs *s = txs_get(n, h->dst_port, h->src_port, h->prio, false);
@@ -1170,7 +1177,13 @@ static int rx_nack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h, 
 	return 0;
 }
 
-int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uint64_t now,
+static XCOLD int bad_frame(char *why, size_t whylen, int rc)
+{
+	snprintf(why, whylen, "bad frame: %s", pw_strerror(rc));
+	return -EPROTO;
+}
+
+XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uint64_t now,
 	     char *why, size_t whylen)
 {
 	struct pe_node *n = node_get(e, node);
@@ -1179,10 +1192,8 @@ int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uin
 
 	if (!n || !n->up)
 		return 0;
-	if ((rc = pw_decode(frame, len, &h)) < 0) {
-		snprintf(why, whylen, "bad frame: %s", pw_strerror(rc));
-		return -EPROTO;
-	}
+	if ((rc = pw_decode(frame, len, &h)) < 0)
+		return bad_frame(why, whylen, rc);
 	switch (h.type) {
 	case PW_DATA: {
 		struct pe_rxs *r = rxs_get(n, h.src_port, h.dst_port, h.prio, true);
@@ -1226,7 +1237,7 @@ int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uin
 
 /* ------------------------------------------------------------- timers */
 
-int pe_timers(struct pe_eng *e, uint64_t now)
+XHOT_INLINE int pe_timers(struct pe_eng *e, uint64_t now)
 {
 	struct link *it, *nx;
 	int fired = 0;

@@ -18,6 +18,7 @@
 #include "xprt/mbox.h"
 #include "core/log.h"
 #include "core/bytes.h"
+#include "core/cc.h"
 #include "core/xtime.h"
 
 #include <errno.h>
@@ -96,7 +97,7 @@ static void lane_free(struct xp_lane *ln)
 	memset(ln, 0, sizeof(*ln));
 }
 
-void xpl_fail(struct xp_link *k, const char *why)
+XCOLD void xpl_fail(struct xp_link *k, const char *why)
 {
 	struct xp_listener *l = k->srv;
 
@@ -501,7 +502,7 @@ out_close:
  * XP_RQ_DEPTH - XP_REPOST_BATCH + 1 or more posted meanwhile; a ping-pong
  * pays one post per XP_REPOST_BATCH round trips, not one per trip).  0, or
  * -1 when the link failed. */
-static int lane_repost(struct xp_link *k, struct xp_lane *ln)
+static __attribute__((noinline)) int lane_repost(struct xp_link *k, struct xp_lane *ln)
 {
 	while (ln->nrepost) {
 		struct xrc_sge sg[XRC_RECV_BATCH];
@@ -523,7 +524,15 @@ static int lane_repost(struct xp_link *k, struct xp_lane *ln)
 	return 0;
 }
 
-static int rx_xrc(struct xp_link *k, uint64_t now)
+static XCOLD void lane_wc_failed(struct xp_link *k, unsigned i, int status)
+{
+	char why[80];
+
+	snprintf(why, sizeof(why), "lane %u: %s", i, strerror(-status));
+	xpl_fail(k, why);
+}
+
+XINLINE int rx_xrc(struct xp_link *k, uint64_t now)
 {
 	struct xrc_wc wc[32];
 	int done = 0;
@@ -536,8 +545,7 @@ static int rx_xrc(struct xp_link *k, uint64_t now)
 
 		for (int j = 0; j < n && !k->dead; j++) {
 			if (wc[j].status) {
-				snprintf(why, sizeof(why), "lane %u: %s", i, strerror(-wc[j].status));
-				xpl_fail(k, why);
+				lane_wc_failed(k, i, wc[j].status);
 				break;
 			}
 			done++;
@@ -584,14 +592,22 @@ static int rx_xrc(struct xp_link *k, uint64_t now)
  * keeps choosing what goes next.  The low lane gets only a few, so one
  * round of progress never writes much low-priority data (the high lane
  * waits for it). */
-static uint32_t lane_limit(const struct xp_link *k, const struct xp_lane *ln, unsigned i)
+XINLINE uint32_t lane_limit(const struct xp_link *k, const struct xp_lane *ln, unsigned i)
 {
 	return i == 0 && k->nlanes == 2 && ln->sq > XP_LOW_INFLIGHT ? XP_LOW_INFLIGHT : ln->sq;
 }
 
+static XCOLD void lane_failed(struct xp_link *k, unsigned i, int rc)
+{
+	char why[80];
+
+	snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));
+	xpl_fail(k, why);
+}
+
 /* One frame onto lane i (XRC_MORE: out at lane_flush).  0, or -1 when the
  * link failed. */
-static int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const struct pe_frame *f,
+XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const struct pe_frame *f,
 		     uint32_t lim)
 {
 	uint32_t slot = xring_slot(ln->head, ln->sq);
@@ -636,16 +652,13 @@ static int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const st
 		if (rc == 0)
 			return 0;
 	}
-	char why[80];
-
-	snprintf(why, sizeof(why), "lane %u: send: %s", i, strerror(-rc));
-	xpl_fail(k, why);
+	lane_failed(k, i, rc);
 	return -1;
 }
 
 /* One sendmsg (tcp) or doorbell (rdma) for everything this round put on the
  * lane; returns 1 when the burst limit left bytes for the next round. */
-static int lane_flush(struct xp_link *k, struct xp_lane *ln)
+XINLINE int lane_flush(struct xp_link *k, struct xp_lane *ln)
 {
 	if (!ln->held)	/* rdma: out at the post, and never waits for room */
 		return 0;
@@ -667,7 +680,7 @@ static int lane_flush(struct xp_link *k, struct xp_lane *ln)
 }
 
 /* Lanes [lo, hi] of k, the high-priority lane first. */
-static int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
+XINLINE int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
 {
 	bool all = lo == 0 && hi + 1 == k->nlanes, left = false;
 	int done = 0;
@@ -702,7 +715,7 @@ static int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
 	return done;
 }
 
-bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t len)
+XHOT_INLINE bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t len)
 {
 	const struct xp_lane *ln;
 
@@ -713,7 +726,7 @@ bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t len)
 	       PW_HDR_LEN + len <= xrc_max_inline(ln->c) && xrc_state(ln->c) == XRC_UP;
 }
 
-void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_frame *f)
+XHOT_INLINE void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_frame *f)
 {
 	struct xp_lane *ln = &k->lane[prio];
 
@@ -1015,7 +1028,7 @@ int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
 	return (int)k->node;
 }
 
-static int rx_shm(struct xp_link *k)
+static __attribute__((noinline)) int rx_shm(struct xp_link *k)
 {
 	struct xp_listener *l = k->srv;
 	int n;
@@ -1036,7 +1049,7 @@ static int rx_shm(struct xp_link *k)
 	return n;
 }
 
-static int tx_shm(struct xp_link *k)
+static __attribute__((noinline)) int tx_shm(struct xp_link *k)
 {
 	uint32_t cap, room = shm_room(k->sc, &cap);
 	struct pe_frame f;
@@ -1096,14 +1109,14 @@ static int srv_poll(struct xp_listener *l)
 	return n;
 }
 
-int xpl_rx(struct xp_link *k, uint64_t now)
+XHOT_INLINE int xpl_rx(struct xp_link *k, uint64_t now)
 {
 	if (k->dead)
 		return 0;
 	return k->shm ? rx_shm(k) : rx_xrc(k, now);
 }
 
-int xpl_tx(struct xp_link *k)
+XHOT_INLINE int xpl_tx(struct xp_link *k)
 {
 	if (k->dead)
 		return 0;

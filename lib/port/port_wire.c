@@ -1,8 +1,9 @@
 /* Frame header codec (port_wire.h): explicit big-endian, every field checked. */
 #include "port/port_wire.h"
 #include "core/bytes.h"
+#include "core/cc.h"
 
-unsigned pw_size_for_len(uint64_t len)
+XHOT_INLINE unsigned pw_size_for_len(uint64_t len)
 {
 	/* ceil(log2(len + 8)), at least PW_MIN_SIZE, at most 63 */
 	unsigned s;
@@ -13,7 +14,7 @@ unsigned pw_size_for_len(uint64_t len)
 	return s < PW_MIN_SIZE ? PW_MIN_SIZE : s;
 }
 
-void pw_encode(uint8_t *b, const struct pw_hdr *h)
+XHOT_INLINE void pw_encode(uint8_t *b, const struct pw_hdr *h)
 {
 	b[0] = h->type;
 	b[1] = h->flags;
@@ -27,7 +28,7 @@ void pw_encode(uint8_t *b, const struct pw_hdr *h)
 	put_be32(b + 20, h->aux);
 }
 
-static int check_data(const struct pw_hdr *h, uint64_t plen)
+XINLINE int check_data(const struct pw_hdr *h, uint64_t plen)
 {
 	if (h->arg < PW_MIN_SIZE || h->arg > PW_MAX_SIZE || h->arg != pw_size_for_len(h->len))
 		return PW_E_SIZE;
@@ -48,7 +49,7 @@ static int check_data(const struct pw_hdr *h, uint64_t plen)
 	return 0;
 }
 
-int pw_decode(const uint8_t *b, size_t flen, struct pw_hdr *h)
+XHOT_INLINE int pw_decode(const uint8_t *b, size_t flen, struct pw_hdr *h)
 {
 	uint64_t plen;
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "xprt/xrc_pri.h"
+#include "core/cc.h"
 
 void xrc_opts_fill(struct xrc_opts *dst, const struct xrc_opts *src)
 {
@@ -128,12 +129,12 @@ void xrc_close(struct xrc *c)
 		c->ops->close(c);
 }
 
-enum xrc_state xrc_state(const struct xrc *c) { return c->state; }
+XHOT_INLINE enum xrc_state xrc_state(const struct xrc *c) { return c->state; }
 enum xuri_scheme xrc_scheme(const struct xrc *c) { return c->scheme; }
 const char *xrc_peer(const struct xrc *c) { return c->peer; }
 uint32_t xrc_max_send(const struct xrc *c) { return c->max_send; }
 uint32_t xrc_sq_depth(const struct xrc *c) { return c->sq_depth; }
-uint32_t xrc_max_inline(const struct xrc *c) { return c->max_inline; }
+XHOT_INLINE uint32_t xrc_max_inline(const struct xrc *c) { return c->max_inline; }
 struct xrc_dom *xrc_domain(struct xrc *c) { return c->ops->domain(c); }
 
 struct xrc_mr *xrc_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,
@@ -206,7 +207,7 @@ int xrc_post_send_inv(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t
 	return post_send(c, sg, nsg, SEND_INV, inv_rkey, wr_id, flags);
 }
 
-int xrc_send_inline(struct xrc *c, const void *hdr, uint32_t hlen, const void *data,
+XHOT_INLINE int xrc_send_inline(struct xrc *c, const void *hdr, uint32_t hlen, const void *data,
 		    uint32_t dlen, uint64_t wr_id, unsigned flags)
 {
 	uint64_t len = (uint64_t)hlen + dlen;
@@ -348,7 +349,7 @@ int xrc_post_recvs(struct xrc *c, const struct xrc_sge *sg, const uint64_t *wr_i
 	return n;
 }
 
-int xrc_poll(struct xrc *c, struct xrc_wc *wc, int n)
+XHOT_INLINE int xrc_poll(struct xrc *c, struct xrc_wc *wc, int n)
 {
 	if (n < 0 || (n && !wc))
 		return -EINVAL;

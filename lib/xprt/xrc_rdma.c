@@ -87,7 +87,7 @@ struct rconn {
 };
 
 #define CM_EVERY_NS 1000000ull
-#define CM_POLLS 16u
+#define CM_POLLS 128u
 
 struct rlistener {
 	struct xrc_listener base;

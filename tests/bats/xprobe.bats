@@ -145,6 +145,8 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	p99=$(json_get "$output" rtt_ns.p99)
 	mx=$(json_get "$output" rtt_ns.max)
 	[ "$p50" -gt 0 ] && [ "$p50" -le "$p99" ] && [ "$p99" -le "$mx" ]
+	# back to back, a round trip ends at the next ping's send: none is 0
+	[ "$(json_get "$output" rtt_ns.min)" -gt 0 ]
 }
 
 @test "ping -o yaml" {
