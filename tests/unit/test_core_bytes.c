@@ -11,10 +11,11 @@
 /* Every length around the inline words and the library fallback, at every
  * misalignment of source and destination: the bytes copied and nothing
  * around them. */
-static void test_copy_short(void)
+static void test_copy_short(void **state)
 {
 	uint8_t src[160], dst[160], want[160];
 
+	(void)state;
 	for (size_t i = 0; i < sizeof(src); i++)
 		src[i] = (uint8_t)(i * 37 + 11);
 	for (size_t n = 0; n <= 80; n++) {
@@ -33,10 +34,11 @@ static void test_copy_short(void)
 
 /* Equal for equal bytes; unequal for a difference at any position, in the
  * 8-byte words, in the tail, and past the inline limit. */
-static void test_equal_short(void)
+static void test_equal_short(void **state)
 {
 	uint8_t a[160], b[160];
 
+	(void)state;
 	for (size_t i = 0; i < sizeof(a); i++)
 		a[i] = b[i] = (uint8_t)(i * 13 + 5);
 	for (size_t n = 0; n <= 80; n++) {
