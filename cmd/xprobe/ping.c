@@ -226,8 +226,9 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		t0 = xtime_ns();
 		rc = xp_send(c.p, c.node, PROBE_PORT_ECHO, o->co.prio, tx, o->size, pclient_sent, &c);
 		/* Back to back (-i 0), a round trip ends where the next ping
-		 * starts, as perftest times it: one clock read per ping (under
-		 * emulation each read is calls a round trip pays for). */
+		 * starts, as perftest times it: one clock read per ping, not
+		 * two (under emulation a clock read is calls that a round trip
+		 * pays for). */
 		if (last.ev.buffer && !last.rtt)
 			last.rtt = t0 - last.t0;
 		if (rc < 0) {

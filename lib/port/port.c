@@ -408,7 +408,7 @@ static int host_wait(struct xp_host *h, uint64_t until)
 
 	rc = epoll_pwait2(h->epfd, evs, 8, &ts, NULL);
 	h->now = xtime_ns();
-	h->rounds = 0;
+	h->rounds = 1;	/* fresh: the next progress need not read it again */
 	if (rc < 0 && errno == EINTR)
 		return -EINTR;
 	return 0;

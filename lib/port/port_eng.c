@@ -559,7 +559,9 @@ XINLINE void queue_ctl(struct pe_rxs *r)
 	}
 }
 
-static XCOLD void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
+/* Out of line but not cold: a sender outrunning the receiver's buffers
+ * (bandwidth runs) meets it often. */
+static __attribute__((noinline)) void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
 {
 	r->st = RX_DISCARD;
 	r->expect = seq;
