@@ -13,6 +13,7 @@
  *
  * URI is tcp:// or rdma://.  Exit status 0, 1 on a failure (one line on
  * stderr), 2 on bad usage. */
+#include "core/stats.h"
 #include "core/uri.h"
 #include "core/xtime.h"
 #include "xprt/xrc.h"
@@ -71,13 +72,6 @@ static int next_recv(struct xrc *c, struct xrc_wc *out)
 	}
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static int serve(const struct xuri *u)
 {
 	const struct xrc_opts o = { .rq_depth = DEPTH, .max_send = BUF };
@@ -125,14 +119,14 @@ static int serve(const struct xuri *u)
 static int ping(const struct xuri *u, unsigned long count, unsigned long size)
 {
 	const struct xrc_opts o = { .rq_depth = DEPTH, .max_send = BUF };
-	uint64_t *rtt = calloc(count, sizeof(*rtt)), sum = 0;
+	/* the same histogram xprobe ping reports from */
+	static struct xhist rtt;
 	char err[256], msg[BUF];
 	struct xrc_mr *mr;
 	struct xrc *c = xrc_connect(u, &o, NULL, 0, NULL, NULL, err, sizeof(err));
 	int rc;
 
-	if (!rtt)
-		return die("ping", "out of memory");
+	xhist_reset(&rtt);
 	if (!c)
 		return die("connect", err);
 	if (size > xrc_max_inline(c))
@@ -155,21 +149,17 @@ static int ping(const struct xuri *u, unsigned long count, unsigned long size)
 		if ((rc = next_recv(c, &wc)) < 0)
 			return die("receive", strerror(-rc));
 		if (i >= WARMUP)
-			rtt[i - WARMUP] = xtime_ns() - t0;
+			xhist_add(&rtt, xtime_ns() - t0);
 		if (wc.len != size || memcmp(rx[wc.wr_id], msg, size))
 			return die("receive", "the reply differs from what was sent");
 		sg = (struct xrc_sge){ rx[wc.wr_id], BUF, mr };
 		if ((rc = xrc_post_recv(c, &sg, wc.wr_id)) < 0)
 			return die("receive", strerror(-rc));
 	}
-	for (unsigned long i = 0; i < count; i++)
-		sum += rtt[i];
-	qsort(rtt, count, sizeof(*rtt), cmp_u64);
 	printf("rtt_p50_ns=%llu rtt_avg_ns=%llu count=%lu\n",
-	       (unsigned long long)rtt[count / 2], (unsigned long long)(sum / count), count);
+	       (unsigned long long)xhist_pct(&rtt, 50), (unsigned long long)xhist_mean(&rtt), count);
 	xrc_close(c);
 	xrc_dereg(mr);
-	free(rtt);
 	return 0;
 }
 

@@ -2,12 +2,11 @@
 #ifndef XPRT_CORE_CC_H
 #define XPRT_CORE_CC_H
 
-/* Why calls are counted on the per-message paths: a call and its return
- * are cheap on hardware, but under binary translation (the Soft-RoCE VM,
- * qemu TCG) each is a jump through a target look-up, and the look-up
- * cache does not survive the kernel's work of sending a message -- every
- * distinct function a round trip calls costs ~70 ns there, while the same
- * code inlined costs nothing measurable (bench/README.md, "xprobe"). */
+/* Why the per-message paths count calls and branches: on hardware both
+ * are cheap, but under binary translation (the Soft-RoCE VM, qemu TCG) a
+ * round trip pays ~70 ns for every distinct function it calls and ~21 ns
+ * for every distinct branch it takes, while the same work as straight
+ * code costs nothing measurable (bench/README.md, "xprobe"). */
 
 /* A small static helper of a per-message path: inlined even where the
  * compiler's size heuristics would keep a call. */
@@ -21,5 +20,9 @@
 
 /* The rare or failing branch of a hot function, kept out of its code. */
 #define XCOLD __attribute__((cold, noinline))
+
+/* Kept out of a hot function's code although it is not rare (a batch, a
+ * back-pressure reply, another transport's path). */
+#define XOUTLINE __attribute__((noinline))
 
 #endif

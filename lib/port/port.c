@@ -296,7 +296,7 @@ unsigned xp_num_send_tokens(const struct xp_port *p) { return pe_send_tokens(p->
 unsigned xp_num_receive_tokens(const struct xp_port *p) { return pe_recv_tokens(p->h->e, p->id); }
 
 XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio prio,
-	    const void *buf, size_t len, xp_send_cb cb, void *ctx)
+			const void *buf, size_t len, xp_send_cb cb, void *ctx)
 {
 	struct xp_link *k;
 	int rc;
@@ -324,7 +324,8 @@ XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enu
 	return rc;
 }
 
-XHOT_INLINE int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size, enum xp_prio prio)
+XHOT_INLINE int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size,
+					   enum xp_prio prio)
 {
 	if (!p->open)
 		return -EINVAL;

@@ -561,7 +561,7 @@ XINLINE void queue_ctl(struct pe_rxs *r)
 
 /* Out of line but not cold: a sender outrunning the receiver's buffers
  * (bandwidth runs) meets it often. */
-static __attribute__((noinline)) void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
+static XOUTLINE void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
 {
 	r->st = RX_DISCARD;
 	r->expect = seq;
@@ -623,7 +623,7 @@ unsigned pe_recv_tokens(const struct pe_eng *e, unsigned port)
  * NACK, which never waits); the transport holds d until pe_frame_done.
  * Whether it is the message's last fragment. */
 XINLINE bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, uint32_t off,
-		       uint32_t chunk, struct pe_frame *f)
+			uint32_t chunk, struct pe_frame *f)
 {
 	struct pe_rxs *r = s->rev;
 	struct pw_hdr h = { .type = PW_DATA, .prio = s->prio, .arg = (uint8_t)pw_size_for_len(d->len),
@@ -660,8 +660,8 @@ XINLINE bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, u
 /* pe_send up to the point where the message has its seq: *dp, or a
  * return for the caller (0 for a node that is down: already completed). */
 XINLINE int send_take(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
-		     unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx,
-		     struct pe_send **dp)
+		      unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx,
+		      struct pe_send **dp)
 {
 	struct pe_port *p;
 	struct pe_node *n;
@@ -721,8 +721,8 @@ int pe_send(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
 }
 
 XHOT_INLINE int pe_send_now(struct pe_eng *e, unsigned port, uint32_t node, unsigned dst_port,
-		unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx,
-		struct pe_frame *f)
+			    unsigned prio, const void *buf, size_t len, xp_send_cb cb, void *ctx,
+			    struct pe_frame *f)
 {
 	struct pe_send *d;
 	struct pe_txs *s;
@@ -821,7 +821,7 @@ void pe_drop(struct pe_eng *e, unsigned port, unsigned prio, uint32_t node, unsi
 }
 
 XHOT_INLINE int pe_next_completion(struct pe_eng *e, unsigned port, xp_send_cb *cb, void **ctx,
-		       enum xp_status *st)
+				   enum xp_status *st)
 {
 	struct pe_port *p;
 	struct pe_send *d;
@@ -1076,7 +1076,7 @@ XINLINE void rx_complete(struct pe_eng *e, struct pe_rxs *r)
 }
 
 XINLINE int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
-		   const uint8_t *pl, uint32_t plen, char *why, size_t whylen)
+		    const uint8_t *pl, uint32_t plen, char *why, size_t whylen)
 {
 	if (h->flags & PW_FIRST) {
 		if (r->st == RX_ASM) {
@@ -1118,7 +1118,7 @@ XINLINE int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
 
 /* Stream s (NULL: none, a port closed since) acknowledged up to seq. */
 XINLINE int rx_ack(struct pe_eng *e, struct pe_txs *s, const struct pw_hdr *h, char *why,
-		  size_t whylen)
+		   size_t whylen)
 {
 	struct pe_send *d;
 
@@ -1134,8 +1134,8 @@ XINLINE int rx_ack(struct pe_eng *e, struct pe_txs *s, const struct pw_hdr *h, c
 	return 0;
 }
 
-static __attribute__((noinline)) int rx_nack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h, uint64_t now,
-		   char *why, size_t whylen)
+static XOUTLINE int rx_nack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
+			    uint64_t now, char *why, size_t whylen)
 {
 	struct pe_txs *s = txs_get(n, h->dst_port, h->src_port, h->prio, false);
 	struct pe_send *d;
@@ -1185,8 +1185,8 @@ static XCOLD int bad_frame(char *why, size_t whylen, int rc)
 	return -EPROTO;
 }
 
-XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uint64_t now,
-	     char *why, size_t whylen)
+XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len,
+			 uint64_t now, char *why, size_t whylen)
 {
 	struct pe_node *n = node_get(e, node);
 	struct pw_hdr h;

@@ -502,7 +502,7 @@ out_close:
  * XP_RQ_DEPTH - XP_REPOST_BATCH + 1 or more posted meanwhile; a ping-pong
  * pays one post per XP_REPOST_BATCH round trips, not one per trip).  0, or
  * -1 when the link failed. */
-static __attribute__((noinline)) int lane_repost(struct xp_link *k, struct xp_lane *ln)
+static XOUTLINE int lane_repost(struct xp_link *k, struct xp_lane *ln)
 {
 	while (ln->nrepost) {
 		struct xrc_sge sg[XRC_RECV_BATCH];
@@ -608,7 +608,7 @@ static XCOLD void lane_failed(struct xp_link *k, unsigned i, int rc)
 /* One frame onto lane i (XRC_MORE: out at lane_flush).  0, or -1 when the
  * link failed. */
 XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const struct pe_frame *f,
-		     uint32_t lim)
+		      uint32_t lim)
 {
 	uint32_t slot = xring_slot(ln->head, ln->sq);
 	struct xp_tx *t = &ln->ring[slot];
@@ -1028,7 +1028,7 @@ int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
 	return (int)k->node;
 }
 
-static __attribute__((noinline)) int rx_shm(struct xp_link *k)
+static XOUTLINE int rx_shm(struct xp_link *k)
 {
 	struct xp_listener *l = k->srv;
 	int n;
@@ -1049,7 +1049,7 @@ static __attribute__((noinline)) int rx_shm(struct xp_link *k)
 	return n;
 }
 
-static __attribute__((noinline)) int tx_shm(struct xp_link *k)
+static XOUTLINE int tx_shm(struct xp_link *k)
 {
 	uint32_t cap, room = shm_room(k->sc, &cap);
 	struct pe_frame f;

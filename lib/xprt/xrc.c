@@ -208,7 +208,7 @@ int xrc_post_send_inv(struct xrc *c, const struct xrc_sge *sg, int nsg, uint32_t
 }
 
 XHOT_INLINE int xrc_send_inline(struct xrc *c, const void *hdr, uint32_t hlen, const void *data,
-		    uint32_t dlen, uint64_t wr_id, unsigned flags)
+				uint32_t dlen, uint64_t wr_id, unsigned flags)
 {
 	uint64_t len = (uint64_t)hlen + dlen;
 
