@@ -167,13 +167,14 @@ struct pe_port {
 	struct pe_rbuf *rbufs, *rfree;
 	struct rq avail[2][PW_MAX_SIZE + 1];
 	uint64_t accept[2];
-	struct xp_event *ev;		/* ring of recv_tokens */
+	struct xp_event *ev;		/* ring of ev_mask + 1 >= recv_tokens */
 	unsigned ev_head, ev_n;
 	struct xp_port_stats st;
 };
 
 struct pe_eng {
 	struct pe_opts o;
+	uint32_t ev_mask;		/* event rings: xring_cap(recv_tokens) - 1 */
 	struct pe_node **nodes;		/* [id - 1] */
 	uint32_t nnodes, cap;
 	struct link backoff;
@@ -204,6 +205,7 @@ struct pe_eng *pe_new(const struct pe_opts *o)
 		e->o.send_tokens = 64;
 	if (!e->o.recv_tokens)
 		e->o.recv_tokens = 256;
+	e->ev_mask = xring_cap(e->o.recv_tokens) - 1;
 	if (!e->o.send_timeout_ns)
 		e->o.send_timeout_ns = 10000000000ull;
 	if (!e->o.max_msg)
@@ -503,7 +505,7 @@ int pe_port_open(struct pe_eng *e, unsigned port)
 	memset(p, 0, sizeof(*p));
 	p->descs = calloc(ns, sizeof(*p->descs));
 	p->rbufs = calloc(nr, sizeof(*p->rbufs));
-	p->ev = calloc(nr, sizeof(*p->ev));
+	p->ev = calloc((size_t)e->ev_mask + 1, sizeof(*p->ev));
 	if (!p->descs || !p->rbufs || !p->ev) {
 		port_free_mem(p);
 		return -ENOMEM;
@@ -851,7 +853,7 @@ XHOT_INLINE int pe_next_event(struct pe_eng *e, unsigned port, struct xp_event *
 	}
 	p = &e->ports[port];
 	*ev = p->ev[p->ev_head];
-	p->ev_head = xring_slot(p->ev_head + 1, e->o.recv_tokens);
+	p->ev_head = (p->ev_head + 1) & e->ev_mask;
 	p->ev_n--;
 	p->rtok++;	/* seed 001 section 3: one receive token per RECV event */
 	return 1;
@@ -1052,7 +1054,7 @@ XINLINE void rx_complete(struct pe_eng *e, struct pe_rxs *r)
 {
 	struct pe_port *p = &e->ports[r->dst];
 	struct pe_rbuf *b = r->rb;
-	struct xp_event *ev = &p->ev[xring_slot(p->ev_head + p->ev_n, e->o.recv_tokens)];
+	struct xp_event *ev = &p->ev[(p->ev_head + p->ev_n) & e->ev_mask];
 
 	/* At most recv_tokens buffers exist, so the ring cannot overflow. */
 	ev->type = r->prio ? XP_HIGH_RECV_EVENT : XP_RECV_EVENT;

@@ -226,6 +226,15 @@ static void lane_opts(const struct xp_host *h, enum xuri_scheme s, struct xrc_op
 	o->burst = 2 * (frag + PW_HDR_LEN);
 }
 
+/* Frames a lane may have in flight: memory stays bounded and the engine
+ * keeps choosing what goes next.  The low lane gets only a few, so one
+ * round of progress never writes much low-priority data (the high lane
+ * waits for it). */
+static uint32_t lane_limit(const struct xp_link *k, const struct xp_lane *ln, unsigned i)
+{
+	return i == 0 && k->nlanes == 2 && ln->sq > XP_LOW_INFLIGHT ? XP_LOW_INFLIGHT : ln->sq;
+}
+
 static int lane_init(struct xp_lane *ln, struct xrc *c, char *err, size_t errlen)
 {
 	bool rdma = xrc_scheme(c) == XURI_RDMA;
@@ -233,7 +242,8 @@ static int lane_init(struct xp_lane *ln, struct xrc *c, char *err, size_t errlen
 
 	ln->c = c;
 	ln->held = !rdma;
-	ln->sq = xrc_sq_depth(c) < XP_SQ_DEPTH ? xrc_sq_depth(c) : XP_SQ_DEPTH;
+	/* a power of two: the ring and the copy pool are indexed by mask */
+	ln->sq = xring_floor(xrc_sq_depth(c) < XP_SQ_DEPTH ? xrc_sq_depth(c) : XP_SQ_DEPTH);
 	ln->bufsz = xrc_max_send(c);
 	if (!ln->sq || ln->bufsz <= PW_HDR_LEN) {
 		snprintf(err, errlen, "connection limits too small (sq %u, max send %u)",
@@ -298,6 +308,8 @@ static int link_new_xrc(struct xp_host *h, struct xrc *c[2], const char *name,
 		snprintf(err, errlen, "%s: %s", name, strerror(-rc));
 		goto out_free_link;
 	}
+	for (unsigned i = 0; i < 2; i++)
+		k->lane[i].lim = lane_limit(k, &k->lane[i], i);
 	return rc;
 
 out_free_link:
@@ -559,7 +571,7 @@ XINLINE int rx_xrc(struct xp_link *k, uint64_t now)
 					break;
 				}
 				while ((int32_t)(upto - ln->tail) >= 0) {
-					struct xp_tx *t = &ln->ring[xring_slot(ln->tail++, ln->sq)];
+					struct xp_tx *t = &ln->ring[ln->tail++ & (ln->sq - 1)];
 
 					ln->posted--;
 					if (t->ref)
@@ -588,14 +600,6 @@ XINLINE int rx_xrc(struct xp_link *k, uint64_t now)
 	return done;
 }
 
-/* Frames a lane may have in flight: memory stays bounded and the engine
- * keeps choosing what goes next.  The low lane gets only a few, so one
- * round of progress never writes much low-priority data (the high lane
- * waits for it). */
-XINLINE uint32_t lane_limit(const struct xp_link *k, const struct xp_lane *ln, unsigned i)
-{
-	return i == 0 && k->nlanes == 2 && ln->sq > XP_LOW_INFLIGHT ? XP_LOW_INFLIGHT : ln->sq;
-}
 
 static XCOLD void lane_failed(struct xp_link *k, unsigned i, int rc)
 {
@@ -610,7 +614,7 @@ static XCOLD void lane_failed(struct xp_link *k, unsigned i, int rc)
 XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const struct pe_frame *f,
 		      uint32_t lim)
 {
-	uint32_t slot = xring_slot(ln->head, ln->sq);
+	uint32_t slot = ln->head & (ln->sq - 1);
 	struct xp_tx *t = &ln->ring[slot];
 	struct xrc_sge sg[2];
 	int nsg = 1, rc;
@@ -701,7 +705,7 @@ XINLINE int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
 			left = true;
 			continue;
 		}
-		lim = lane_limit(k, ln, i);
+		lim = ln->lim;
 		while (ln->posted < lim && (more = pe_pull(k->h->e, k->node, i, &f))) {
 			if (lane_post(k, ln, i, &f, lim) < 0)
 				break;
@@ -722,7 +726,7 @@ XHOT_INLINE bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t
 	if (k->dead || k->shm || k->nlanes != 2)
 		return false;
 	ln = &k->lane[prio];
-	return !ln->flush_more && !ln->want_out && ln->posted < lane_limit(k, ln, prio) &&
+	return !ln->flush_more && !ln->want_out && ln->posted < ln->lim &&
 	       PW_HDR_LEN + len <= xrc_max_inline(ln->c) && xrc_state(ln->c) == XRC_UP;
 }
 
@@ -730,7 +734,7 @@ XHOT_INLINE void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_
 {
 	struct xp_lane *ln = &k->lane[prio];
 
-	if (lane_post(k, ln, prio, f, lane_limit(k, ln, prio)) == 0)
+	if (lane_post(k, ln, prio, f, ln->lim) == 0)
 		lane_flush(k, ln);
 }
 

@@ -32,7 +32,8 @@ enum { XP_PRIV_OK = 0, XP_PRIV_BAD_VERSION = 1, XP_PRIV_BAD_LANE = 2, XP_PRIV_BA
 
 struct xp_lane {
 	struct xrc *c;
-	uint32_t sq;			/* send queue depth */
+	uint32_t sq;			/* send queue depth: a power of two */
+	uint32_t lim;			/* sends in flight at most (lane_limit) */
 	uint32_t posted;		/* sends in flight */
 	uint32_t head, tail;		/* ring of in-flight sends, [tail, head) */
 	struct xp_tx {

@@ -67,8 +67,9 @@ struct rconn {
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
 	struct xrdma_waker wk;
-	struct sq_slot *sq;
+	struct sq_slot *sq;		/* xring_cap(sq_depth) slots */
 	uint64_t sq_head, sq_tail;
+	uint32_t sq_mask, rq_mask;	/* slots - 1 */
 	uint32_t unsig, sig_every;
 	uint64_t *rq;
 	uint64_t rq_head, rq_tail;
@@ -347,8 +348,10 @@ static int conn_setup(struct rconn *c, const struct xrc_opts *o, const char *wha
 	c->base.max_inline = qa.cap.max_inline_data < o->max_inline ? qa.cap.max_inline_data
 								     : o->max_inline;
 	c->sig_every = o->sq_depth / 2 ? o->sq_depth / 2 : 1;
-	c->sq = calloc(o->sq_depth, sizeof(*c->sq));
-	c->rq = calloc(o->rq_depth, sizeof(*c->rq));
+	c->sq_mask = xring_cap(o->sq_depth) - 1;
+	c->rq_mask = xring_cap(o->rq_depth) - 1;
+	c->sq = calloc((size_t)c->sq_mask + 1, sizeof(*c->sq));
+	c->rq = calloc((size_t)c->rq_mask + 1, sizeof(*c->rq));
 	if (!c->sq || !c->rq) {
 		rc = -ENOMEM;
 		goto fail;
@@ -743,7 +746,7 @@ XINLINE int sq_claim(struct rconn *c, unsigned flags, enum xrc_op op, uint64_t w
 	*seq = c->sq_head;
 	if (*seq - c->sq_tail >= c->base.sq_depth)
 		return -ENOBUFS;
-	c->sq[xring_slot(*seq, c->base.sq_depth)] = (struct sq_slot){ .wr_id = wr_id, .len = len,
+	c->sq[*seq & c->sq_mask] = (struct sq_slot){ .wr_id = wr_id, .len = len,
 							   .op = (uint8_t)op,
 							   .sig = flags & XRC_SIGNALED };
 	*send_flags = (sig ? IBV_SEND_SIGNALED : 0) | (flags & XRC_FENCE ? IBV_SEND_FENCE : 0);
@@ -900,7 +903,7 @@ static int conn_post_recvs(struct xrc *xc, const struct xrc_sge *sg, const uint6
 			break;
 		wr[k] = (struct ibv_recv_wr){ .wr_id = RQ_BIT | (c->rq_head + k), .sg_list = &sge[k],
 					      .num_sge = 1, .next = &wr[k + 1] };
-		c->rq[xring_slot(c->rq_head + k, c->base.rq_depth)] = wr_id[k];
+		c->rq[(c->rq_head + k) & c->rq_mask] = wr_id[k];
 	}
 	if (!k)
 		return rc;
@@ -1040,7 +1043,7 @@ XINLINE int map_wc(struct rconn *c, const struct ibv_wc *w, struct xrc_wc *o)
 	if (w->wr_id & RQ_BIT) {
 		uint64_t seq = w->wr_id & ~RQ_BIT;
 
-		o->wr_id = c->rq[xring_slot(seq, c->base.rq_depth)];
+		o->wr_id = c->rq[seq & c->rq_mask];
 		c->rq_tail = seq + 1;
 		o->op = XRC_OP_RECV;
 		if (st)
@@ -1070,7 +1073,7 @@ XINLINE int map_wc(struct rconn *c, const struct ibv_wc *w, struct xrc_wc *o)
 		c->base.stats.rx_bytes += w->byte_len;
 		return 1;
 	}
-	const struct sq_slot *s = &c->sq[xring_slot(w->wr_id, c->base.sq_depth)];
+	const struct sq_slot *s = &c->sq[w->wr_id & c->sq_mask];
 
 	/* in-order send queue: everything up to this one is done */
 	c->sq_tail = w->wr_id + 1;
