@@ -149,8 +149,9 @@ struct pe_node {
 	uint32_t frag;
 	uint32_t low_frag;		/* fragment size of low priority */
 	uint64_t refs;
-	bool tx_maybe;			/* a lane list gained an entry since the
-					 * I/O layer last found them all empty */
+	uint8_t tx_maybe;		/* bit per lane: its lists gained an entry
+					 * since the I/O layer last found them all
+					 * empty (or a send-now emptied it) */
 	struct pe_lane lane[2];
 	/* [src port] -> [dst port * 2 + prio], allocated on first use */
 	struct pe_txs **tx[PW_MAX_PORTS];
@@ -396,7 +397,7 @@ static void activate(struct pe_txs *s)
 
 	if (s->cur && !s->stopped && !linked(&s->backoff) && !linked(&s->active) && n->up) {
 		list_add_tail(&n->lane[lane_of(n, s->prio)].active[s->prio], &s->active);
-		n->tx_maybe = true;
+		n->tx_maybe |= (uint8_t)(1u << lane_of(n, s->prio));
 	}
 }
 
@@ -429,7 +430,7 @@ static void fail_all(struct pe_eng *e, struct pe_txs *s, enum xp_status st, bool
 	if (s->cur && s->cur_off && s->node->up && !linked(&s->abort)) {
 		s->abort_seq = s->cur->seq;
 		list_add_tail(&s->node->lane[lane_of(s->node, s->prio)].aborts, &s->abort);
-		s->node->tx_maybe = true;
+		s->node->tx_maybe |= (uint8_t)(1u << lane_of(s->node, s->prio));
 	}
 	while ((d = sq_pop(&s->q)))
 		finish(e, s, d, st);
@@ -557,7 +558,7 @@ XINLINE void queue_ctl(struct pe_rxs *r)
 
 	if (!linked(&r->ctl)) {
 		list_add_tail(&n->lane[lane_of(n, r->prio)].ctl, &r->ctl);
-		n->tx_maybe = true;
+		n->tx_maybe |= (uint8_t)(1u << lane_of(n, r->prio));
 	}
 }
 
@@ -752,6 +753,12 @@ XHOT_INLINE int pe_send_now(struct pe_eng *e, unsigned port, uint32_t node, unsi
 		return 0;
 	}
 	frame_data(e, s, d, 0, (uint32_t)len, f);
+	/* The lane's lists are empty now when it has one priority to itself
+	 * (the checks above and the ACK taken): the next progress round need
+	 * not look at them (a round trip's reply would otherwise cost the
+	 * round after it a look at every list of both lanes). */
+	if (n->nlanes == 2 && list_empty(&l->ctl))
+		n->tx_maybe &= (uint8_t)~(1u << prio);
 	return 1;
 }
 
@@ -878,7 +885,7 @@ XHOT_INLINE bool pe_node_tx_maybe(const struct pe_eng *e, uint32_t node)
 {
 	const struct pe_node *n = node_get(e, node);
 
-	return n && n->tx_maybe;
+	return n && n->tx_maybe != 0;
 }
 
 XHOT_INLINE void pe_node_tx_idle(struct pe_eng *e, uint32_t node)
@@ -886,7 +893,7 @@ XHOT_INLINE void pe_node_tx_idle(struct pe_eng *e, uint32_t node)
 	struct pe_node *n = node_get(e, node);
 
 	if (n)
-		n->tx_maybe = false;
+		n->tx_maybe = 0;
 }
 
 XHOT_INLINE bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane)
