@@ -67,6 +67,13 @@ struct xp_host *xp_host_new(const struct xp_host_opts *o, char *err, size_t errl
 		snprintf(err, errlen, "largest message %u over 2^31 - 9 bytes", h->o.max_msg);
 		goto out_free;
 	}
+	if (h->o.send_tokens > XP_MAX_TOKENS || h->o.recv_tokens > XP_MAX_TOKENS) {
+		snprintf(err, errlen, "%s tokens %u over %u per port",
+			 h->o.send_tokens > XP_MAX_TOKENS ? "send" : "receive",
+			 h->o.send_tokens > XP_MAX_TOKENS ? h->o.send_tokens : h->o.recv_tokens,
+			 XP_MAX_TOKENS);
+		goto out_free;
+	}
 	po.send_tokens = h->o.send_tokens;
 	po.recv_tokens = h->o.recv_tokens;
 	po.send_timeout_ns = h->o.send_timeout_ns;

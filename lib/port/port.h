@@ -72,9 +72,11 @@ enum xp_status {
 /* "success", "send timed out (receiver provided no buffer)", ... */
 const char *xp_strstatus(enum xp_status s);
 
+#define XP_MAX_TOKENS (1u << 24)	/* per port and kind */
+
 struct xp_host_opts {
-	uint32_t send_tokens;	/* per port (0: 64) */
-	uint32_t recv_tokens;	/* per port (0: 256) */
+	uint32_t send_tokens;	/* per port (0: 64; at most XP_MAX_TOKENS) */
+	uint32_t recv_tokens;	/* per port (0: 256; at most XP_MAX_TOKENS) */
 	uint32_t frag;		/* fragment payload bytes (0: 32 KiB on tcp, 64 KiB on
 				 * rdma; shm: the mailbox packet size) */
 	uint64_t send_timeout_ns; /* no buffer at the receiver for this long

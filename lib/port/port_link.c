@@ -600,7 +600,6 @@ XINLINE int rx_xrc(struct xp_link *k, uint64_t now)
 	return done;
 }
 
-
 static XCOLD void lane_failed(struct xp_link *k, unsigned i, int rc)
 {
 	char why[80];

@@ -167,6 +167,37 @@ static void test_basic_tokens_order(void **s)
 	rm(&p);
 }
 
+/* A receive-token count that is not a power of two (the event ring is
+ * then larger than the count): events keep their order and contents as
+ * the ring wraps many times. */
+static void test_odd_token_ring(void **s)
+{
+	struct pe_opts o = { .send_tokens = 3, .recv_tokens = 3 };
+	struct pair p = mk(2, 16, &o);
+	char b[3][32], m[3][8];
+	struct xp_event ev;
+
+	assert_int_equal(pe_port_open(p.a, 2), 0);
+	assert_int_equal(pe_port_open(p.b, 7), 0);
+	for (unsigned round = 0; round < 10; round++) {
+		for (unsigned i = 0; i < 3; i++) {
+			assert_int_equal(pe_provide(p.b, 7, b[i], 4, XP_LOW), 0);
+			memset(m[i], 'a' + (int)((round * 3 + i) % 26), sizeof(m[i]));
+			assert_int_equal(pe_send(p.a, 2, 1, 7, XP_LOW, m[i], 1 + i, cb, NULL), 0);
+		}
+		pump(&p, 0);
+		assert_int_equal(reap(p.a, 2), 3);
+		for (unsigned i = 0; i < 3; i++) {
+			assert_int_equal(pe_next_event(p.b, 7, &ev), 1);
+			assert_ptr_equal(ev.buffer, b[i]);
+			assert_int_equal(ev.length, 1 + i);
+			assert_memory_equal(ev.buffer, m[i], 1 + i);
+		}
+		assert_int_equal(pe_next_event(p.b, 7, &ev), 0);
+	}
+	rm(&p);
+}
+
 static void test_token_limits(void **s)
 {
 	struct pe_opts o = { .send_tokens = 2, .recv_tokens = 2, .max_msg = 1000 };
@@ -790,6 +821,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_basic_tokens_order),
+		cmocka_unit_test(test_odd_token_ring),
 		cmocka_unit_test(test_token_limits),
 		cmocka_unit_test(test_nobuf_retry),
 		cmocka_unit_test(test_timeout_resume_drop),

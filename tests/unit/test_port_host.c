@@ -332,6 +332,25 @@ static void test_shm_reserve(void **s)
 static void on_alarm(int sig) { }
 
 /* xp_blocking_receive: 0 on timeout, -EINTR on a signal. */
+/* Token counts past the bound are refused with a line naming them. */
+static void test_token_bound(void **s)
+{
+	struct xp_host_opts o = { .recv_tokens = XP_MAX_TOKENS + 1 };
+	char err[256];
+
+	(void)s;
+	assert_null(xp_host_new(&o, err, sizeof(err)));
+	assert_non_null(strstr(err, "receive tokens"));
+	o = (struct xp_host_opts){ .send_tokens = UINT32_MAX };
+	assert_null(xp_host_new(&o, err, sizeof(err)));
+	assert_non_null(strstr(err, "send tokens"));
+	o = (struct xp_host_opts){ .recv_tokens = 1000 };	/* not a power of two */
+	struct xp_host *h = xp_host_new(&o, err, sizeof(err));
+
+	assert_non_null(h);
+	xp_host_free(h);
+}
+
 static void test_blocking_receive(void **s)
 {
 	char err[256];
@@ -365,6 +384,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_blocking_receive),
+		cmocka_unit_test(test_token_bound),
 		cmocka_unit_test_teardown(test_shm_echo, teardown),
 		cmocka_unit_test_teardown(test_shm_reserve, teardown),
 		cmocka_unit_test_teardown(test_tcp_echo, teardown),
