@@ -16,6 +16,11 @@ ifdef WERROR
 WARN    += -Werror
 endif
 CPPFLAGS += -Ilib -D_GNU_SOURCE
+# `make STAMPS=1 B=DIR`: the rdma backend's post/receive time stamps for
+# developers (lib/xprt/xrc_stamps.h); never in a normal build
+ifdef STAMPS
+CPPFLAGS += -DXRC_STAMPS
+endif
 LDLIBS  := -lrdmacm -libverbs -lyaml -lpthread
 
 ifdef SAN

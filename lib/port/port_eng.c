@@ -66,13 +66,14 @@ struct sq {				/* FIFO of send descriptors */
 	struct pe_send *head, *tail;
 };
 
+/* The FIFOs below choose between "empty" and "not" with conditional moves,
+ * not branches: a ping-pong finds them empty every time, and the compiler
+ * lays the branch it guesses unlikely out of line -- under emulation a jump
+ * to another page is a look-up (bench/README.md, "xprobe"). */
 static void sq_push(struct sq *q, struct pe_send *d)
 {
 	d->next = NULL;
-	if (q->tail)
-		q->tail->next = d;
-	else
-		q->head = d;
+	*(q->tail ? &q->tail->next : &q->head) = d;
 	q->tail = d;
 }
 
@@ -82,8 +83,7 @@ static struct pe_send *sq_pop(struct sq *q)
 
 	if (d) {
 		q->head = d->next;
-		if (!q->head)
-			q->tail = NULL;
+		q->tail = q->head ? q->tail : NULL;
 		d->next = NULL;
 	}
 	return d;
@@ -407,8 +407,6 @@ static void fail_head(struct pe_eng *e, struct pe_txs *s, enum xp_status st)
 {
 	struct pe_send *d = sq_pop(&s->q);
 
-	if (!s->q.head)
-		s->q.tail = NULL;
 	finish(e, s, d, st);
 	s->cur = s->q.head;
 	s->cur_off = 0;
@@ -783,10 +781,7 @@ XHOT_INLINE int pe_provide(struct pe_eng *e, unsigned port, void *buf, unsigned 
 	b->prio = (uint8_t)prio;
 	b->next = NULL;
 	q = &p->avail[prio][size];
-	if (q->tail)
-		q->tail->next = b;
-	else
-		q->head = b;
+	*(q->tail ? &q->tail->next : &q->head) = b;
 	q->tail = b;
 	return 0;
 }
@@ -1048,8 +1043,7 @@ XINLINE void rx_first(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h
 		return;
 	}
 	q->head = b->next;
-	if (!q->head)
-		q->tail = NULL;
+	q->tail = q->head ? q->tail : NULL;
 	r->st = RX_ASM;
 	r->expect = h->seq;
 	r->rb = b;

@@ -44,6 +44,13 @@
 #include "core/cc.h"
 #include "core/ring.h"
 #include "xprt/xrc_pri.h"
+#ifdef XRC_STAMPS
+#include "xprt/xrc_stamps.h"
+#else
+#define stamp_send_begin() ((void)0)
+#define stamp_send_end() ((void)0)
+#define stamp_receive() ((void)0)
+#endif
 
 #define RQ_BIT (1ull << 63)
 /* rdma_cm's IB_CM_REJ_CONSUMER_DEFINED: the peer called rdma_reject();
@@ -778,8 +785,10 @@ XINLINE int post_sq(struct rconn *c, struct ibv_send_wr *wr, unsigned flags, enu
 		return rc;
 	wr->wr_id = seq;
 	wr->send_flags |= sf;
+	stamp_send_begin();
 	if (ibv_post_send(c->qp, wr, &bad))
 		return post_errno(errno);
+	stamp_send_end();
 	sq_posted(c, sf);
 	return 0;
 }
@@ -1121,8 +1130,11 @@ static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 		if (!k)
 			break;
 		c->armed = false;	/* what it was armed for has come */
-		for (int i = 0; i < k; i++)
+		for (int i = 0; i < k; i++) {
+			if (wc[i].opcode & IBV_WC_RECV)
+				stamp_receive();
 			got += map_wc(c, &wc[i], &out[got]);
+		}
 		more = got >= n;
 	}
 	/* Stopped on a full array: the CQ may hold more, so keep the fd
