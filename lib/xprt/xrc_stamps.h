@@ -9,10 +9,16 @@
  * whole send in it: the peer's receive and the ACK); wait runs from its
  * return to the next receive found; turnaround from that receive to the next
  * post.  In a ping-pong the round trip is the sum of both ends' turnarounds
- * and deliveries (bench/README.md, "xprobe": how the rdma round trip splits).
- * The first STAMP_SKIP messages (warm-up) are left out. */
+ * and deliveries (bench/README.md, "xprobe", eighth session).
+ * The first STAMP_SKIP messages (warm-up) are left out.  x86 only (the TSC);
+ * one connection's worth: every rdma connection of the process is counted
+ * together. */
 #ifndef XPRT_XRC_STAMPS_H
 #define XPRT_XRC_STAMPS_H
+
+#if !defined(__x86_64__) && !defined(__i386__)
+#error "STAMPS=1 reads the x86 time-stamp counter: x86 only"
+#endif
 
 #include <stdint.h>
 #include <stdio.h>
