@@ -16,9 +16,11 @@ ifdef WERROR
 WARN    += -Werror
 endif
 CPPFLAGS += -Ilib -D_GNU_SOURCE
-# `make STAMPS=1 B=DIR`: the rdma backend's post/receive time stamps for
-# developers (lib/xprt/xrc_stamps.h); never in a normal build
+# `make STAMPS=1`: the rdma backend's post/receive time stamps for
+# developers (lib/xprt/xrc_stamps.h), built in build-stamps/ (or B=DIR),
+# never into a normal build's objects
 ifdef STAMPS
+B       ?= build-stamps
 CPPFLAGS += -DXRC_STAMPS
 endif
 LDLIBS  := -lrdmacm -libverbs -lyaml -lpthread

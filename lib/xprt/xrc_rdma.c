@@ -1119,6 +1119,8 @@ static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 		return 0;
 	if (c->stashed) {
 		c->stashed = false;
+		if (c->stash.status == IBV_WC_SUCCESS && (c->stash.opcode & IBV_WC_RECV))
+			stamp_receive();
 		got += map_wc(c, &c->stash, &out[got]);
 	}
 	more = false;
@@ -1131,7 +1133,7 @@ static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 			break;
 		c->armed = false;	/* what it was armed for has come */
 		for (int i = 0; i < k; i++) {
-			if (wc[i].opcode & IBV_WC_RECV)
+			if (wc[i].status == IBV_WC_SUCCESS && (wc[i].opcode & IBV_WC_RECV))
 				stamp_receive();
 			got += map_wc(c, &wc[i], &out[got]);
 		}

@@ -1,6 +1,7 @@
 /* Developer instrumentation of the rdma backend (`make STAMPS=1`, never in a
- * normal build): TSC stamps around every ibv_post_send and at every receive
- * completion a poll finds, summarised on stderr at exit:
+ * normal build): TSC stamps around the ibv_post_send of every send-queue post
+ * (post_sq: sends, writes, reads; not window binds) and at every successful
+ * receive completion a poll finds, summarised on stderr at exit:
  *
  *   xrc-stamps PID: N sends, N receives; post_send p50 X us, wait p50 Y us,
  *   turnaround p50 Z us; over 1 ms: post_send A, wait B, turnaround C
