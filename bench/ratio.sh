@@ -12,6 +12,6 @@ bench_ratio() {
 	awk -v o="$1" -v p="$2" -v k="$3" -v t="$4" 'BEGIN {
 		if (o == "-" || p == "-" || o + 0 <= 0 || p + 0 <= 0) { print "- -"; exit }
 		r = k == "inv" ? p / o : o / p
-		printf "%.3f %s\n", int(r * 1000) / 1000, t == "-" ? "-" : (r >= t + 0 ? "yes" : "no")
+		printf "%.3f %s\n", int(r * 1000 + 1e-9) / 1000, t == "-" ? "-" : (r >= t + 0 ? "yes" : "no")
 	}'
 }
