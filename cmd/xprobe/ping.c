@@ -43,13 +43,20 @@ struct ping_result {
 	struct xhist rtt;
 };
 
+static XOUTLINE void print_reply(const struct ping_opts *o, const char *target, uint64_t seq,
+				 uint64_t ns)
+{
+	printf("%llu bytes from %s: seq=%llu time=%.2f us\n", (unsigned long long)o->size,
+	       target, (unsigned long long)seq, ns / 1000.0);
+	fflush(stdout);
+}
+
+/* A line per reply, as ping(8) prints, when pings are -i apart. */
 XINLINE void print_line(const struct ping_opts *o, const char *target, uint64_t seq, uint64_t ns)
 {
 	if (o->co.quiet || o->co.fmt != XFMT_TEXT || o->interval_ns == 0)
 		return;
-	printf("%llu bytes from %s: seq=%llu time=%.2f us\n", (unsigned long long)o->size,
-	       target, (unsigned long long)seq, ns / 1000.0);
-	fflush(stdout);
+	print_reply(o, target, seq, ns);
 }
 
 static int report(const struct ping_opts *o, struct ping_result *r)
@@ -152,9 +159,10 @@ static XCOLD int reply_differs(const struct pclient *c, const struct reply *y)
 
 /* Checks a reply, gives its buffer back and counts it: done while the next
  * ping is on its way, off the round trip being timed (two buffers are
- * provided, so the next reply has one meanwhile).  -1 when it differs. */
-XINLINE int reply_done(const struct ping_opts *o, struct pclient *c, struct ping_result *r,
-		       struct reply *y, const void *tx)
+ * provided, so the next reply has one meanwhile).  -1 when it differs.
+ * Out of line, so that ping_loop() fits one page. */
+static XHOT XOUTLINE int reply_done(const struct ping_opts *o, struct pclient *c,
+				     struct ping_result *r, struct reply *y, const void *tx)
 {
 	int bad = y->ev.length != o->size || !equal_short(y->ev.buffer, tx, o->size);
 
@@ -170,13 +178,110 @@ XINLINE int reply_done(const struct ping_opts *o, struct pclient *c, struct ping
 	return 0;
 }
 
+/* Between pings -i apart: the reply is booked, and the connection (and
+ * any load) kept moving until `next`.  -1 after saying why it failed. */
+static XOUTLINE int ping_pause(const struct ping_opts *o, struct pclient *c,
+			       struct ping_result *r, struct reply *last, const void *tx,
+			       uint64_t next)
+{
+	struct xp_event ev;
+
+	if (reply_done(o, c, r, last, tx) < 0)
+		return -1;
+	while (!cli_stop_requested && xtime_ns() < next) {
+		int rc = pclient_wait(c, &ev, next - xtime_ns());
+
+		if (rc == -ENOTCONN) {
+			fail("ping", "%s: connection lost", c->target);
+			return -1;
+		}
+		if (rc == 1)
+			xp_provide_receive_buffer(c->p, ev.buffer, ev.size, ev.prio);
+	}
+	return 0;
+}
+
+/* The pings, back to back or -i apart: the loop a round trip runs through,
+ * in a function of its own (few pages of code: bench/README.md, "xprobe").
+ * EXIT_OK, or EXIT_FAIL after saying why. */
+static XPAGE XOUTLINE int ping_loop(const struct ping_opts *o, struct pclient *c,
+				   struct ping_result *r, const void *tx)
+{
+	struct reply last = { 0 };
+	int rc;
+
+	r->start_ns = xtime_ns();
+	for (uint64_t seq = 1 - o->warmup; !o->count || (int64_t)seq <= (int64_t)o->count; seq++) {
+		bool counted = (int64_t)seq > 0;
+		struct xp_event ev;
+		uint64_t t0, t1;
+		bool back_to_back;
+
+		if (cli_stop_requested)
+			break;
+		/* the host's clock too: its progress rounds then need
+		 * not read it again (under emulation a read is calls) */
+		t0 = xp_host_clock(c->h);
+		rc = xp_send(c->p, c->node, PROBE_PORT_ECHO, o->co.prio, tx, o->size, pclient_sent, c);
+		/* Back to back (-i 0), a round trip ends where the next ping
+		 * starts, as perftest times it: one clock read per ping, not
+		 * two (under emulation a clock read is calls that a round trip
+		 * pays for). */
+		if (last.ev.buffer && !last.rtt)
+			last.rtt = t0 - last.t0;
+		if (rc < 0) {
+			fail("ping", "%s: send: %s", c->target, strerror(-rc));
+			return EXIT_FAIL;
+		}
+		r->sent += counted;
+		/* the previous reply's checks and books while this one flies */
+		if (last.ev.buffer && reply_done(o, c, r, &last, tx) < 0)
+			return EXIT_FAIL;
+		rc = pclient_wait_until(c, &ev, t0 + o->timeout_ns, t0 + o->co.spin_ns);
+		back_to_back = !o->interval_ns && (!o->count || seq < o->count) && seq != 0;
+		t1 = back_to_back ? 0 : xtime_ns();
+		if (rc == -EINTR || cli_stop_requested)
+			break;
+		if (rc == -ENOTCONN) {
+			fail("ping", "%s: connection lost", c->target);
+			return EXIT_FAIL;
+		}
+		if (rc == 0 && c->failed != XP_SUCCESS) {
+			fail("ping", "%s: %s", c->target, xp_strstatus(c->failed));
+			return EXIT_FAIL;
+		}
+		if (rc == 0) {
+			fail("ping", "%s: no reply to seq %llu within %.1f s", c->target,
+			     (unsigned long long)seq, o->timeout_ns / 1e9);
+			return EXIT_FAIL;
+		}
+		if (rc < 0) {
+			fail("ping", "%s: %s", c->target, strerror(-rc));
+			return EXIT_FAIL;
+		}
+		last = (struct reply){ .ev = ev, .seq = seq, .t0 = t0, .rtt = t1 ? t1 - t0 : 0,
+				       .counted = counted };
+		if (seq == 0)
+			r->start_ns = t1;
+		if (!counted || !o->interval_ns || (o->count && seq >= o->count))
+			continue;
+		if (ping_pause(o, c, r, &last, tx, t0 + o->interval_ns) < 0)
+			return EXIT_FAIL;
+	}
+	if (last.ev.buffer && !last.rtt)	/* stopped before the next ping */
+		last.rtt = xtime_ns() - last.t0;
+	if (last.ev.buffer && reply_done(o, c, r, &last, tx) < 0)
+		return EXIT_FAIL;
+	r->end_ns = xtime_ns();
+	return EXIT_OK;
+}
+
 static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct ping_result *r)
 {
 	struct pclient c;
 	struct load load = { 0 };
 	unsigned size_class = xp_min_size_for_length(o->size);
 	void *tx = NULL, *rx[2] = { NULL, NULL };
-	struct reply last = { 0 };
 	int rc, ret = EXIT_FAIL;
 
 	if ((rc = pclient_open(&c, "ping", u, o->co.spin_ns, 1 + LOAD_WINDOW)))
@@ -214,79 +319,8 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 		       (unsigned long long)o->size, o->co.prio == XP_HIGH ? "high" : "low",
 		       o->load_size ? ", with a low-priority load" : "");
 
-	r->start_ns = xtime_ns();
-	for (uint64_t seq = 1 - o->warmup; !o->count || (int64_t)seq <= (int64_t)o->count; seq++) {
-		bool counted = (int64_t)seq > 0;
-		struct xp_event ev;
-		uint64_t t0, t1;
-		bool back_to_back;
-
-		if (cli_stop_requested)
-			break;
-		t0 = xtime_ns();
-		rc = xp_send(c.p, c.node, PROBE_PORT_ECHO, o->co.prio, tx, o->size, pclient_sent, &c);
-		/* Back to back (-i 0), a round trip ends where the next ping
-		 * starts, as perftest times it: one clock read per ping, not
-		 * two (under emulation a clock read is calls that a round trip
-		 * pays for). */
-		if (last.ev.buffer && !last.rtt)
-			last.rtt = t0 - last.t0;
-		if (rc < 0) {
-			fail("ping", "%s: send: %s", c.target, strerror(-rc));
-			goto out_free;
-		}
-		r->sent += counted;
-		/* the previous reply's checks and books while this one flies */
-		if (last.ev.buffer && reply_done(o, &c, r, &last, tx) < 0)
-			goto out_free;
-		rc = pclient_wait_until(&c, &ev, t0 + o->timeout_ns, t0 + o->co.spin_ns);
-		back_to_back = !o->interval_ns && (!o->count || seq < o->count) && seq != 0;
-		t1 = back_to_back ? 0 : xtime_ns();
-		if (rc == -EINTR || cli_stop_requested)
-			break;
-		if (rc == -ENOTCONN) {
-			fail("ping", "%s: connection lost", c.target);
-			goto out_free;
-		}
-		if (rc == 0 && c.failed != XP_SUCCESS) {
-			fail("ping", "%s: %s", c.target, xp_strstatus(c.failed));
-			goto out_free;
-		}
-		if (rc == 0) {
-			fail("ping", "%s: no reply to seq %llu within %.1f s", c.target,
-			     (unsigned long long)seq, o->timeout_ns / 1e9);
-			goto out_free;
-		}
-		if (rc < 0) {
-			fail("ping", "%s: %s", c.target, strerror(-rc));
-			goto out_free;
-		}
-		last = (struct reply){ .ev = ev, .seq = seq, .t0 = t0, .rtt = t1 ? t1 - t0 : 0,
-				       .counted = counted };
-		if (seq == 0)
-			r->start_ns = t1;
-		if (!counted || !o->interval_ns || (o->count && seq >= o->count))
-			continue;
-		if (reply_done(o, &c, r, &last, tx) < 0)
-			goto out_free;
-		uint64_t next = t0 + o->interval_ns;
-
-		/* Keep the connection (and any load) moving meanwhile. */
-		while (!cli_stop_requested && xtime_ns() < next) {
-			rc = pclient_wait(&c, &ev, next - xtime_ns());
-			if (rc == -ENOTCONN) {
-				fail("ping", "%s: connection lost", c.target);
-				goto out_free;
-			}
-			if (rc == 1)
-				xp_provide_receive_buffer(c.p, ev.buffer, ev.size, ev.prio);
-		}
-	}
-	if (last.ev.buffer && !last.rtt)	/* stopped before the next ping */
-		last.rtt = xtime_ns() - last.t0;
-	if (last.ev.buffer && reply_done(o, &c, r, &last, tx) < 0)
+	if (ping_loop(o, &c, r, tx) != EXIT_OK)
 		goto out_free;
-	r->end_ns = xtime_ns();
 	ret = EXIT_OK;
 out_free:
 	load.stop = true;

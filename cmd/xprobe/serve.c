@@ -183,7 +183,7 @@ static int echo_send(struct server *s, struct sbuf *b)
 		       echo_sent, b);
 }
 
-static void echo_sent(struct xp_port *p, void *ctx, enum xp_status st)
+static XHOT void echo_sent(struct xp_port *p, void *ctx, enum xp_status st)
 {
 	struct sbuf *b = ctx;
 	struct server *s = xp_port_user(p);
@@ -291,7 +291,8 @@ static void ctl_reply(struct server *s, const struct xp_event *ev, const struct 
 	(*n)++;
 }
 
-static void on_ctl(struct server *s, const struct xp_event *ev)
+/* Control messages are rare: kept out of the echo path's code. */
+static XOUTLINE void on_ctl(struct server *s, const struct xp_event *ev)
 {
 	struct probe_ctl c, rep;
 	int rc = probe_ctl_decode(ev->buffer, ev->length, &c);
@@ -357,7 +358,7 @@ static void on_ctl(struct server *s, const struct xp_event *ev)
  * control ports up for longer than that.  Returns events handled. */
 #define PORT_BURST 16
 
-static int serve_ports(struct server *s)
+static XHOT int serve_ports(struct server *s)
 {
 	struct xp_event ev;
 	int n = 0;
@@ -532,6 +533,58 @@ static void server_free(struct server *s)
 	}
 }
 
+/* The serving loop: until a signal asks it to stop.  EXIT_OK, or
+ * EXIT_FAIL after saying why. */
+static XPAGE XOUTLINE int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
+{
+	uint64_t idle_since;
+	int rc;
+
+	idle_since = xtime_ns();
+	while (!cli_stop_requested) {
+		int work = 0;
+
+		if (s->h) {
+			rc = xp_host_progress(s->h);
+			if (rc < 0) {
+				fail("serve", "%s", strerror(-rc));
+				return EXIT_FAIL;
+			}
+			work += rc + serve_ports(s);
+		}
+		for (int i = 0; i < s->ndg; i++)
+			work += serve_dg(&s->dg[i]);
+		/* the host's progress read the clock just now: under
+		 * emulation another read per round is a microsecond */
+		uint64_t now = s->h ? xp_host_now(s->h) : xtime_ns();
+
+		if (work) {
+			idle_since = now;
+			continue;
+		}
+		if (now - idle_since < spin_ns)
+			continue;
+		/* Progress inside one port's xp_receive() may have queued
+		 * events for a port drained before it, or frames to send. */
+		if (s->h && xp_host_progress(s->h) > 0)
+			continue;
+		if (s->h && (xp_port_pending(s->port[0]) || xp_port_pending(s->port[1]) ||
+			     xp_port_pending(s->port[2])))
+			continue;
+		if (s->h) {
+			xp_host_wait(s->h, 1000000000ull);
+		} else {
+			struct epoll_event e[8];
+
+			if (epoll_wait(epfd, e, 8, 1000) < 0 && errno != EINTR) {
+				fail("serve", "epoll: %s", strerror(errno));
+				return EXIT_FAIL;
+			}
+		}
+	}
+	return EXIT_OK;
+}
+
 int cmd_serve(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -549,7 +602,7 @@ int cmd_serve(int argc, char **argv)
 	 * (not GM's default 10 s): the echo buffer it holds is shared. */
 	struct xp_host_opts ho = { .recv_tokens = 16384, .send_tokens = 4096,
 				   .send_timeout_ns = 1000000000ull };
-	uint64_t spin_ns = 50000, v, idle_since;
+	uint64_t spin_ns = 50000, v;
 	char err[512];
 	const char *es;
 	struct xuri uris[MAX_URIS];
@@ -625,49 +678,7 @@ int cmd_serve(int argc, char **argv)
 		}
 	}
 
-	idle_since = xtime_ns();
-	while (!cli_stop_requested) {
-		int work = 0;
-
-		if (s->h) {
-			rc = xp_host_progress(s->h);
-			if (rc < 0) {
-				fail("serve", "%s", strerror(-rc));
-				goto out_free;
-			}
-			work += rc + serve_ports(s);
-		}
-		for (int i = 0; i < s->ndg; i++)
-			work += serve_dg(&s->dg[i]);
-		/* the host's progress read the clock just now: under
-		 * emulation another read per round is a microsecond */
-		uint64_t now = s->h ? xp_host_now(s->h) : xtime_ns();
-
-		if (work) {
-			idle_since = now;
-			continue;
-		}
-		if (now - idle_since < spin_ns)
-			continue;
-		/* Progress inside one port's xp_receive() may have queued
-		 * events for a port drained before it, or frames to send. */
-		if (s->h && xp_host_progress(s->h) > 0)
-			continue;
-		if (s->h && (xp_port_pending(s->port[0]) || xp_port_pending(s->port[1]) ||
-			     xp_port_pending(s->port[2])))
-			continue;
-		if (s->h) {
-			xp_host_wait(s->h, 1000000000ull);
-		} else {
-			struct epoll_event e[8];
-
-			if (epoll_wait(epfd, e, 8, 1000) < 0 && errno != EINTR) {
-				fail("serve", "epoll: %s", strerror(errno));
-				goto out_free;
-			}
-		}
-	}
-	ret = EXIT_OK;
+	ret = serve_loop(s, epfd, spin_ns);
 out_free:
 	if (epfd >= 0)
 		close(epfd);

@@ -21,6 +21,17 @@
 /* The rare or failing branch of a hot function, kept out of its code. */
 #define XCOLD __attribute__((cold, noinline))
 
+/* A function of a per-message path: with the others in .text.hot, so a
+ * message runs through a few pages of code, not a dozen (under binary
+ * translation a jump to another page, like a return, cannot be chained:
+ * bench/README.md, "xprobe", ninth session). */
+#define XHOT __attribute__((hot))
+
+/* A hot function of a few KiB that a message spends most of its time in,
+ * aligned to a page: its code then sits on as few pages as its size allows,
+ * wherever the linker places it. */
+#define XPAGE __attribute__((hot, aligned(4096)))
+
 /* Kept out of a hot function's code although it is not rare (a batch, a
  * back-pressure reply, another transport's path). */
 #define XOUTLINE __attribute__((noinline))

@@ -18,14 +18,14 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 /* Prints "PROG CMD: msg" (or "PROG: msg" when cmd is NULL) and, with a
  * command, "Try 'PROG CMD --help'." to stderr; returns EXIT_USAGE. */
 int cli_usage_error(const char *prog, const char *cmd, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+	__attribute__((cold, format(printf, 3, 4)));
 int cli_vusage_error(const char *prog, const char *cmd, const char *fmt, va_list ap)
-	__attribute__((format(printf, 3, 0)));
+	__attribute__((cold, format(printf, 3, 0)));
 
 /* A runtime failure: "PROG CMD: msg" (or "PROG: msg") on stderr, one
  * line; returns EXIT_FAIL. */
 int cli_fail(const char *prog, const char *cmd, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+	__attribute__((cold, format(printf, 3, 4)));
 
 /* getopt's '?' (run with opterr = 0): one line naming the unknown option or
  * the one missing its value; returns EXIT_USAGE. */

@@ -190,7 +190,26 @@ const char *xp_node_name(const struct xp_host *h, uint32_t node)
 int xp_host_fd(const struct xp_host *h) { return h->epfd; }
 uint64_t xp_host_now(const struct xp_host *h) { return h->now; }
 
-int xp_host_progress(struct xp_host *h)
+XHOT_INLINE uint64_t xp_host_clock(struct xp_host *h)
+{
+	h->now = xtime_ns();
+	h->rounds = 1;	/* fresh, as after a sleep */
+	return h->now;
+}
+
+/* New hosts: a look every XP_ACCEPT_EVERY_NS, kept out of the progress
+ * round's code. */
+static XOUTLINE int host_accept(struct xp_host *h, uint64_t now)
+{
+	int done = 0;
+
+	h->accept_ns = now;
+	for (unsigned i = 0; i < h->nls; i++)
+		done += xpl_accept(h, h->ls[i], now);
+	return done + xpl_shm_listeners(h);
+}
+
+XPAGE int xp_host_progress(struct xp_host *h)
 {
 	uint64_t now;
 	int done = 0;
@@ -209,12 +228,8 @@ int xp_host_progress(struct xp_host *h)
 
 	/* New hosts can wait a millisecond; a busy data path should not pay
 	 * a system call per round for them. */
-	if (now - h->accept_ns >= XP_ACCEPT_EVERY_NS) {
-		h->accept_ns = now;
-		for (unsigned i = 0; i < h->nls; i++)
-			done += xpl_accept(h, h->ls[i], now);
-		done += xpl_shm_listeners(h);
-	}
+	if (now - h->accept_ns >= XP_ACCEPT_EVERY_NS)
+		done += host_accept(h, now);
 	/* Out first, then in: the ACKs for what comes in now go out with the
 	 * next call's frames -- typically together with the reply the
 	 * application sends in between -- in one sendmsg per lane. */
@@ -302,6 +317,19 @@ int xp_host_timeout_ms(const struct xp_host *h, int max_ms)
 unsigned xp_num_send_tokens(const struct xp_port *p) { return pe_send_tokens(p->h->e, p->id); }
 unsigned xp_num_receive_tokens(const struct xp_port *p) { return pe_recv_tokens(p->h->e, p->id); }
 
+/* xp_send() of a message that waits its turn: kept out of the callers'
+ * code (a bulk sender comes here once per message, a ping never). */
+static XOUTLINE int send_queued(struct xp_port *p, struct xp_link *k, uint32_t node,
+				unsigned dst_port, enum xp_prio prio, const void *buf, size_t len,
+				xp_send_cb cb, void *ctx)
+{
+	int rc = pe_send(p->h->e, p->id, node, dst_port, (unsigned)prio, buf, len, cb, ctx);
+
+	if (rc == 0 && k)
+		xpl_tx_prio(k, (unsigned)prio);
+	return rc;
+}
+
 XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio prio,
 			const void *buf, size_t len, xp_send_cb cb, void *ctx)
 {
@@ -323,12 +351,11 @@ XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enu
 			xpl_send_now(k, (unsigned)prio, &f);
 			return 0;
 		}
-	} else {
-		rc = pe_send(p->h->e, p->id, node, dst_port, (unsigned)prio, buf, len, cb, ctx);
+		if (rc == 0)
+			xpl_tx_prio(k, (unsigned)prio);
+		return rc;
 	}
-	if (rc == 0 && k)
-		xpl_tx_prio(k, (unsigned)prio);
-	return rc;
+	return send_queued(p, k, node, dst_port, prio, buf, len, cb, ctx);
 }
 
 XHOT_INLINE int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size,
@@ -437,8 +464,8 @@ int xp_host_wait(struct xp_host *h, uint64_t timeout_ns)
 	return host_wait(h, xtime_ns() + timeout_ns);
 }
 
-int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
-			      uint64_t spin_until)
+XHOT int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
+				   uint64_t spin_until)
 {
 	int rc;
 

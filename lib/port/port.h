@@ -118,6 +118,10 @@ int xp_host_progress(struct xp_host *h);
 /* CLOCK_MONOTONIC (ns) as read by the last xp_host_progress(): a busy
  * loop around progress can use it instead of reading the clock again. */
 uint64_t xp_host_now(const struct xp_host *h);
+/* Reads CLOCK_MONOTONIC (ns) and gives it to the host as its time, so the
+ * next xp_host_progress() need not read the clock itself: for a caller
+ * that needs the time anyway (a ping's send time). */
+uint64_t xp_host_clock(struct xp_host *h);
 
 /* How long a caller sleeping on xp_host_fd() may wait before the host's
  * next timer (a retry, a timeout) is due: 0..max_ms. */

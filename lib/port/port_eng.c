@@ -1188,45 +1188,23 @@ static XCOLD int bad_frame(char *why, size_t whylen, int rc)
 	return -EPROTO;
 }
 
-XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len,
-			 uint64_t now, char *why, size_t whylen)
+/* A frame other than DATA: kept out of the data path's code (an ACK on
+ * its own comes once per window, the rest rarely). */
+static XOUTLINE int rx_control(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
+			       uint64_t now, char *why, size_t whylen)
 {
-	struct pe_node *n = node_get(e, node);
-	struct pw_hdr h;
-	int rc;
-
-	if (!n || !n->up)
-		return 0;
-	if ((rc = pw_decode(frame, len, &h)) < 0)
-		return bad_frame(why, whylen, rc);
-	switch (h.type) {
-	case PW_DATA: {
-		struct pe_rxs *r = rxs_get(n, h.src_port, h.dst_port, h.prio, true);
-
-		if (!r)
-			return proto_err(why, whylen, "out of memory for a new stream", &h);
-		if (h.flags & PW_ACKS) {
-			/* for our stream the other way: ours is the DATA's dst */
-			struct pw_hdr a = { .type = PW_ACK, .prio = h.prio, .src_port = h.src_port,
-					    .dst_port = h.dst_port, .seq = h.aux };
-			int arc = rx_ack(e, r->rev, &a, why, whylen);
-
-			if (arc)
-				return arc;
-		}
-		return rx_data(e, r, &h, (const uint8_t *)frame + PW_HDR_LEN,
-			       (uint32_t)(len - PW_HDR_LEN), why, whylen);
-	}
+	switch (h->type) {
 	case PW_ACK:
 		/* ours is the dst_port of an ACK/NACK */
-		return rx_ack(e, txs_get(n, h.dst_port, h.src_port, h.prio, false), &h, why, whylen);
+		return rx_ack(e, txs_get(n, h->dst_port, h->src_port, h->prio, false), h, why,
+			      whylen);
 	case PW_NACK:
-		return rx_nack(e, n, &h, now, why, whylen);
+		return rx_nack(e, n, h, now, why, whylen);
 	case PW_ABORT: {
-		struct pe_rxs *r = rxs_get(n, h.src_port, h.dst_port, h.prio, false);
+		struct pe_rxs *r = rxs_get(n, h->src_port, h->dst_port, h->prio, false);
 
 		/* only the message being filled; anything else is stale */
-		if (r && r->st == RX_ASM && r->expect == h.seq) {
+		if (r && r->st == RX_ASM && r->expect == h->seq) {
 			if (e->ports[r->dst].open)
 				rbuf_push_front(&e->ports[r->dst], r->rb);
 			r->rb = NULL;
@@ -1238,6 +1216,35 @@ XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, siz
 		snprintf(why, whylen, "HELLO after the link was set up");
 		return -EPROTO;
 	}
+}
+
+XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len,
+			 uint64_t now, char *why, size_t whylen)
+{
+	struct pe_node *n = node_get(e, node);
+	struct pe_rxs *r;
+	struct pw_hdr h;
+	int rc;
+
+	if (!n || !n->up)
+		return 0;
+	if ((rc = pw_decode(frame, len, &h)) < 0)
+		return bad_frame(why, whylen, rc);
+	if (h.type != PW_DATA)
+		return rx_control(e, n, &h, now, why, whylen);
+	if (!(r = rxs_get(n, h.src_port, h.dst_port, h.prio, true)))
+		return proto_err(why, whylen, "out of memory for a new stream", &h);
+	if (h.flags & PW_ACKS) {
+		/* for our stream the other way: ours is the DATA's dst */
+		struct pw_hdr a = { .type = PW_ACK, .prio = h.prio, .src_port = h.src_port,
+				    .dst_port = h.dst_port, .seq = h.aux };
+		int arc = rx_ack(e, r->rev, &a, why, whylen);
+
+		if (arc)
+			return arc;
+	}
+	return rx_data(e, r, &h, (const uint8_t *)frame + PW_HDR_LEN, (uint32_t)(len - PW_HDR_LEN),
+		       why, whylen);
 }
 
 /* ------------------------------------------------------------- timers */

@@ -514,7 +514,7 @@ out_close:
  * XP_RQ_DEPTH - XP_REPOST_BATCH + 1 or more posted meanwhile; a ping-pong
  * pays one post per XP_REPOST_BATCH round trips, not one per trip).  0, or
  * -1 when the link failed. */
-static XOUTLINE int lane_repost(struct xp_link *k, struct xp_lane *ln)
+static XHOT XOUTLINE int lane_repost(struct xp_link *k, struct xp_lane *ln)
 {
 	while (ln->nrepost) {
 		struct xrc_sge sg[XRC_RECV_BATCH];
@@ -608,6 +608,32 @@ static XCOLD void lane_failed(struct xp_link *k, unsigned i, int rc)
 	xpl_fail(k, why);
 }
 
+/* A frame small enough to go inline (an ACK, a ping) onto lane i: copied
+ * into the work request itself, no registered copy needed, and no
+ * completion wanted but every XP_SIG_EVERY-th (which then stands for the
+ * ones before it).  0, or -1 when the link failed. */
+XINLINE int lane_post_small(struct xp_link *k, struct xp_lane *ln, unsigned i,
+			    const struct pe_frame *f, uint32_t lim)
+{
+	unsigned fl = XRC_MORE;
+	int rc;
+
+	ln->posted++;
+	if (ln->head % XP_SIG_EVERY == XP_SIG_EVERY - 1 ||
+	    ln->posted >= lim)	/* the lane is full after it */
+		fl |= XRC_SIGNALED;
+	ln->ring[ln->head & (ln->sq - 1)].ref = NULL;	/* copied at the post */
+	/* wr_id: the ring counter, so one completion can stand for every
+	 * unsignaled send before it */
+	rc = xrc_send_inline(ln->c, f->hdr, PW_HDR_LEN, f->data, f->dlen, ln->head++, fl);
+	if (rc == 0) {
+		pe_frame_done(k->h->e, f->ref);
+		return 0;
+	}
+	lane_failed(k, i, rc);
+	return -1;
+}
+
 /* One frame onto lane i (XRC_MORE: out at lane_flush).  0, or -1 when the
  * link failed. */
 XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const struct pe_frame *f,
@@ -618,53 +644,33 @@ XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const s
 	struct xrc_sge sg[2];
 	int nsg = 1, rc;
 
+	if (PW_HDR_LEN + f->dlen <= xrc_max_inline(ln->c))
+		return lane_post_small(k, ln, i, f, lim);
 	ln->posted++;
-	if (PW_HDR_LEN + f->dlen <= xrc_max_inline(ln->c)) {
-		/* small (an ACK, a ping): copied into the work request itself,
-		 * no registered copy needed, and no completion wanted but every
-		 * XP_SIG_EVERY-th (which then stands for the ones before it) */
-		unsigned fl = XRC_MORE;
+	t->ref = f->ref;
+	if (ln->txpool) {
+		uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
 
-		if (ln->head % XP_SIG_EVERY == XP_SIG_EVERY - 1 ||
-		    ln->posted >= lim)	/* the lane is full after it */
-			fl |= XRC_SIGNALED;
-		t->ref = NULL;	/* copied at the post: the user's buffer is free */
-		/* wr_id: the ring counter, so one completion can stand for
-		 * every unsignaled send before it */
-		rc = xrc_send_inline(ln->c, f->hdr, PW_HDR_LEN, f->data, f->dlen, ln->head++, fl);
-		if (rc == 0) {
-			pe_frame_done(k->h->e, f->ref);
-			return 0;
-		}
+		memcpy(b, f->hdr, PW_HDR_LEN);
+		if (f->dlen)
+			memcpy(b + PW_HDR_LEN, f->data, f->dlen);
+		sg[0] = (struct xrc_sge){ b, PW_HDR_LEN + f->dlen, ln->txmr };
 	} else {
-		t->ref = f->ref;
-		if (ln->txpool) {
-			uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
-
-			memcpy(b, f->hdr, PW_HDR_LEN);
-			if (f->dlen)
-				memcpy(b + PW_HDR_LEN, f->data, f->dlen);
-			sg[0] = (struct xrc_sge){ b, PW_HDR_LEN + f->dlen, ln->txmr };
-		} else {
-			memcpy(t->hdr, f->hdr, PW_HDR_LEN);
-			sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
-			if (f->dlen)
-				sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, NULL };
-		}
-		rc = xrc_post_send(ln->c, sg, nsg, ln->head++, XRC_SIGNALED | XRC_MORE);
-		if (rc == 0)
-			return 0;
+		memcpy(t->hdr, f->hdr, PW_HDR_LEN);
+		sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };
+		if (f->dlen)
+			sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, NULL };
 	}
+	rc = xrc_post_send(ln->c, sg, nsg, ln->head++, XRC_SIGNALED | XRC_MORE);
+	if (rc == 0)
+		return 0;
 	lane_failed(k, i, rc);
 	return -1;
 }
 
-/* One sendmsg (tcp) or doorbell (rdma) for everything this round put on the
- * lane; returns 1 when the burst limit left bytes for the next round. */
-XINLINE int lane_flush(struct xp_link *k, struct xp_lane *ln)
+/* lane_flush() of a lane that holds frames back (tcp). */
+static XOUTLINE int lane_flush_held(struct xp_link *k, struct xp_lane *ln)
 {
-	if (!ln->held)	/* rdma: out at the post, and never waits for room */
-		return 0;
 	ln->flush_more = ln->c && !k->dead && xrc_flush(ln->c) > 0;
 	/* A full socket: only its becoming writable can wake a host that
 	 * sleeps meanwhile (the peer acknowledges whole messages, so it may
@@ -682,16 +688,22 @@ XINLINE int lane_flush(struct xp_link *k, struct xp_lane *ln)
 	return ln->flush_more;
 }
 
-/* Lanes [lo, hi] of k, the high-priority lane first. */
-XINLINE int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
+/* One sendmsg (tcp) or doorbell (rdma) for everything this round put on the
+ * lane; returns 1 when the burst limit left bytes for the next round. */
+XINLINE int lane_flush(struct xp_link *k, struct xp_lane *ln)
 {
-	bool all = lo == 0 && hi + 1 == k->nlanes, left = false;
+	if (!ln->held)	/* rdma: out at the post, and never waits for room */
+		return 0;
+	return lane_flush_held(k, ln);
+}
+
+/* Lanes [lo, hi] of k, the high-priority lane first (tx_xrc's work, kept out
+ * of the progress round's code). */
+static XOUTLINE int tx_lanes(struct xp_link *k, unsigned lo, unsigned hi, bool all)
+{
+	bool left = false;
 	int done = 0;
 
-	/* the common idle case: one flag, not a round of calls per lane */
-	if (all && !pe_node_tx_maybe(k->h->e, k->node) && !k->lane[0].flush_more &&
-	    !k->lane[0].want_out && !k->lane[1].flush_more && !k->lane[1].want_out)
-		return 0;
 	for (unsigned i = hi + 1; i-- > lo && !k->dead;) {
 		struct xp_lane *ln = &k->lane[i];
 		struct pe_frame f;
@@ -718,6 +730,17 @@ XINLINE int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
 	return done;
 }
 
+XINLINE int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
+{
+	bool all = lo == 0 && hi + 1 == k->nlanes;
+
+	/* the common idle case: one flag, not a round of calls per lane */
+	if (all && !pe_node_tx_maybe(k->h->e, k->node) && !k->lane[0].flush_more &&
+	    !k->lane[0].want_out && !k->lane[1].flush_more && !k->lane[1].want_out)
+		return 0;
+	return tx_lanes(k, lo, hi, all);
+}
+
 XHOT_INLINE bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t len)
 {
 	const struct xp_lane *ln;
@@ -733,7 +756,8 @@ XHOT_INLINE void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_
 {
 	struct xp_lane *ln = &k->lane[prio];
 
-	if (lane_post(k, ln, prio, f, ln->lim) == 0)
+	/* xpl_can_send_now() said the frame goes inline */
+	if (lane_post_small(k, ln, prio, f, ln->lim) == 0)
 		lane_flush(k, ln);
 }
 
