@@ -124,8 +124,9 @@ static void load_sent(struct xp_port *p, void *ctx, enum xp_status st);
  * the probe. */
 static void load_push(struct load *l)
 {
-	while (!l->stop && l->inflight < LOAD_WINDOW && xp_send(l->c->p, l->c->node, PROBE_PORT_SINK, XP_LOW, l->buf, l->size,
-				   load_sent, l) == 0)
+	while (!l->stop && l->inflight < LOAD_WINDOW &&
+	       xp_send(l->c->p, l->c->node, PROBE_PORT_SINK, XP_LOW, l->buf, l->size, load_sent,
+		       l) == 0)
 		l->inflight++;
 }
 
@@ -222,7 +223,8 @@ static XPAGE XOUTLINE int ping_loop(const struct ping_opts *o, struct pclient *c
 		/* the host's clock too: its progress rounds then need
 		 * not read it again (under emulation a read is calls) */
 		t0 = xp_host_clock(c->h);
-		rc = xp_send(c->p, c->node, PROBE_PORT_ECHO, o->co.prio, tx, o->size, pclient_sent, c);
+		rc = xp_send(c->p, c->node, PROBE_PORT_ECHO, o->co.prio, tx, o->size, pclient_sent,
+			     c);
 		/* Back to back (-i 0), a round trip ends where the next ping
 		 * starts, as perftest times it: one clock read per ping, not
 		 * two (under emulation a clock read is calls that a round trip

@@ -21,10 +21,10 @@
 /* The rare or failing branch of a hot function, kept out of its code. */
 #define XCOLD __attribute__((cold, noinline))
 
-/* A function of a per-message path: with the others in .text.hot, so a
- * message runs through a few pages of code, not a dozen (under binary
- * translation a jump to another page, like a return, cannot be chained:
- * bench/README.md, "xprobe", ninth session). */
+/* A function of a per-message path: gcc puts it with the others in
+ * .text.hot, so a message runs through a few pages of code, not a dozen
+ * (under binary translation a jump to another page, like a return, cannot
+ * be chained: bench/README.md, "xprobe", ninth session). */
 #define XHOT __attribute__((hot))
 
 /* A hot function of a few KiB that a message spends most of its time in,

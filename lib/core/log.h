@@ -20,13 +20,14 @@ enum xlog_level { XLOG_ERROR, XLOG_WARN, XLOG_INFO, XLOG_DEBUG };
 void xlog_init(const char *prog);
 void xlog_set_level(enum xlog_level l);
 enum xlog_level xlog_level(void);
-/* cold: the blocks that log or fail sit out of their functions' code, so a
- * hot path is not spread over pages by its error handling. */
+/* cold: gcc lays the blocks that call it out of their functions' code, so
+ * a hot path is not spread over pages by its logging and error handling. */
 void xlog(enum xlog_level l, const char *fmt, ...) __attribute__((cold, format(printf, 2, 3)));
 
 /* The library's other way to say what went wrong: a message into the
  * caller's err buffer (nothing when err is NULL or errlen 0). */
-void xerr(char *err, size_t errlen, const char *fmt, ...) __attribute__((cold, format(printf, 3, 4)));
+void xerr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((cold, format(printf, 3, 4)));
 
 /* Current level; written only through xlog_set_level()/xlog_init(). */
 extern int xlog_cur_level;

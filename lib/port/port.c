@@ -215,7 +215,8 @@ XPAGE int xp_host_progress(struct xp_host *h)
 	int done = 0;
 
 	/* The clock is read after a round that did something, every
-	 * XP_CLOCK_EVERY-th idle round and by host_wait after a sleep: a
+	 * XP_CLOCK_EVERY-th idle round, by host_wait after a sleep and by
+	 * xp_host_clock() for a caller that needs the time anyway: a
 	 * spinning caller's clock reads were a third of its idle rounds under
 	 * emulation, and nothing here needs finer time than a few rounds
 	 * (timers are 100 us and up).  Reading it only every 8th busy round
@@ -317,8 +318,9 @@ int xp_host_timeout_ms(const struct xp_host *h, int max_ms)
 unsigned xp_num_send_tokens(const struct xp_port *p) { return pe_send_tokens(p->h->e, p->id); }
 unsigned xp_num_receive_tokens(const struct xp_port *p) { return pe_recv_tokens(p->h->e, p->id); }
 
-/* xp_send() of a message that waits its turn: kept out of the callers'
- * code (a bulk sender comes here once per message, a ping never). */
+/* xp_send() of a message that cannot go out at once (an shm link, a frame
+ * too big to go inline, a lane with frames before it): kept out of the
+ * callers' code, which the rdma ping-pong's small messages run through. */
 static XOUTLINE int send_queued(struct xp_port *p, struct xp_link *k, uint32_t node,
 				unsigned dst_port, enum xp_prio prio, const void *buf, size_t len,
 				xp_send_cb cb, void *ctx)
