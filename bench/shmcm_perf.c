@@ -315,7 +315,7 @@ static void open_side(struct st *s, const char *name, int side,
 		.name = name, .side = side, .flow = SHMCM_FLOW_WAIT, .poll = true,
 		.max_msg = s->o->size > 8 ? (uint32_t)s->o->size : 8,
 	};
-	struct shmcm_upcalls uc = { noop_conn, noop_disc, deliver, s, rx_into_sink };
+	struct shmcm_upcalls uc = { noop_conn, noop_disc, deliver, s, rx_into_sink, NULL };
 	uint64_t deadline = now_ns() + SETUP_TMO_NS;
 	char err[256];
 	int rc;

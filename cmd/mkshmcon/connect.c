@@ -1,7 +1,11 @@
 /* mkshmcon connect: one end of a connection as a pipe.  stdin is sent to
- * the peer, what the peer sends is written to stdout.  End of input drains
- * (waits until the peer has read everything) and then closes the
- * connection with CON_RST; the peer writes out what it got and exits 0. */
+ * the peer, what the peer sends is written to stdout -- both at once, like
+ * the two directions of a socket.  End of input is a half-close (CON_FIN,
+ * as shutdown(SHUT_WR)): the peer writes out everything before it and
+ * sees end of data, while its own data keeps coming to us until it ends
+ * its input too; then the connection closes.  The exit status is 0 only
+ * when every byte of our input reached the peer's process and every byte
+ * the peer sent was written to our stdout. */
 #include "cmd.h"
 #include "core/log.h"
 #include "core/parse.h"
@@ -14,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,10 +29,27 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define IN_CHUNK	(256u << 10)
 #define MAX_MSG		(64u << 20)
+/* Stream mode reads stdin straight into this many mailbox slots at most
+ * per readv(2) (256 KiB with the default 16 KiB slots). */
+#define CLAIM_SLOTS	16u
+
+enum direction {
+	DIR_BOTH,
+	DIR_SEND_ONLY,		/* do not wait for the peer's end of data */
+	DIR_RECV_ONLY,		/* send nothing: end of data at once */
+};
+
+/* How our direction ended. */
+enum fin_state {
+	FIN_NONE,		/* input still open (or not connected yet) */
+	FIN_SENT,		/* CON_FIN sent after all our data */
+	FIN_LEGACY,		/* the peer predates CON_FIN: drain, then close */
+};
 
 struct pipe_end {
 	struct shmcm_conn *c;
@@ -38,9 +60,13 @@ struct pipe_end {
 	int abort_efd;		/* a signal: stop waiting on stdout */
 	int sfd, quit_efd;	/* the signal thread's signalfd; main -> it */
 	_Atomic int sig;
-	_Atomic bool up, down;
+	_Atomic bool up, down, peer_eof;
 	_Atomic int reason;
 	_Atomic int out_err;
+	_Atomic uint64_t out_bytes;	/* of the peer's data, on our stdout */
+	/* main thread only */
+	uint64_t in_bytes;		/* of our input, sent */
+	bool legacy_peer;
 };
 
 static void wake(struct pipe_end *pe)
@@ -102,10 +128,14 @@ static void on_deliver(void *arg, uint32_t src, uint32_t dst, const void *data, 
 		return;
 	rc = pe->message ? write_all(pe, iov, 2) : write_all(pe, iov + 1, 1);
 	if (rc < 0) {
+		/* The peer's data can no longer reach our reader: reset, so
+		 * the peer learns that it was not all delivered. */
 		atomic_store(&pe->out_err, -rc);
 		shmcm_disconnect(pe->c);
 		wake(pe);
+		return;
 	}
+	atomic_fetch_add_explicit(&pe->out_bytes, len, memory_order_relaxed);
 }
 
 static void on_connected(void *arg)
@@ -122,6 +152,15 @@ static void on_disconnected(void *arg, enum shmcm_reason why)
 
 	atomic_store(&pe->reason, why);
 	atomic_store(&pe->down, true);
+	wake(pe);
+}
+
+/* The peer's CON_FIN: all it sent is on our stdout. */
+static void on_eof(void *arg)
+{
+	struct pipe_end *pe = arg;
+
+	atomic_store(&pe->peer_eof, true);
 	wake(pe);
 }
 
@@ -173,14 +212,6 @@ static void grow_pipe(int fd)
 
 	if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode))
 		(void)fcntl(fd, F_SETPIPE_SZ, 1 << 20);
-}
-
-static bool stdin_is_devnull(void)
-{
-	struct stat a, b;
-
-	return fstat(STDIN_FILENO, &a) == 0 && stat("/dev/null", &b) == 0 &&
-	       S_ISCHR(a.st_mode) && a.st_rdev == b.st_rdev;
 }
 
 /* A pipe on stdout is reopened as a separate open file description, so it
@@ -239,47 +270,125 @@ static const char *peer_view(enum shmcm_reason r)
 	}
 }
 
-static int exit_status(struct pipe_end *pe, int sig)
+/* Why the connection went down, from our side. */
+static const char *down_view(struct pipe_end *pe, enum shmcm_reason r)
 {
-	enum shmcm_reason r = (enum shmcm_reason)atomic_load(&pe->reason);
-	int oe = atomic_load(&pe->out_err);
+	static char buf[128];
 
-	if (sig)
-		return 128 + sig;
-	if (oe == EPIPE)
-		return 128 + SIGPIPE;
-	if (oe) {
-		fprintf(stderr, "mkshmcon: writing to stdout: %s\n", strerror(oe));
-		return EXIT_FAIL;
-	}
 	if (r == SHMCM_R_PEER_RST) {
-		/* The peer says why it reset: its own end of input (or
-		 * a signal) is a normal close, anything else is not. */
 		enum shmcm_reason pr = shmcm_get_peer_reason(pe->c);
 
-		if (pr == SHMCM_R_NONE || pr == SHMCM_R_LOCAL || pr == SHMCM_R_PEER_RST)
-			return EXIT_OK;
-		fprintf(stderr, "mkshmcon: connection '%s' reset by the peer: %s\n",
-			pe->name, peer_view(pr));
-		return EXIT_FAIL;
+		if (pr == SHMCM_R_NONE || pr == SHMCM_R_LOCAL)
+			return "reset by the peer (its process was stopped, its output failed, or it did not wait for our data)";
+		snprintf(buf, sizeof(buf), "reset by the peer (%s)", peer_view(pr));
+		return buf;
 	}
-	if (!atomic_load(&pe->down) || r == SHMCM_R_LOCAL)
+	if (r == SHMCM_R_INTERNAL)
+		return "reset: our deferred queue overflowed (the peer did not keep up; see create -d)";
+	return shmcm_reason_str(r);
+}
+
+struct outcome {
+	bool input_open;	/* our stdin had not ended */
+	bool tx_done;		/* ... it ended and the peer read all of it */
+	bool rx_done;		/* the peer's data ended and all of it is on stdout */
+	bool linger_out;	/* --linger ran out first */
+	bool failed;		/* a failure already reported in one line */
+};
+
+/* 0 only when nothing was lost; otherwise one line saying what happened
+ * and what was left undone. */
+static int exit_status(struct pipe_end *pe, const struct outcome *o, enum direction dir)
+{
+	enum shmcm_reason r = (enum shmcm_reason)atomic_load(&pe->reason);
+	int sig = atomic_load(&pe->sig), oe = atomic_load(&pe->out_err);
+	bool rx_ok = o->rx_done || dir == DIR_SEND_ONLY;
+	const char *what, *cause;
+	char detail[160];
+
+	if (o->failed)
+		return EXIT_FAIL;
+	if (!sig && !oe && o->tx_done && rx_ok)
 		return EXIT_OK;
-	fprintf(stderr, "mkshmcon: connection '%s' lost: %s\n", pe->name, shmcm_reason_str(r));
+	if (!o->tx_done && !rx_ok)
+		what = o->input_open ? "before our input ended and before the peer's data ended"
+				     : "before the peer had read all our input and before its data ended";
+	else if (!o->tx_done)
+		what = o->input_open ? "before our input ended" : "before the peer had read all our input";
+	else if (!rx_ok)
+		what = "before the peer's data ended";
+	else
+		what = "after the transfer was complete";	/* a late signal */
+	snprintf(detail, sizeof(detail), "%" PRIu64 " bytes sent, %" PRIu64 " received",
+		 pe->in_bytes, atomic_load(&pe->out_bytes));
+	if (sig) {
+		fprintf(stderr, "mkshmcon: connection '%s' stopped by SIG%s %s (%s)\n", pe->name,
+			sigabbrev_np(sig) ? sigabbrev_np(sig) : "?", what, detail);
+		return 128 + sig;
+	}
+	if (oe) {
+		fprintf(stderr, "mkshmcon: connection '%s': writing to stdout: %s; reset %s (%s)\n",
+			pe->name, strerror(oe), what, detail);
+		return oe == EPIPE ? 128 + SIGPIPE : EXIT_FAIL;
+	}
+	if (o->linger_out)
+		cause = "closed: the linger time ran out";
+	else if (atomic_load(&pe->down))
+		cause = down_view(pe, r);
+	else
+		cause = "closed";
+	fprintf(stderr, "mkshmcon: connection '%s' %s %s (%s)\n", pe->name, cause, what, detail);
 	return EXIT_FAIL;
+}
+
+/* Stream mode, wait flow: stdin is read straight into mailbox slots, the
+ * only copy on our side.  Bytes read (0 at end of input), -1 when reading
+ * failed (said in one line), -2 with *lib_err from the library, or -3 when
+ * there was nothing to read after all. */
+static ssize_t send_stream_direct(struct pipe_end *pe, int *lib_err)
+{
+	struct iovec iov[CLAIM_SLOTS];
+	int n = shmcm_tx_claim(pe->c, iov, CLAIM_SLOTS);
+	ssize_t got;
+
+	if (n < 0) {
+		*lib_err = n;
+		return -2;
+	}
+	do
+		got = readv(STDIN_FILENO, iov, n);
+	while (got < 0 && errno == EINTR);
+	if (got < 0 && errno == EAGAIN)
+		got = -3;	/* nothing after all: commit nothing */
+	else if (got < 0)
+		fprintf(stderr, "mkshmcon: reading stdin: %s\n", strerror(errno));
+	shmcm_tx_commit(pe->c, 0, 0, got > 0 ? (size_t)got : 0);
+	if (got > 0)
+		pe->in_bytes += (uint64_t)got;
+	return got;
+}
+
+static void ns_to_timeout(uint64_t ns, struct timespec *ts)
+{
+	ts->tv_sec = (time_t)(ns / 1000000000u);
+	ts->tv_nsec = (long)(ns % 1000000000u);
 }
 
 int cmd_connect(int argc, char **argv)
 {
+	enum { OPT_SEND_ONLY = 256 };
 	static const struct option opts[] = {
-		{ "side",    required_argument, NULL, 'x' },
-		{ "message", no_argument,       NULL, 'M' },
-		{ "flow",    required_argument, NULL, 'F' },
-		{ "wait",    required_argument, NULL, 'w' },
-		{ "verbose", no_argument,       NULL, 'v' },
-		{ "no-input", no_argument,      NULL, 'd' },
-		{ "no-cma",  no_argument,       NULL, 'C' },
-		{ "help",    no_argument,       NULL, 'h' },
+		{ "side",      required_argument, NULL, 'x' },
+		{ "message",   no_argument,       NULL, 'M' },
+		{ "flow",      required_argument, NULL, 'F' },
+		{ "wait",      required_argument, NULL, 'w' },
+		{ "linger",    required_argument, NULL, 'l' },
+		{ "verbose",   no_argument,       NULL, 'v' },
+		{ "no-input",  no_argument,       NULL, 'd' },
+		{ "recv-only", no_argument,       NULL, 'd' },
+		{ "send-only", no_argument,       NULL, OPT_SEND_ONLY },
+		{ "no-cma",    no_argument,       NULL, 'C' },
+		{ "help",      no_argument,       NULL, 'h' },
 		{ 0 }
 	};
 	struct pipe_end pe = { .wake_efd = -1, .out_fd = STDOUT_FILENO, .abort_efd = -1,
@@ -287,9 +396,12 @@ int cmd_connect(int argc, char **argv)
 	pthread_t sig_tid;
 	bool sig_started = false;
 	struct shmcm_params p = { .side = -1, .flow = SHMCM_FLOW_WAIT, .max_msg = MAX_MSG };
-	struct shmcm_upcalls uc = { on_connected, on_disconnected, on_deliver, &pe, NULL };
-	uint64_t wait_ns = 0;
-	bool no_input = false;
+	struct shmcm_upcalls uc = { on_connected, on_disconnected, on_deliver, &pe, NULL, on_eof };
+	uint64_t wait_ns = 0, linger_ns = 0;
+	bool linger = false;
+	enum direction dir = DIR_BOTH;
+	enum fin_state fin = FIN_NONE;
+	struct outcome o = { .input_open = true };
 	const char *errstr;
 	char err[256];
 	uint8_t *buf = NULL;
@@ -298,7 +410,7 @@ int cmd_connect(int argc, char **argv)
 	sigset_t mask;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "x:MF:w:vdh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "x:MF:w:l:vdh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'x':
 			if (!strcmp(optarg, "a") || !strcmp(optarg, "A"))
@@ -324,8 +436,21 @@ int cmd_connect(int argc, char **argv)
 					    &wait_ns, &errstr) < 0)
 				return usage_error("connect", "wait timeout '%s' %s", optarg, errstr);
 			break;
+		case 'l':
+			if (xparse_duration(optarg, 1000000000ull, 0, 365ull * 86400 * 1000000000ull,
+					    &linger_ns, &errstr) < 0)
+				return usage_error("connect", "linger time '%s' %s", optarg, errstr);
+			linger = true;
+			break;
 		case 'd':
-			no_input = true;
+			if (dir == DIR_SEND_ONLY)
+				return usage_error("connect", "-d (--recv-only) and --send-only exclude each other");
+			dir = DIR_RECV_ONLY;
+			break;
+		case OPT_SEND_ONLY:
+			if (dir == DIR_RECV_ONLY)
+				return usage_error("connect", "-d (--recv-only) and --send-only exclude each other");
+			dir = DIR_SEND_ONLY;
 			break;
 		case 'C':
 			p.no_cma = true;
@@ -339,7 +464,7 @@ int cmd_connect(int argc, char **argv)
 			cmd_usage(stdout, "connect");
 			return EXIT_OK;
 		default:
-			return bad_option("connect", "x:MF:w:vdh", argv);
+			return bad_option("connect", "x:MF:w:l:vdh", argv);
 		}
 	}
 	if (optind >= argc)
@@ -348,6 +473,8 @@ int cmd_connect(int argc, char **argv)
 		return usage_error("connect", "unexpected argument '%s'", argv[optind + 1]);
 	if (p.side < 0)
 		return usage_error("connect", "which side? -x a or -x b");
+	if (linger && dir == DIR_SEND_ONLY)
+		return usage_error("connect", "--linger has no use with --send-only");
 	pe.name = p.name = strip_db_prefix(argv[optind]);
 	if (check_name(p.name))
 		return EXIT_USAGE;
@@ -390,60 +517,119 @@ int cmd_connect(int argc, char **argv)
 		{ .fd = pe.wake_efd, .events = POLLIN },
 		{ .fd = STDIN_FILENO, .events = POLLIN },
 	};
-	/* A receive-only end: -d, or stdin redirected from /dev/null, which
-	 * means "nothing to send", not "close at once". */
-	bool input_open = !no_input && !stdin_is_devnull();
+	bool direct = !pe.message && p.flow == SHMCM_FLOW_WAIT;
+	bool was_up = false;
 	uint64_t deadline = wait_ns ? xtime_ns() + wait_ns : 0;
+	uint64_t tx_done_at = 0, nap = 0;
 
+	if (dir == DIR_RECV_ONLY)
+		o.input_open = false;
 	for (;;) {
 		bool up = atomic_load(&pe.up);
-		int timeout = -1;
+		struct timespec ts, *tsp = NULL;
+		uint64_t now;
 
 		if (atomic_load(&pe.down) || atomic_load(&pe.out_err) || atomic_load(&pe.sig))
 			break;
+		if (up && !was_up) {
+			was_up = true;
+			pe.legacy_peer = !shmcm_peer_has_fin(pe.c);
+			xlog(XLOG_INFO, "connected%s", pe.legacy_peer ?
+			     " (the peer predates half-close: our end of input will close the connection)" : "");
+		}
+		/* End of our data: CON_FIN once connected, after all of it. */
+		if (up && !o.input_open && fin == FIN_NONE) {
+			int src = shmcm_shutdown(pe.c);
+			if (src == 0)
+				fin = FIN_SENT;
+			else if (src == -EOPNOTSUPP)
+				fin = FIN_LEGACY;
+			else
+				continue;	/* going down: the next round sees it */
+			nap = 20000;
+		}
+		now = xtime_ns();
+		if (fin != FIN_NONE && !o.tx_done && shmcm_drained(pe.c)) {
+			o.tx_done = true;
+			tx_done_at = now;
+			xlog(XLOG_INFO, "the peer has all our data (%" PRIu64 " bytes)", pe.in_bytes);
+		}
+		if (atomic_load(&pe.peer_eof))
+			o.rx_done = true;
+		/* The peer that predates CON_FIN learns of our end of data
+		 * the old way, by our close. */
+		if (o.tx_done && (o.rx_done || dir == DIR_SEND_ONLY || fin == FIN_LEGACY)) {
+			if (fin == FIN_LEGACY)
+				o.rx_done = true;
+			break;
+		}
+		if (o.tx_done && linger && now - tx_done_at >= linger_ns) {
+			o.linger_out = true;
+			break;
+		}
 		if (!up && deadline) {
-			uint64_t now = xtime_ns();
 			if (now >= deadline) {
 				fprintf(stderr, "mkshmcon: connection '%s': no peer on side %s within the wait timeout\n",
 					pe.name, p.side ? "a" : "b");
-				goto out_close;
+				o.failed = true;
+				break;
 			}
-			timeout = (int)((deadline - now) / 1000000 + 1);
+			tsp = &ts;
+			ns_to_timeout(deadline - now, tsp);
+		} else if (fin != FIN_NONE && !o.tx_done) {
+			/* the peer reading our last packets is not signalled:
+			 * look again soon, then less often */
+			tsp = &ts;
+			ns_to_timeout(nap, tsp);
+			if (nap < 2000000)
+				nap *= 2;
+		} else if (o.tx_done && linger) {
+			tsp = &ts;
+			ns_to_timeout(tx_done_at + linger_ns - now, tsp);
 		}
-		int nfd = up && input_open ? 2 : 1;
-		if (poll(pfd, (nfds_t)nfd, timeout) < 0) {
+		int nfd = up && o.input_open ? 2 : 1;
+		if (ppoll(pfd, (nfds_t)nfd, tsp, NULL) < 0) {
 			if (errno == EINTR)
 				continue;
 			fprintf(stderr, "mkshmcon: poll: %s\n", strerror(errno));
-			goto out_close;
+			o.failed = true;
+			break;
 		}
 		if (pfd[0].revents) {
 			uint64_t v;
 			if (read(pe.wake_efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 				xlog_warn("eventfd: %m");
-			if (atomic_load(&pe.up) && !up)
-				xlog(XLOG_INFO, "connected");
 		}
-		if (nfd == 2 && pfd[1].revents) {
-			ssize_t n = read(STDIN_FILENO, buf + have, IN_CHUNK);
-			int trc = 0;
+		if (nfd < 2 || !pfd[1].revents)
+			continue;
 
+		int trc = 0;
+		bool eof = false;
+		ssize_t n;
+
+		if (direct) {
+			n = send_stream_direct(&pe, &trc);
+			if (n == -1) {
+				o.failed = true;
+				break;
+			}
+			if (n == -3)
+				continue;
+			eof = n == 0;
+		} else {
+			n = read(STDIN_FILENO, buf + have, IN_CHUNK);
 			if (n < 0) {
 				if (errno == EINTR || errno == EAGAIN)
 					continue;
 				fprintf(stderr, "mkshmcon: reading stdin: %s\n", strerror(errno));
-				goto out_close;
-			}
-			if (n == 0) {
-				input_open = false;
-				if (have) {
-					fprintf(stderr, "mkshmcon: input ends inside a record (%zu bytes left over)\n", have);
-					goto out_close;
-				}
+				o.failed = true;
 				break;
-			}
-			if (!pe.message) {
+			} else if (n == 0) {
+				eof = true;
+			} else if (!pe.message) {
 				trc = send_stream(&pe, buf, (size_t)n);
+				if (trc == 0)
+					pe.in_bytes += (uint64_t)n;
 			} else {
 				ssize_t used;
 				have += (size_t)n;
@@ -453,30 +639,52 @@ int cmd_connect(int argc, char **argv)
 				} else {
 					memmove(buf, buf + used, have - (size_t)used);
 					have -= (size_t)used;
+					pe.in_bytes += (uint64_t)used;
 				}
 			}
-			if (trc == -EMSGSIZE)
-				goto out_close;
-			if (trc == -ENOBUFS) {
-				fprintf(stderr, "mkshmcon: connection '%s' reset: deferred queue overflow"
-					" (the peer did not keep up; see create -d)\n", pe.name);
-				goto out_close;
+		}
+		if (eof) {
+			if (have) {
+				fprintf(stderr, "mkshmcon: input ends inside a record (%zu bytes left over)\n", have);
+				o.failed = true;
+				break;
 			}
-			if (trc < 0 && trc != -ENOTCONN) {
-				fprintf(stderr, "mkshmcon: sending: %s\n", strerror(-trc));
-				goto out_close;
-			}
+			o.input_open = false;
+			continue;
+		}
+		if (trc == -EMSGSIZE) {
+			o.failed = true;	/* send_records said why */
+			break;
+		}
+		if (trc == -ENOBUFS) {
+			fprintf(stderr, "mkshmcon: connection '%s' reset: deferred queue overflow"
+				" (the peer did not keep up; see create -d)\n", pe.name);
+			o.failed = true;
+			break;
+		}
+		if (trc < 0 && trc != -ENOTCONN) {
+			fprintf(stderr, "mkshmcon: sending: %s\n", strerror(-trc));
+			o.failed = true;
+			break;
 		}
 	}
 
-	if (!input_open && !atomic_load(&pe.sig)) {
-		/* End of input: wait until the peer has read it all (a signal
-		 * disconnects, which ends the wait). */
-		while (shmcm_wait_drained(pe.c, 100 * 1000000ull) == -ETIMEDOUT &&
-		       !atomic_load(&pe.sig))
-			;
-	}
-	rc = exit_status(&pe, atomic_load(&pe.sig));
+	/* What a reset found done: everything before the peer's CON_RST was
+	 * handled, and the peer read our packets before it reset. */
+	if (atomic_load(&pe.peer_eof))
+		o.rx_done = true;
+	if (fin != FIN_NONE && !o.tx_done && shmcm_drained(pe.c))
+		o.tx_done = true;
+	/* A peer that closed cleanly had our CON_FIN, hence all before it. */
+	if (fin == FIN_SENT && atomic_load(&pe.down) &&
+	    shmcm_get_peer_reason(pe.c) == SHMCM_R_CLOSED)
+		o.tx_done = true;
+	/* A peer that predates CON_FIN closes after its end of input, the
+	 * only end of data it can say. */
+	if (pe.legacy_peer && atomic_load(&pe.reason) == SHMCM_R_PEER_RST &&
+	    shmcm_get_peer_reason(pe.c) == SHMCM_R_LOCAL)
+		o.rx_done = true;
+	rc = exit_status(&pe, &o, dir);
 out_close:
 	if (sig_started) {
 		uint64_t one = 1;

@@ -11,8 +11,8 @@
 static const struct cmd cmds[] = {
 	{ "create",  cmd_create,  "NAME [-n SLOTS] [-m MTU] [-t CON_TMO] [-d DEFQ_MAX] [-q]",
 	  "create a connection (a shared-memory mailbox)" },
-	{ "connect", cmd_connect, "NAME -x a|b [-M] [-d] [--flow wait|defer] [--no-cma] [-w TIMEOUT] [-v]",
-	  "connect one side: stdin goes to the peer, the peer's data to stdout" },
+	{ "connect", cmd_connect, "NAME -x a|b [-M] [-d|--send-only] [-l LINGER] [--flow wait|defer] [--no-cma] [-w TIMEOUT] [-v]",
+	  "connect one side: stdin goes to the peer, the peer's data to stdout, both at once" },
 	{ "status",  cmd_status,  "[NAME] [-o text|yaml|json]",
 	  "show connection state and counters" },
 	{ "list",    cmd_list,    "[-o text|yaml|json]",

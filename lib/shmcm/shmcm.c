@@ -42,15 +42,16 @@ void shmcm_job_push(struct shmcm_conn *c, struct job *j)
 
 /* Queues a job and waits until the job queue has carried it out (seed:
  * "create/destroy wait until their job is done"). */
-static void shmcm_job_run(struct shmcm_conn *c, enum job_op op, uint32_t con_type, uint16_t cno)
+static int shmcm_job_run(struct shmcm_conn *c, enum job_op op, uint32_t con_type, uint16_t cno)
 {
-	struct job j = { .op = op, .con_type = con_type, .cno = cno };
+	struct job j = { .op = op, .con_type = con_type, .cno = cno, .rc = -ENOTCONN };
 
 	shmcm_job_push(c, &j);
 	pthread_mutex_lock(&c->jq_lock);
 	while (!j.done)
 		pthread_cond_wait(&c->jq_cond, &c->jq_lock);
 	pthread_mutex_unlock(&c->jq_lock);
+	return j.rc;
 }
 
 void shmcm_job_async(struct shmcm_conn *c, enum job_op op)
@@ -137,7 +138,20 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 	if (out.enable_tx) {
 		atomic_store(&c->tx_cno, c->cm.cno);
 		atomic_store(&c->tx_abort, false);
+		atomic_store(&c->tx_shut, false);
+		pthread_spin_lock(&c->tx_mutex);
+		c->tx_reset_queued = false;	/* the reset it waited for is done */
+		pthread_spin_unlock(&c->tx_mutex);
 	}
+	/* No user data after our CON_FIN: senders fail from now on (the
+	 * caller of shmcm_shutdown() already waited out those under way). */
+	if (out.shut_tx)
+		atomic_store(&c->tx_shut, true);
+	/* Nothing the peer sends after its CON_FIN is delivered (the rx
+	 * thread is waiting for this job, so no packet after it is seen
+	 * before the flag is). */
+	if (out.peer_fin)
+		atomic_store(&c->rx_fin, true);
 	for (unsigned i = 0; i < out.nsend; i++)
 		shmcm_send_con(c, out.send[i].con_type, out.send[i].cno);
 	/* Only now may user data follow: after the CON_ACK in the ring
@@ -150,11 +164,14 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 	shmcm_in_upcall = c;
 	if (out.connected && c->uc.connected)
 		c->uc.connected(c->uc.arg);
+	if (out.peer_fin && c->uc.eof)
+		c->uc.eof(c->uc.arg);
 	if (out.disconnected && c->uc.disconnected)
 		c->uc.disconnected(c->uc.arg, out.reason);
 	shmcm_in_upcall = NULL;
 	if (out.enable_deliver) {
 		c->rx_peer_cno = c->cm.peer_cno;
+		atomic_store(&c->rx_fin, false);
 		shmcm_reasm_reset(&c->reasm);
 		shmcm_lock_open(&c->deliver_lock);
 	}
@@ -278,6 +295,11 @@ static void handle_job(struct shmcm_conn *c, struct job *j)
 	case JOB_PEER_CHECK:
 		atomic_store(&c->peer_check_queued, false);
 		peer_check(c);
+		break;
+	case JOB_SHUTDOWN:
+		ev.type = SHMCM_EV_SHUTDOWN;
+		cm_event(c, &ev);
+		j->rc = c->cm.state == SHMCM_CONNECTED && c->cm.fin_sent ? 0 : -ENOTCONN;
 		break;
 	case JOB_DESTROY:
 		ev.type = SHMCM_EV_DISCONNECT;
@@ -413,6 +435,9 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 		c->cma_min = c->mtu - SHMCM_UDATA_HLEN + 1;
 	atomic_store(&c->me->cma, p->no_cma ? 0 : 1);
 	atomic_store(&c->me->defq_size, 0);
+	/* caps first, then the owner word that makes them ours */
+	atomic_store(&c->me->caps, p->no_fin ? 0 : MBOX_CAP_FIN);
+	atomic_store_explicit(&c->me->caps_owner, c->mb->owner, memory_order_release);
 	set_state(c);
 
 	c->job_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -472,6 +497,41 @@ int shmcm_disconnect(struct shmcm_conn *c)
 	return 0;
 }
 
+/* Whether the process that owns the peer side now said it knows CON_FIN. */
+bool shmcm_peer_has_fin(struct shmcm_conn *c)
+{
+	uint64_t owner = atomic_load_explicit(&c->peer->owner, memory_order_acquire);
+
+	return owner != 0 &&
+	       atomic_load_explicit(&c->peer->caps_owner, memory_order_acquire) == owner &&
+	       (atomic_load_explicit(&c->peer->caps, memory_order_relaxed) & MBOX_CAP_FIN);
+}
+
+int shmcm_shutdown(struct shmcm_conn *c)
+{
+	if (shmcm_get_state(c) != SHMCM_CONNECTED)
+		return -ENOTCONN;
+	if (!shmcm_peer_has_fin(c))
+		return -EOPNOTSUPP;
+	/* New sends fail from here on; one already under way (in another
+	 * thread, perhaps waiting for room) goes first, whole, so CON_FIN
+	 * never lands between the fragments of a message. */
+	atomic_store(&c->tx_shut, true);
+	if (shmcm_in_upcall == c) {
+		/* the deliver up-call of a sender's peer could be the one
+		 * that would free its room: do not wait here */
+		shmcm_job_async(c, JOB_SHUTDOWN);
+		return 0;
+	}
+	for (uint64_t nap = 1000; atomic_load(&c->tx_lock.count) > 1;) {
+		struct timespec ts = { 0, (long)nap };
+		nanosleep(&ts, NULL);
+		if (nap < 1000000)
+			nap *= 2;
+	}
+	return shmcm_job_run(c, JOB_SHUTDOWN, 0, 0);
+}
+
 static int deadline_wait(struct shmcm_conn *c, uint64_t deadline)
 {
 	struct timespec ts;
@@ -508,16 +568,21 @@ int shmcm_wait_connected(struct shmcm_conn *c, uint64_t timeout_ns)
 	return rc;
 }
 
+bool shmcm_drained(struct shmcm_conn *c)
+{
+	pthread_spin_lock(&c->tx_mutex);
+	bool idle = !c->pq_head && mbox_tx_idle(c->mb);
+	pthread_spin_unlock(&c->tx_mutex);
+	return idle;
+}
+
 int shmcm_wait_drained(struct shmcm_conn *c, uint64_t timeout_ns)
 {
 	uint64_t deadline = timeout_ns ? xtime_ns() + timeout_ns : 0;
 	uint64_t nap = 20000;
 
 	for (;;) {
-		pthread_spin_lock(&c->tx_mutex);
-		bool idle = !c->pq_head && mbox_tx_idle(c->mb);
-		pthread_spin_unlock(&c->tx_mutex);
-		if (idle)
+		if (shmcm_drained(c))
 			return 0;
 		if (shmcm_get_state(c) != SHMCM_CONNECTED)
 			return -ENOTCONN;

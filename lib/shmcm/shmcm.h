@@ -39,6 +39,10 @@ struct shmcm_upcalls {
 	 * of at least len bytes, or NULL for an internal one; deliver is then
 	 * called with that buffer, and the bytes were copied exactly once. */
 	void *(*rx_buffer)(void *arg, uint32_t src, uint32_t dst, size_t len);
+	/* Optional: the peer ended its data (CON_FIN, see shmcm_shutdown());
+	 * every message it sent before has been delivered.  On the
+	 * connection-management thread. */
+	void (*eof)(void *arg);
 };
 
 enum shmcm_flow {
@@ -63,6 +67,9 @@ struct shmcm_params {
 	 * peer's copy fails, that message and later ones go inline. */
 	uint32_t cma_min;
 	bool no_cma;		/* neither send nor accept by reference */
+	/* Do not advertise the half-close (CON_FIN): a peer then treats us
+	 * as an end that predates it.  For tests of that fallback. */
+	bool no_fin;
 };
 
 struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
@@ -72,9 +79,22 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
  * (when called from an up-call, it only queues the job). */
 int shmcm_connect(struct shmcm_conn *c);
 int shmcm_disconnect(struct shmcm_conn *c);
+/* Half-close, as shutdown(SHUT_WR) on a socket: no more user data from us
+ * in this generation.  The peer gets CON_FIN after every message sent
+ * before this call (a send running in another thread meanwhile ends first)
+ * and its eof up-call follows their delivery; its data keeps flowing to us
+ * until it shuts down too.  Later sends fail with -EPIPE.  0, -ENOTCONN,
+ * or -EOPNOTSUPP when the peer does not understand CON_FIN (nothing sent:
+ * the old way to end is shmcm_wait_drained() and shmcm_disconnect()).
+ * From an up-call it only queues the job and returns 0. */
+int shmcm_shutdown(struct shmcm_conn *c);
+/* Whether the process on the peer side now said it understands CON_FIN. */
+bool shmcm_peer_has_fin(struct shmcm_conn *c);
 /* Sends one message.  0, -ENOTCONN (not connected, or disconnected while
- * waiting for room), -EMSGSIZE, or -ENOBUFS (deferred queue overflow: the
- * connection is being reset). */
+ * waiting for room), -EMSGSIZE, -EPIPE (after shmcm_shutdown()), or
+ * -ENOBUFS (deferred queue overflow: the connection is being reset, and
+ * every send fails so until it is -- LINX's transmit guard, seed 000 "Tx
+ * Data Path"). */
 int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 		   const void *buf, size_t len);
 /* One message of two pieces, a then b, that fits one packet (else
@@ -82,6 +102,20 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
  * -EAGAIN when no slot is free right now (nothing sent), -ENOTCONN. */
 int shmcm_transmit2(struct shmcm_conn *c, uint32_t src, uint32_t dst, const void *a,
 		    size_t alen, const void *b, size_t blen);
+/* Zero-copy sending of a byte stream: shmcm_tx_claim() hands out the
+ * packet areas of up to `max` free mailbox slots in ring order (waiting
+ * for one in SHMCM_FLOW_WAIT mode, as shmcm_transmit(); -EAGAIN when none
+ * is free in SHMCM_FLOW_DEFER mode), each for at most
+ * shmcm_get_mtu() - SHMCM_UDATA_HLEN bytes; the caller fills a prefix of
+ * them in order (readv(2) from a pipe, say) and shmcm_tx_commit() sends the
+ * first `len` bytes as one message per slot and ends the claim (len 0:
+ * nothing sent).  The bytes are written once, by the caller, into shared
+ * memory.  Returns the number of areas, or what shmcm_transmit() returns.
+ * One claim at a time, and no other send on the connection until it is
+ * committed (-EBUSY); CON packets queue behind a claim, so commit soon. */
+struct iovec;
+int shmcm_tx_claim(struct shmcm_conn *c, struct iovec *iov, unsigned max);
+int shmcm_tx_commit(struct shmcm_conn *c, uint32_t src, uint32_t dst, size_t len);
 /* Completion of a message sent with shmcm_send_ref(): 0 when the peer has
  * pulled it, -EREMOTEIO when its pull failed (send it inline; later
  * messages go inline by themselves), -ENOTCONN when the connection went
@@ -116,6 +150,8 @@ int shmcm_wait_connected(struct shmcm_conn *c, uint64_t timeout_ns);
 /* Waits until the peer has read everything we sent (0), the connection is
  * gone (-ENOTCONN), or the timeout passes (-ETIMEDOUT). */
 int shmcm_wait_drained(struct shmcm_conn *c, uint64_t timeout_ns);
+/* The same, without waiting: true when the peer has read everything. */
+bool shmcm_drained(struct shmcm_conn *c);
 enum shmcm_state shmcm_get_state(const struct shmcm_conn *c);
 enum shmcm_reason shmcm_get_reason(const struct shmcm_conn *c);
 /* Why the peer last disconnected, as it recorded in the mailbox before

@@ -29,6 +29,7 @@ static void become_connected(struct shmcm_cm *cm, struct shmcm_cm_out *out,
 	cm->state = SHMCM_CONNECTED;
 	cm->peer_cno = peer_cno;	/* before deliver is enabled */
 	cm->resend_req = false;
+	cm->fin_sent = cm->fin_rcvd = false;
 	out->enable_deliver = true;
 }
 
@@ -46,6 +47,12 @@ static void become_disconnected(struct shmcm_cm *cm, struct shmcm_cm_out *out,
 	cm->last_reason = why;
 	cm->state = SHMCM_DISCONNECTED;
 	cm->resend_req = false;
+}
+
+/* Both directions ended: a reset now is the connection's clean end. */
+static bool both_done(const struct shmcm_cm *cm)
+{
+	return cm->fin_sent && cm->fin_rcvd;
 }
 
 static void send_con_req(struct shmcm_cm *cm, struct shmcm_cm_out *out)
@@ -66,7 +73,8 @@ static void handle_con_pkt(struct shmcm_cm *cm, const struct shmcm_cm_ev *ev,
 			become_connected(cm, out, ev->cno, true);
 		else if (ev->con_type == SHMCM_CON_ACK)
 			become_connected(cm, out, ev->cno, false);
-		/* CON_RST and CON_ALV are ignored while connecting. */
+		/* CON_RST, CON_ALV and CON_FIN are ignored while
+		 * connecting: they belong to a generation we do not have. */
 		return;
 	case SHMCM_CONNECTED:
 		break;
@@ -85,7 +93,17 @@ static void handle_con_pkt(struct shmcm_cm *cm, const struct shmcm_cm_ev *ev,
 		return;
 	case SHMCM_CON_RST:
 		if (ev->cno == cm->peer_cno)
-			become_disconnected(cm, out, SHMCM_R_PEER_RST, false);
+			become_disconnected(cm, out, both_done(cm) ? SHMCM_R_CLOSED : SHMCM_R_PEER_RST,
+					    false);
+		return;
+	case SHMCM_CON_FIN:
+		if (ev->cno != cm->peer_cno)
+			return;
+		cm->alive_count = SHMCM_ALIVE_RESET;
+		if (!cm->fin_rcvd) {	/* a second one says nothing new */
+			cm->fin_rcvd = true;
+			out->peer_fin = true;
+		}
 		return;
 	case SHMCM_CON_ALV:
 		if (ev->cno == cm->peer_cno)
@@ -133,6 +151,7 @@ void shmcm_cm_handle(struct shmcm_cm *cm, const struct shmcm_cm_ev *ev,
 		cm->cno++;
 		cm->state = SHMCM_CONNECTING;
 		cm->last_reason = SHMCM_R_NONE;
+		cm->fin_sent = cm->fin_rcvd = false;
 		send_con_req(cm, out);
 		return;
 	case SHMCM_EV_DISCONNECT:
@@ -141,7 +160,16 @@ void shmcm_cm_handle(struct shmcm_cm *cm, const struct shmcm_cm_ev *ev,
 		 * CONNECTING, since our CON_REQ may already have connected the
 		 * peer. */
 		if (cm->state != SHMCM_DISCONNECTED)
-			become_disconnected(cm, out, SHMCM_R_LOCAL, true);
+			become_disconnected(cm, out, both_done(cm) ? SHMCM_R_CLOSED : SHMCM_R_LOCAL,
+					    true);
+		return;
+	case SHMCM_EV_SHUTDOWN:
+		/* Only a connected end has a direction to close; once. */
+		if (cm->state != SHMCM_CONNECTED || cm->fin_sent)
+			return;
+		cm->fin_sent = true;
+		out->shut_tx = true;
+		send_pkt(out, SHMCM_CON_FIN, cm->cno);
 		return;
 	case SHMCM_EV_CON_PKT:
 		handle_con_pkt(cm, ev, out);
@@ -183,6 +211,7 @@ const char *shmcm_reason_str(enum shmcm_reason r)
 	case SHMCM_R_TIMEOUT: return "peer timed out";
 	case SHMCM_R_PEER_GONE: return "peer process died";
 	case SHMCM_R_INTERNAL: return "deferred queue overflow";
+	case SHMCM_R_CLOSED: return "closed after both ends finished";
 	}
 	return "unknown";
 }

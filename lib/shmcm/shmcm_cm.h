@@ -21,6 +21,15 @@
  *   carries the generation we are already connected to is a duplicate and is
  *   ignored; one with another generation still resets the connection.
  *
+ * One addition, the half-close (CON_FIN, shmcm_wire.h): a shutdown down-call
+ * while CONNECTED sends CON_FIN once and closes our direction; a CON_FIN of
+ * the peer's generation closes its direction (peer_fin: every user packet
+ * it sent before is delivered by then, since the rx path hands CON packets
+ * over in ring order).  The connection stays CONNECTED -- the other
+ * direction goes on -- until a disconnect down-call or the peer's CON_RST;
+ * once both directions were closed, that disconnect is SHMCM_R_CLOSED, a
+ * clean end, instead of SHMCM_R_LOCAL / SHMCM_R_PEER_RST.
+ *
  * As in LINX's handle_dc_disconnect(), a disconnect down-call while already
  * DISCONNECTED does nothing (the seed's "always call disconnected" assumes
  * RLNH never disconnects twice without a connect in between; the
@@ -52,6 +61,7 @@ enum shmcm_cm_event {
 	SHMCM_EV_TICK,		/* the connection timer */
 	SHMCM_EV_INTERNAL,	/* internal error (e.g. deferred queue full) */
 	SHMCM_EV_PEER_GONE,	/* the peer process is known to be dead */
+	SHMCM_EV_SHUTDOWN,	/* shutdown down-call: no more user data from us */
 };
 
 enum shmcm_reason {
@@ -62,6 +72,7 @@ enum shmcm_reason {
 	SHMCM_R_TIMEOUT,	/* nothing from the peer for the connection timeout */
 	SHMCM_R_PEER_GONE,	/* peer process died */
 	SHMCM_R_INTERNAL,	/* internal error, e.g. deferred queue overflow */
+	SHMCM_R_CLOSED,		/* closed after both directions ended (CON_FIN both ways) */
 };
 
 struct shmcm_cm_ev {
@@ -75,6 +86,8 @@ struct shmcm_cm_ev {
 struct shmcm_cm_out {
 	bool disable_deliver, disable_tx, enable_tx, enable_deliver;
 	bool connected, disconnected;
+	bool shut_tx;			/* our CON_FIN is in send[]: no user data after it */
+	bool peer_fin;			/* the peer's CON_FIN: up-call eof */
 	enum shmcm_reason reason;	/* with disconnected */
 	unsigned nsend;
 	struct { uint32_t con_type; uint16_t cno; } send[2];
@@ -87,6 +100,8 @@ struct shmcm_cm {
 	uint32_t alive_count;
 	uint32_t con_reqs;	/* CON_REQs sent, re-sends included */
 	bool resend_req;	/* internal error while CONNECTING */
+	bool fin_sent;		/* this generation: our CON_FIN sent */
+	bool fin_rcvd;		/* ... the peer's CON_FIN received */
 	enum shmcm_reason last_reason;
 };
 

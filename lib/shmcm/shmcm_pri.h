@@ -28,6 +28,7 @@ enum job_op {
 	JOB_INTERNAL,
 	JOB_PEER_CHECK,
 	JOB_DESTROY,
+	JOB_SHUTDOWN,
 };
 
 struct job {
@@ -37,6 +38,7 @@ struct job {
 	uint16_t cno;
 	bool async;		/* freed by the job queue */
 	bool done;
+	int rc;			/* JOB_SHUTDOWN: what shmcm_shutdown() returns */
 };
 
 /* A packet waiting for room in the mailbox: CON packets that did not fit,
@@ -90,6 +92,12 @@ struct shmcm_conn {
 	_Atomic uint16_t tx_cno;
 	uint16_t msgid;			/* under tx_mutex */
 	_Atomic bool tx_abort;
+	_Atomic bool tx_shut;		/* shmcm_shutdown(): sends fail -EPIPE */
+	/* LINX's transmit guard: a full mailbox with the deferred queue at
+	 * its limit queued a disconnect job; until that job has run, no user
+	 * data may enter the mailbox (under tx_mutex; cleared by enable_tx) */
+	bool tx_reset_queued;
+	uint32_t tx_claimed;		/* slots handed out by shmcm_tx_claim() */
 	struct pend *pq_head, *pq_tail;	/* under tx_mutex */
 	uint64_t pq_udata;		/* user-data packets queued */
 	uint64_t sent_bytes, sent_pkts;	/* under tx_mutex */
@@ -113,6 +121,7 @@ struct shmcm_conn {
 	_Atomic bool rx_stop;
 	_Atomic bool peer_dead;
 	_Atomic bool peer_check_queued;
+	_Atomic bool rx_fin;		/* the peer's CON_FIN: its data ended */
 	_Atomic uint32_t rx_activity;
 	uint16_t rx_peer_cno;		/* set before deliver is opened */
 	struct shmcm_reasm reasm;	/* under deliver_lock */

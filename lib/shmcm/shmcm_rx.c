@@ -111,6 +111,13 @@ static void rx_udata(struct shmcm_conn *c, const struct shmcm_pkt *p)
 		c->recv_stale++;
 		return;
 	}
+	if (atomic_load_explicit(&c->rx_fin, memory_order_relaxed)) {
+		/* the peer said it had ended its data: a broken peer */
+		c->recv_bad++;
+		xlog_ratelimited(XLOG_WARN, "%s: dropped user data sent after CON_FIN",
+				 c->mb->name);
+		return;
+	}
 	if (shmcm_pkt_is_ref(p) && atomic_load_explicit(&c->me->cma, memory_order_relaxed)) {
 		rx_ref(c, p);
 		return;
@@ -158,6 +165,15 @@ static unsigned rx_run(struct shmcm_conn *c, unsigned max)
 					shmcm_unlock(&c->deliver_lock);
 					delivering = false;
 				}
+				/* Everything up to this packet is handled (and
+				 * the packet itself decoded): hand the slots
+				 * back before the job runs, so a peer that
+				 * learns of it -- a CON_FIN answered by our
+				 * close -- finds its ring read. */
+				mbox_rx_release(c->mb, n);
+				done += n;
+				limit -= n;
+				n = 0;
 				rx_con(c, &p);
 				continue;
 			}
@@ -171,7 +187,7 @@ static unsigned rx_run(struct shmcm_conn *c, unsigned max)
 		if (delivering)
 			shmcm_unlock(&c->deliver_lock);
 		if (n == 0)
-			break;
+			break;	/* (a CON packet ends a batch early; the caller calls again) */
 		if (!atomic_load_explicit(&c->rx_activity, memory_order_relaxed))
 			atomic_store_explicit(&c->rx_activity, 1, memory_order_relaxed);
 		mbox_rx_release(c->mb, n);

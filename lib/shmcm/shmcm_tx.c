@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 /* Copies a pending packet into the ring; false when the ring is full. */
 static bool put_pkt(struct shmcm_conn *c, const void *pkt, uint32_t len)
@@ -35,6 +36,8 @@ void shmcm_pend_flush(struct shmcm_conn *c)
 {
 	struct pend *p;
 
+	if (c->tx_claimed)
+		return;		/* the next slots are the claimer's */
 	while ((p = c->pq_head)) {
 		if (!put_pkt(c, p->pkt, p->len))
 			break;
@@ -94,15 +97,40 @@ void shmcm_send_con(struct shmcm_conn *c, uint32_t type, uint16_t cno)
 	shmcm_encode_con(pkt, type, cno);
 	pthread_spin_lock(&c->tx_mutex);
 	shmcm_pend_flush(c);
-	if (c->pq_head || !put_pkt(c, pkt, SHMCM_CON_LEN)) {
+	if (c->pq_head || c->tx_claimed || !put_pkt(c, pkt, SHMCM_CON_LEN)) {
 		/* A full mailbox holds plenty to prove we are alive; other
 		 * CON packets are reliable and wait their turn. */
-		if (type != SHMCM_CON_ALV && pend_add(c, pkt, sizeof(pkt), NULL, 0, false) < 0)
+		if ((type != SHMCM_CON_ALV || c->tx_claimed) &&
+		    pend_add(c, pkt, sizeof(pkt), NULL, 0, false) < 0)
 			xlog_ratelimited(XLOG_ERROR, "%s: out of memory queueing %s",
 					 c->mb->name, shmcm_con_type_name(type));
 	}
 	shmcm_publish_tx_stats(c);
 	pthread_spin_unlock(&c->tx_mutex);
+}
+
+/* Under tx_mutex: whether user data may enter the mailbox now. */
+static int tx_gate(struct shmcm_conn *c)
+{
+	if (c->tx_reset_queued)
+		return -ENOBUFS;
+	if (atomic_load_explicit(&c->tx_shut, memory_order_relaxed))
+		return -EPIPE;
+	if (c->tx_claimed)
+		return -EBUSY;
+	return 0;
+}
+
+/* Deferred queue overflow: LINX disconnects, and until the disconnect job
+ * has run nothing more of ours may enter the mailbox.  Under tx_mutex,
+ * which it releases. */
+static int tx_overflow(struct shmcm_conn *c)
+{
+	c->tx_reset_queued = true;
+	shmcm_publish_tx_stats(c);
+	pthread_spin_unlock(&c->tx_mutex);
+	shmcm_job_async(c, JOB_INTERNAL);
+	return -ENOBUFS;
 }
 
 /* SHMCM_FLOW_WAIT: a free slot, waiting for one if need be.  Called and
@@ -236,6 +264,12 @@ static int ref_issue(struct shmcm_conn *c, uint32_t src, uint32_t dst, const voi
 		pthread_mutex_lock(&c->ref_lock);
 	}
 	pthread_spin_lock(&c->tx_mutex);
+	int rc = tx_gate(c);
+	if (rc < 0) {
+		pthread_spin_unlock(&c->tx_mutex);
+		pthread_mutex_unlock(&c->ref_lock);
+		return rc;
+	}
 	if (c->pq_head)
 		shmcm_pend_flush(c);
 	if (!(slot = slot_wait(c))) {
@@ -334,6 +368,10 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 	}
 
 	pthread_spin_lock(&c->tx_mutex);
+	if ((rc = tx_gate(c)) < 0) {
+		pthread_spin_unlock(&c->tx_mutex);
+		goto out_unlock;
+	}
 	msgid = c->msgid++;
 	if (c->pq_head)
 		shmcm_pend_flush(c);
@@ -355,19 +393,10 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 			 * full (with the default limit 0: at once). */
 			uint8_t hdr[SHMCM_UDATA_HLEN];
 
-			if (c->pq_udata >= c->defq_max) {
-				shmcm_publish_tx_stats(c);
-				pthread_spin_unlock(&c->tx_mutex);
-				shmcm_job_async(c, JOB_INTERNAL);
-				rc = -ENOBUFS;
-				goto out_unlock;
-			}
 			shmcm_encode_udata_hdr(hdr, psize, cno, msgid, src, dst, (uint32_t)len);
-			if (pend_add(c, hdr, sizeof(hdr), data + off, n, true) < 0) {
-				shmcm_publish_tx_stats(c);
-				pthread_spin_unlock(&c->tx_mutex);
-				shmcm_job_async(c, JOB_INTERNAL);
-				rc = -ENOBUFS;
+			if (c->pq_udata >= c->defq_max ||
+			    pend_add(c, hdr, sizeof(hdr), data + off, n, true) < 0) {
+				rc = tx_overflow(c);
 				goto out_unlock;
 			}
 		} else {
@@ -402,6 +431,8 @@ int shmcm_transmit2(struct shmcm_conn *c, uint32_t src, uint32_t dst, const void
 		return -ENOTCONN;
 	cno = atomic_load_explicit(&c->tx_cno, memory_order_relaxed);
 	pthread_spin_lock(&c->tx_mutex);
+	if ((rc = tx_gate(c)) < 0)
+		goto out_unlock_mutex;
 	/* Only straight into a free slot: anything queued goes first, and a
 	 * full ring is the caller's to wait for (it sends whole packets). */
 	slot = c->pq_head ? NULL : mbox_tx_reserve(c->mb);
@@ -420,6 +451,81 @@ int shmcm_transmit2(struct shmcm_conn *c, uint32_t src, uint32_t dst, const void
 	c->sent_bytes += psize;
 	shmcm_publish_tx_stats(c);
 out_unlock_mutex:
+	pthread_spin_unlock(&c->tx_mutex);
+	shmcm_unlock(&c->tx_lock);
+	return rc;
+}
+
+int shmcm_tx_claim(struct shmcm_conn *c, struct iovec *iov, unsigned max)
+{
+	uint32_t fsz = c->mtu - SHMCM_UDATA_HLEN, room;
+	int rc;
+
+	if (max == 0)
+		return -EINVAL;
+	/* Held until the commit: the generation cannot change under a claim
+	 * (a disconnect waits for it, and the caller commits soon). */
+	if (!shmcm_trylock(&c->tx_lock))
+		return -ENOTCONN;
+	pthread_spin_lock(&c->tx_mutex);
+	if ((rc = tx_gate(c)) < 0)
+		goto out_unlock_mutex;
+	if (c->pq_head)
+		shmcm_pend_flush(c);
+	if (c->flow == SHMCM_FLOW_WAIT) {
+		if (!slot_wait(c)) {
+			shmcm_unlock(&c->tx_lock);
+			return -ENOTCONN;
+		}
+	} else if (c->pq_head || !mbox_tx_reserve(c->mb)) {
+		rc = -EAGAIN;	/* the deferred queue is transmit()'s */
+		goto out_unlock_mutex;
+	}
+	room = mbox_tx_room(c->mb);
+	if (room > max)
+		room = max;
+	for (uint32_t i = 0; i < room; i++) {
+		iov[i].iov_base = (uint8_t *)mbox_tx_slot_ahead(c->mb, i) + SHMCM_UDATA_HLEN;
+		iov[i].iov_len = fsz;
+	}
+	c->tx_claimed = room;
+	pthread_spin_unlock(&c->tx_mutex);
+	return (int)room;	/* tx_lock stays held */
+
+out_unlock_mutex:
+	pthread_spin_unlock(&c->tx_mutex);
+	shmcm_unlock(&c->tx_lock);
+	return rc;
+}
+
+int shmcm_tx_commit(struct shmcm_conn *c, uint32_t src, uint32_t dst, size_t len)
+{
+	uint32_t fsz = c->mtu - SHMCM_UDATA_HLEN;
+	uint16_t cno = atomic_load_explicit(&c->tx_cno, memory_order_relaxed);
+	int rc = 0;
+
+	pthread_spin_lock(&c->tx_mutex);
+	if (!c->tx_claimed) {
+		pthread_spin_unlock(&c->tx_mutex);
+		return -EINVAL;		/* no claim: tx_lock is not ours */
+	}
+	if (len > (size_t)c->tx_claimed * fsz) {
+		rc = -EMSGSIZE;
+		len = 0;
+	}
+	for (size_t off = 0; off < len; off += fsz) {
+		uint32_t n = len - off < fsz ? (uint32_t)(len - off) : fsz;
+		uint8_t *slot = mbox_tx_slot_ahead(c->mb, 0);
+
+		shmcm_encode_udata_hdr(slot, SHMCM_UDATA_HLEN + n, cno, c->msgid++, src, dst, n);
+		mbox_tx_publish(c->mb);
+		c->sent_pkts++;
+		c->sent_bytes += SHMCM_UDATA_HLEN + n;
+	}
+	c->tx_claimed = 0;
+	if (c->pq_head)
+		shmcm_pend_flush(c);	/* CON packets that came meanwhile */
+	shmcm_publish_tx_stats(c);
 	pthread_spin_unlock(&c->tx_mutex);
 	shmcm_unlock(&c->tx_lock);
 	return rc;

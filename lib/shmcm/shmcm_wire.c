@@ -26,7 +26,7 @@ int shmcm_decode(const void *buf, size_t len, uint32_t mru, struct shmcm_pkt *p)
 		p->con.type = get_be32(b + 8);
 		p->con.cno = get_be16(b + 12);
 		p->con.spare = get_be16(b + 14);
-		if (p->con.type < SHMCM_CON_REQ || p->con.type > SHMCM_CON_ALV)
+		if (p->con.type < SHMCM_CON_REQ || p->con.type > SHMCM_CON_FIN)
 			return SHMCM_ETYPE;
 		p->data = NULL;
 		p->data_len = 0;
@@ -107,9 +107,10 @@ const char *shmcm_con_type_name(uint32_t con_type)
 	static const char *const names[] = {
 		[SHMCM_CON_REQ] = "CON_REQ", [SHMCM_CON_ACK] = "CON_ACK",
 		[SHMCM_CON_RST] = "CON_RST", [SHMCM_CON_ALV] = "CON_ALV",
+		[SHMCM_CON_FIN] = "CON_FIN",
 	};
 
-	if (con_type >= SHMCM_CON_REQ && con_type <= SHMCM_CON_ALV)
+	if (con_type >= SHMCM_CON_REQ && con_type <= SHMCM_CON_FIN)
 		return names[con_type];
 	return "CON_?";
 }

@@ -24,6 +24,13 @@ enum shmcm_con_type {
 	SHMCM_CON_ACK = 2,
 	SHMCM_CON_RST = 3,
 	SHMCM_CON_ALV = 4,
+	/* xprt's half-close, not in LINX: "no more user data from me in this
+	 * generation" (a socket's shutdown(SHUT_WR)).  It follows every user
+	 * packet of the generation in the ring, so the peer has handled them
+	 * all when it sees it.  Sent only to a peer that advertises it
+	 * (MBOX_CAP_FIN); one that does not gets the old close: drain, then
+	 * CON_RST. */
+	SHMCM_CON_FIN = 5,
 };
 
 struct shmcm_mhdr {

@@ -34,6 +34,8 @@ enum { MBOX_SIDE_A = 0, MBOX_SIDE_B = 1 };
 
 #define MBOX_RNDV_RING	64	/* pull outcomes kept; bounds sends in flight */
 
+#define MBOX_CAP_FIN	1u	/* half-close: SHMCM's CON_FIN */
+
 struct mbox_ring_ctl {
 	_Alignas(MBOX_CL) _Atomic uint32_t head;	/* written by the producer */
 	_Alignas(MBOX_CL) _Atomic uint32_t tail;	/* written by the consumer */
@@ -53,6 +55,12 @@ struct mbox_side {
 	_Atomic uint32_t flow;		/* 0 wait, 1 deferred queue */
 	_Atomic uint32_t last_reason;	/* enum shmcm_reason */
 	_Atomic uint32_t attaches;
+	/* What this side's owner understands (MBOX_CAP_*), valid only while
+	 * caps_owner equals owner: a later owner that does not know the
+	 * field leaves it as it was.  Fits the line's padding, so the layout
+	 * of version 1 is unchanged. */
+	_Atomic uint64_t caps_owner;
+	_Atomic uint32_t caps;
 	_Alignas(MBOX_CL) _Atomic uint64_t sent_bytes;
 	_Atomic uint64_t sent_pkts;
 	_Atomic uint64_t defq_size;
@@ -73,6 +81,9 @@ struct mbox_side {
 	/* ... and as sender: asleep on the peer's rndv_done */
 	_Alignas(MBOX_CL) _Atomic uint32_t rndv_sleep;
 };
+
+_Static_assert(offsetof(struct mbox_side, sent_bytes) == MBOX_CL,
+	       "the capability words live in the first line's padding");
 
 struct mbox_hdr {
 	uint32_t magic;		/* written last: a reader sees a complete header */
@@ -192,6 +203,27 @@ static inline void *mbox_tx_reserve(struct mbox *m)
 			return NULL;
 	}
 	return (uint8_t *)mbox_slot(m->tx_slots, m->slot_size, m->mask, m->tx_head) + MBOX_SLOT_HDR;
+}
+
+/* Free slots in our tx ring now (0 when full). */
+static inline uint32_t mbox_tx_room(struct mbox *m)
+{
+	uint32_t used = m->tx_head - m->tx_tail_cache;
+
+	if (used > m->mask) {
+		m->tx_tail_cache = atomic_load_explicit(&m->tx->tail, memory_order_acquire);
+		used = m->tx_head - m->tx_tail_cache;
+	}
+	return m->mask + 1 - used;
+}
+
+/* The packet area of the i-th slot after the next one to publish (i = 0
+ * is mbox_tx_reserve's); the caller checked mbox_tx_room() > i.  Filled
+ * slots are published in order, one mbox_tx_publish() each. */
+static inline void *mbox_tx_slot_ahead(struct mbox *m, uint32_t i)
+{
+	return (uint8_t *)mbox_slot(m->tx_slots, m->slot_size, m->mask, m->tx_head + i) +
+	       MBOX_SLOT_HDR;
 }
 
 void mbox_wake_consumer(struct mbox_ring_ctl *r);

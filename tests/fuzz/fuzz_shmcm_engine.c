@@ -26,18 +26,36 @@ static void check_out(const struct shmcm_cm *cm, const struct shmcm_cm_out *o)
 	if (o->disconnected)
 		assert(cm->state == SHMCM_DISCONNECTED && o->disable_tx && o->disable_deliver);
 	for (unsigned i = 0; i < o->nsend; i++)
-		assert(o->send[i].con_type >= SHMCM_CON_REQ && o->send[i].con_type <= SHMCM_CON_ALV);
+		assert(o->send[i].con_type >= SHMCM_CON_REQ && o->send[i].con_type <= SHMCM_CON_FIN);
+	/* half-close: CON_FIN only from a connected end, once a generation;
+	 * the peer's only in CONNECTED; a clean end only after both */
+	if (o->shut_tx)
+		assert(cm->state == SHMCM_CONNECTED && cm->fin_sent && o->nsend == 1 &&
+		       o->send[0].con_type == SHMCM_CON_FIN && !o->disconnected);
+	for (unsigned i = 0; i < o->nsend; i++)
+		if (o->send[i].con_type == SHMCM_CON_FIN)
+			assert(o->shut_tx);
+	if (o->peer_fin)
+		assert(cm->state == SHMCM_CONNECTED && cm->fin_rcvd && !o->disconnected);
+	if (o->disconnected && o->reason == SHMCM_R_CLOSED)
+		assert(cm->fin_sent && cm->fin_rcvd);
 }
 
 /* One event into the state machine; the deliver gate follows its output
- * as the runtime's deliver lock does. */
+ * as the runtime's deliver lock does, and closes after the peer's CON_FIN
+ * as the runtime's rx_fin does. */
 static void feed(struct shmcm_cm *cm, const struct shmcm_cm_ev *ev,
 		 struct shmcm_reasm *r, bool *deliver)
 {
 	struct shmcm_cm_out o;
+	bool was_sent = cm->fin_sent;
 
 	shmcm_cm_handle(cm, ev, &o);
 	check_out(cm, &o);
+	if (ev->type == SHMCM_EV_SHUTDOWN)
+		assert(o.shut_tx == (!was_sent && cm->state == SHMCM_CONNECTED));
+	if (o.peer_fin)
+		*deliver = false;
 	if (o.disable_deliver)
 		*deliver = false;
 	if (o.enable_deliver) {
@@ -64,11 +82,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		d += 2;
 		n -= 2;
 		if (ctl) {
-			/* 1: tick, 2: down-call, 3: internal/peer gone */
+			/* 1: tick, 2: down-call (connect, disconnect,
+			 * shutdown), 3: internal/peer gone */
 			ev = (struct shmcm_cm_ev){ .type = SHMCM_EV_TICK,
 						   .peer_activity = len & 1, .tx_idle = len & 2 };
 			if (ctl == 2)
-				ev.type = len & 4 ? SHMCM_EV_DISCONNECT : SHMCM_EV_CONNECT;
+				ev.type = len & 8 ? SHMCM_EV_SHUTDOWN :
+					  len & 4 ? SHMCM_EV_DISCONNECT : SHMCM_EV_CONNECT;
 			else if (ctl == 3)
 				ev.type = len & 4 ? SHMCM_EV_INTERNAL : SHMCM_EV_PEER_GONE;
 			feed(&cm, &ev, &r, &deliver);

@@ -1,5 +1,6 @@
 /* Every transition of seed 000's "The connection state machine", plus the
- * two documented departures (CON_REQ re-send, duplicate CON_REQ). */
+ * two documented departures (CON_REQ re-send, duplicate CON_REQ) and the
+ * half-close (CON_FIN). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -78,7 +79,7 @@ static void test_disconnected_ignores_packets(void **s)
 	struct shmcm_cm_out o;
 
 	shmcm_cm_init(&cm, 0);
-	for (uint32_t t = SHMCM_CON_REQ; t <= SHMCM_CON_ALV; t++) {
+	for (uint32_t t = SHMCM_CON_REQ; t <= SHMCM_CON_FIN; t++) {
 		o = pkt(&cm, t, 7);
 		assert_nothing(&o);
 		assert_int_equal(cm.state, SHMCM_DISCONNECTED);
@@ -343,6 +344,142 @@ static void test_reconnect_generation(void **s)
 	assert_sent(&o, SHMCM_CON_REQ, 0);
 }
 
+/* Shutdown: CON_FIN once, our direction closed, still CONNECTED; the
+ * peer's packets and supervision go on. */
+static void test_fin_shutdown(void **s)
+{
+	struct shmcm_cm cm;
+	struct shmcm_cm_out o;
+
+	connected(&cm, 1, 5);
+	o = ev(&cm, SHMCM_EV_SHUTDOWN);
+	assert_sent(&o, SHMCM_CON_FIN, 1);
+	assert_true(o.shut_tx);
+	assert_false(o.disconnected || o.disable_tx || o.disable_deliver || o.peer_fin);
+	assert_int_equal(cm.state, SHMCM_CONNECTED);
+	assert_true(cm.fin_sent);
+	/* once only */
+	o = ev(&cm, SHMCM_EV_SHUTDOWN);
+	assert_nothing(&o);
+	assert_false(o.shut_tx);
+	/* the other direction lives: alive packets, supervision */
+	o = tick(&cm, true, true);
+	assert_sent(&o, SHMCM_CON_ALV, 1);
+	/* a reset by the peer before its CON_FIN is no clean end */
+	o = pkt(&cm, SHMCM_CON_RST, 5);
+	assert_true(o.disconnected);
+	assert_int_equal(o.reason, SHMCM_R_PEER_RST);
+}
+
+/* Shutdown means nothing unless connected. */
+static void test_fin_shutdown_not_connected(void **s)
+{
+	struct shmcm_cm cm;
+	struct shmcm_cm_out o;
+
+	shmcm_cm_init(&cm, 0);
+	o = ev(&cm, SHMCM_EV_SHUTDOWN);
+	assert_nothing(&o);
+	assert_false(o.shut_tx);
+	ev(&cm, SHMCM_EV_CONNECT);
+	o = ev(&cm, SHMCM_EV_SHUTDOWN);
+	assert_nothing(&o);
+	assert_false(cm.fin_sent);
+}
+
+/* The peer's CON_FIN: up-call once, only for its generation, never while
+ * connecting; it also proves the peer alive. */
+static void test_fin_received(void **s)
+{
+	struct shmcm_cm cm;
+	struct shmcm_cm_out o;
+
+	shmcm_cm_init(&cm, 0);
+	ev(&cm, SHMCM_EV_CONNECT);
+	o = pkt(&cm, SHMCM_CON_FIN, 5);
+	assert_nothing(&o);
+	assert_false(o.peer_fin);
+	pkt(&cm, SHMCM_CON_ACK, 5);
+	o = pkt(&cm, SHMCM_CON_FIN, 4);		/* an old generation's */
+	assert_false(o.peer_fin);
+	assert_false(cm.fin_rcvd);
+	tick(&cm, false, true);
+	tick(&cm, false, true);
+	assert_int_equal(cm.alive_count, SHMCM_ALIVE_RESET - 2);
+	o = pkt(&cm, SHMCM_CON_FIN, 5);
+	assert_true(o.peer_fin);
+	assert_int_equal(o.nsend, 0);
+	assert_false(o.disconnected || o.disable_deliver);
+	assert_int_equal(cm.alive_count, SHMCM_ALIVE_RESET);
+	o = pkt(&cm, SHMCM_CON_FIN, 5);		/* again: nothing new */
+	assert_false(o.peer_fin);
+	/* our direction is still open */
+	o = ev(&cm, SHMCM_EV_SHUTDOWN);
+	assert_sent(&o, SHMCM_CON_FIN, 1);
+}
+
+/* Both directions ended: the reset, from either side, is a clean end. */
+static void test_fin_both_then_close(void **s)
+{
+	struct shmcm_cm cm;
+	struct shmcm_cm_out o;
+
+	connected(&cm, 1, 5);
+	pkt(&cm, SHMCM_CON_FIN, 5);
+	ev(&cm, SHMCM_EV_SHUTDOWN);
+	o = pkt(&cm, SHMCM_CON_RST, 5);
+	assert_true(o.disconnected);
+	assert_int_equal(o.reason, SHMCM_R_CLOSED);
+	assert_int_equal(cm.last_reason, SHMCM_R_CLOSED);
+	assert_int_equal(o.nsend, 0);
+
+	connected(&cm, 1, 5);
+	ev(&cm, SHMCM_EV_SHUTDOWN);
+	pkt(&cm, SHMCM_CON_FIN, 5);
+	o = ev(&cm, SHMCM_EV_DISCONNECT);
+	assert_sent(&o, SHMCM_CON_RST, 1);
+	assert_int_equal(o.reason, SHMCM_R_CLOSED);
+
+	/* one direction only: a local disconnect is just that */
+	connected(&cm, 1, 5);
+	pkt(&cm, SHMCM_CON_FIN, 5);
+	o = ev(&cm, SHMCM_EV_DISCONNECT);
+	assert_int_equal(o.reason, SHMCM_R_LOCAL);
+	/* and death or silence is never a clean end, FINs or not */
+	connected(&cm, 1, 5);
+	pkt(&cm, SHMCM_CON_FIN, 5);
+	ev(&cm, SHMCM_EV_SHUTDOWN);
+	o = ev(&cm, SHMCM_EV_PEER_GONE);
+	assert_int_equal(o.reason, SHMCM_R_PEER_GONE);
+	connected(&cm, 1, 5);
+	pkt(&cm, SHMCM_CON_FIN, 5);
+	ev(&cm, SHMCM_EV_SHUTDOWN);
+	for (unsigned i = 0; i < SHMCM_ALIVE_RESET; i++)
+		o = tick(&cm, false, true);
+	assert_int_equal(o.reason, SHMCM_R_TIMEOUT);
+}
+
+/* A new generation starts with both directions open again. */
+static void test_fin_reset_by_reconnect(void **s)
+{
+	struct shmcm_cm cm;
+	struct shmcm_cm_out o;
+
+	connected(&cm, 1, 5);
+	pkt(&cm, SHMCM_CON_FIN, 5);
+	ev(&cm, SHMCM_EV_SHUTDOWN);
+	o = pkt(&cm, SHMCM_CON_REQ, 6);		/* the peer restarted */
+	assert_int_equal(o.reason, SHMCM_R_PEER_REQ);
+	o = ev(&cm, SHMCM_EV_CONNECT);
+	assert_false(cm.fin_sent || cm.fin_rcvd);
+	o = pkt(&cm, SHMCM_CON_REQ, 7);
+	assert_true(o.connected);
+	o = ev(&cm, SHMCM_EV_SHUTDOWN);
+	assert_sent(&o, SHMCM_CON_FIN, 2);
+	o = pkt(&cm, SHMCM_CON_RST, 7);
+	assert_int_equal(o.reason, SHMCM_R_PEER_RST);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -363,6 +500,11 @@ int main(void)
 		cmocka_unit_test(test_internal),
 		cmocka_unit_test(test_peer_gone),
 		cmocka_unit_test(test_reconnect_generation),
+		cmocka_unit_test(test_fin_shutdown),
+		cmocka_unit_test(test_fin_shutdown_not_connected),
+		cmocka_unit_test(test_fin_received),
+		cmocka_unit_test(test_fin_both_then_close),
+		cmocka_unit_test(test_fin_reset_by_reconnect),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,8 +28,9 @@ struct end {
 	struct shmcm_conn *c;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	_Atomic int ups, downs;
+	_Atomic int ups, downs, eofs;
 	_Atomic int reason;
+	size_t got_at_eof;	/* bytes delivered when eof came */
 	/* delivered messages, concatenated, with their sizes */
 	uint8_t *got;
 	size_t got_len, nmsg;
@@ -95,6 +97,17 @@ static void down(void *arg, enum shmcm_reason why)
 	pthread_mutex_unlock(&e->mu);
 }
 
+static void on_eof(void *arg)
+{
+	struct end *e = arg;
+
+	pthread_mutex_lock(&e->mu);
+	e->got_at_eof = e->got_len;
+	e->eofs++;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
 static void collect(void *arg, uint32_t src, uint32_t dst, const void *d, size_t n)
 {
 	struct end *e = arg;
@@ -130,7 +143,7 @@ static struct shmcm_conn *open_end(struct end *e, int side, enum shmcm_flow flow
 				   void (*deliver)(void *, uint32_t, uint32_t, const void *, size_t))
 {
 	struct shmcm_params p = { .name = conn_name, .side = side, .flow = flow, .poll = poll };
-	struct shmcm_upcalls uc = { up, down, deliver ? deliver : collect, e, NULL };
+	struct shmcm_upcalls uc = { up, down, deliver ? deliver : collect, e, NULL, NULL };
 	char err[256];
 
 	pthread_mutex_init(&e->mu, NULL);
@@ -497,7 +510,7 @@ static void test_cma_rx_buffer(void **s)
 {
 	struct end a = { 0 }, b = { 0 };
 	struct shmcm_params p = { .side = MBOX_SIDE_B, .flow = SHMCM_FLOW_WAIT };
-	struct shmcm_upcalls uc = { up, down, collect_check, &b, give_user_rx };
+	struct shmcm_upcalls uc = { up, down, collect_check, &b, give_user_rx, NULL };
 	uint8_t *buf = malloc(150000);
 
 	mkname("rxbuf");
@@ -571,7 +584,7 @@ static void test_send_ref_window(void **s)
 
 	/* a peer that does not accept references */
 	struct shmcm_params p = { .side = MBOX_SIDE_B, .flow = SHMCM_FLOW_WAIT, .no_cma = true };
-	struct shmcm_upcalls uc = { up, down, collect, &b, NULL };
+	struct shmcm_upcalls uc = { up, down, collect, &b, NULL, NULL };
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
 	mkname("win2");
@@ -912,6 +925,268 @@ static void test_stress(void **s)
 	rmname();
 }
 
+static bool has_eof(struct end *e) { return e->eofs > 0; }
+
+/* Half-close: after a shutdown the peer gets everything sent before, then
+ * eof; its own direction still works; a second shutdown closes the other
+ * way; the disconnect after both is a clean end on both sides. */
+static void test_half_close(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	struct shmcm_upcalls uc = { up, down, collect, NULL, NULL, on_eof };
+	uint8_t msg[3000];
+
+	mkname("fin");
+	open_end_with(&a, (struct shmcm_params){ .side = MBOX_SIDE_A }, uc);
+	open_end_with(&b, (struct shmcm_params){ .side = MBOX_SIDE_B }, uc);
+	assert_int_equal(shmcm_shutdown(a.c), -ENOTCONN);	/* not connected yet */
+	connect_pair(&a, &b);
+	assert_true(shmcm_peer_has_fin(a.c));
+	assert_true(shmcm_peer_has_fin(b.c));
+	for (size_t i = 0; i < sizeof(msg); i++)
+		msg[i] = (uint8_t)(i * 7);
+	/* fragmented messages right before the FIN */
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(shmcm_transmit(a.c, 0, 0, msg, sizeof(msg)), 0);
+	assert_int_equal(shmcm_shutdown(a.c), 0);
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, msg, 1), -EPIPE);
+	assert_int_equal(shmcm_transmit2(a.c, 0, 0, msg, 1, NULL, 0), -EPIPE);
+	assert_int_equal(shmcm_shutdown(a.c), 0);	/* again: no second CON_FIN */
+	assert_true(wait_for(&b, has_eof, 3000));
+	assert_int_equal(b.got_at_eof, 20 * sizeof(msg));
+	assert_int_equal(b.eofs, 1);
+	assert_int_equal(a.eofs, 0);
+	assert_int_equal(shmcm_get_state(b.c), SHMCM_CONNECTED);
+	/* the other direction is open */
+	assert_int_equal(shmcm_transmit(b.c, 0, 0, "reply", 5), 0);
+	want_len = 5;
+	assert_true(wait_for(&a, got_all, 3000));
+	assert_memory_equal(a.got, "reply", 5);
+	assert_int_equal(shmcm_shutdown(b.c), 0);
+	assert_true(wait_for(&a, has_eof, 3000));
+	assert_int_equal(a.got_at_eof, 5);
+	assert_int_equal(shmcm_wait_drained(a.c, 2000000000ull), 0);
+	assert_true(shmcm_drained(a.c));
+	shmcm_disconnect(a.c);
+	assert_int_equal(shmcm_get_reason(a.c), SHMCM_R_CLOSED);
+	assert_true(wait_for(&b, is_down, 3000));
+	assert_int_equal(b.reason, SHMCM_R_CLOSED);
+	assert_int_equal(shmcm_get_peer_reason(b.c), SHMCM_R_CLOSED);
+
+	/* a new generation has both directions open again */
+	a.downs = b.downs = 0;
+	connect_pair(&a, &b);
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, "x", 1), 0);
+	shmcm_disconnect(b.c);		/* one direction only: not clean */
+	assert_int_equal(shmcm_get_reason(b.c), SHMCM_R_LOCAL);
+	assert_true(wait_for(&a, is_down, 3000));
+	assert_int_equal(a.reason, SHMCM_R_PEER_RST);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+}
+
+/* A peer that does not advertise CON_FIN is never sent one: shutdown says
+ * so and sends nothing; the old close (drain, disconnect) still works. */
+static void test_half_close_legacy_peer(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	struct shmcm_upcalls uc = { up, down, collect, NULL, NULL, on_eof };
+
+	mkname("finold");
+	open_end_with(&a, (struct shmcm_params){ .side = MBOX_SIDE_A }, uc);
+	open_end_with(&b, (struct shmcm_params){ .side = MBOX_SIDE_B, .no_fin = true }, uc);
+	connect_pair(&a, &b);
+	assert_false(shmcm_peer_has_fin(a.c));
+	assert_true(shmcm_peer_has_fin(b.c));
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, "data", 4), 0);
+	assert_int_equal(shmcm_shutdown(a.c), -EOPNOTSUPP);
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, "more", 4), 0);	/* still open */
+	want_len = 8;
+	assert_true(wait_for(&b, got_all, 3000));
+	assert_int_equal(shmcm_wait_drained(a.c, 2000000000ull), 0);
+	shmcm_disconnect(a.c);
+	assert_true(wait_for(&b, is_down, 3000));
+	assert_int_equal(b.reason, SHMCM_R_PEER_RST);
+	assert_int_equal(b.eofs, 0);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+}
+
+/* Data a broken peer sends after its own CON_FIN is not delivered. */
+static void test_data_after_fin_dropped(void **s)
+{
+	struct end b = { 0 };
+	struct shmcm_upcalls uc = { up, down, collect, NULL, NULL, on_eof };
+	struct mbox *m;
+	uint8_t pkt[SHMCM_CON_LEN];
+
+	mkname("finraw");
+	open_end_with(&b, (struct shmcm_params){ .side = MBOX_SIDE_B }, uc);
+	shmcm_connect(b.c);
+	m = raw_attach(&b, 5);
+	raw_udata(m, 5, "before", 0);
+	shmcm_encode_con(pkt, SHMCM_CON_FIN, 5);
+	raw_send(m, pkt, sizeof(pkt));
+	raw_udata(m, 5, "after", 0);
+	shmcm_encode_con(pkt, SHMCM_CON_FIN, 5);	/* and a second FIN */
+	raw_send(m, pkt, sizeof(pkt));
+	assert_true(wait_for(&b, has_eof, 3000));
+	for (int i = 0; i < 3000 && atomic_load(&m->h->side[MBOX_SIDE_B].recv_bad) < 1; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].recv_bad), 1);
+	assert_int_equal(b.got_len, 6);
+	assert_memory_equal(b.got, "before", 6);
+	assert_int_equal(b.eofs, 1);
+	assert_int_equal(shmcm_get_state(b.c), SHMCM_CONNECTED);
+	mbox_close(m);
+	close_end(&b);
+	rmname();
+}
+
+/* LINX's transmit guard (seed 000, "Tx Data Path"): once a full mailbox
+ * with the deferred queue at its limit has queued the disconnect job, no
+ * user data enters the mailbox while the job waits, even when room comes
+ * free.  a's job queue is held inside its connected up-call to keep the
+ * job waiting; b polls. */
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static bool hold_entered, hold_released;
+
+static void up_and_hold(void *arg)
+{
+	up(arg);
+	pthread_mutex_lock(&hold_mu);
+	hold_entered = true;
+	pthread_cond_broadcast(&hold_cv);
+	while (!hold_released)
+		pthread_cond_wait(&hold_cv, &hold_mu);
+	pthread_mutex_unlock(&hold_mu);
+}
+
+static void test_transmit_guard(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	struct shmcm_upcalls uca = { up_and_hold, down, collect, NULL, NULL, NULL };
+	uint8_t msg[200] = { 1 };
+	int rc = 0, i;
+
+	hold_entered = hold_released = false;
+	cfgname("guard", (struct mbox_cfg){ 8, 256, 1000, 2 });
+	open_end_with(&a, (struct shmcm_params){ .side = MBOX_SIDE_A, .flow = SHMCM_FLOW_DEFER }, uca);
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, NULL);
+	shmcm_connect(a.c);
+	shmcm_connect(b.c);
+	for (i = 0; i < 5000; i++) {
+		shmcm_poll(b.c, 16);
+		pthread_mutex_lock(&hold_mu);
+		bool in = hold_entered;
+		pthread_mutex_unlock(&hold_mu);
+		if (in && shmcm_get_state(b.c) == SHMCM_CONNECTED)
+			break;
+		usleep(1000);
+	}
+	assert_int_equal(shmcm_get_state(b.c), SHMCM_CONNECTED);
+	/* a's job queue is held: fill the mailbox and the deferred queue */
+	for (i = 0; i < 100 && (rc = shmcm_transmit(a.c, 0, 0, msg, sizeof(msg))) == 0; i++)
+		;
+	assert_int_equal(rc, -ENOBUFS);
+	size_t sent = (size_t)i * sizeof(msg);
+	/* b reads everything: the mailbox has room again, the job still waits */
+	want_len = sent - 2 * sizeof(msg);	/* what entered the mailbox */
+	for (int k = 0; k < 100; k++)
+		shmcm_poll(b.c, 64);
+	assert_true(b.got_len >= want_len);
+	size_t before = b.got_len;
+	/* ... but no user data may enter it */
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, msg, sizeof(msg)), -ENOBUFS);
+	assert_int_equal(shmcm_transmit2(a.c, 0, 0, msg, 10, NULL, 0), -ENOBUFS);
+	struct iovec iov[2];
+	assert_int_equal(shmcm_tx_claim(a.c, iov, 2), -ENOBUFS);
+	for (int k = 0; k < 20; k++)
+		shmcm_poll(b.c, 64);
+	assert_int_equal(b.got_len, before);
+	assert_int_equal(shmcm_get_state(a.c), SHMCM_CONNECTED);	/* job not run yet */
+	/* let the job queue go: the reset happens */
+	pthread_mutex_lock(&hold_mu);
+	hold_released = true;
+	pthread_cond_broadcast(&hold_cv);
+	pthread_mutex_unlock(&hold_mu);
+	assert_true(wait_for(&a, is_down, 3000));
+	assert_int_equal(a.reason, SHMCM_R_INTERNAL);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+}
+
+static void *disconnect_thread(void *c)
+{
+	shmcm_disconnect(c);
+	return NULL;
+}
+
+/* Zero-copy stream sends: claimed slots are filled in place and sent as
+ * one message each; a claim blocks other sends and queues CON packets;
+ * committing nothing sends nothing. */
+static void test_tx_claim(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	struct iovec iov[8];
+	uint8_t want[2000];
+	int n;
+
+	cfgname("claim", (struct mbox_cfg){ 16, 256, 1000, 0 });
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, false, NULL);
+	connect_pair(&a, &b);
+	n = shmcm_tx_claim(a.c, iov, 8);
+	assert_in_range(n, 1, 8);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(iov[i].iov_len, 256 - SHMCM_UDATA_HLEN);
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, "x", 1), -EBUSY);
+	assert_int_equal(shmcm_tx_claim(a.c, iov, 8), -EBUSY);
+	size_t len = 0, fill = (size_t)n * iov[0].iov_len - 7;	/* last one partly */
+	for (int i = 0; i < n && len < fill; i++) {
+		size_t k = fill - len < iov[i].iov_len ? fill - len : iov[i].iov_len;
+		for (size_t j = 0; j < k; j++)
+			((uint8_t *)iov[i].iov_base)[j] = want[len + j] = (uint8_t)(len + j + 3);
+		len += k;
+	}
+	assert_int_equal(shmcm_tx_commit(a.c, 1, 2, len), 0);
+	want_len = len;
+	assert_true(wait_for(&b, got_all, 3000));
+	assert_int_equal(b.got_len, len);
+	assert_memory_equal(b.got, want, len);
+	assert_int_equal(b.nmsg, (size_t)n);
+	/* nothing committed: nothing sent, and sends work again */
+	n = shmcm_tx_claim(a.c, iov, 8);
+	assert_true(n >= 1);
+	memset(iov[0].iov_base, 0xee, iov[0].iov_len);
+	assert_int_equal(shmcm_tx_commit(a.c, 0, 0, 0), 0);
+	assert_int_equal(shmcm_tx_commit(a.c, 0, 0, 0), -EINVAL);	/* no claim */
+	assert_int_equal(shmcm_transmit(a.c, 0, 0, "end", 3), 0);
+	want_len = len + 3;
+	assert_true(wait_for(&b, got_all, 3000));
+	assert_memory_equal(b.got + len, "end", 3);
+	/* a disconnect while a claim is held waits for the commit, whose
+	 * bytes then still go out before the CON_RST */
+	n = shmcm_tx_claim(a.c, iov, 1);
+	assert_int_equal(n, 1);
+	memcpy(iov[0].iov_base, "last", 4);
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, disconnect_thread, a.c), 0);
+	usleep(50000);
+	assert_int_equal(shmcm_get_state(a.c), SHMCM_CONNECTED);
+	assert_int_equal(shmcm_tx_commit(a.c, 0, 0, 4), 0);
+	pthread_join(t, NULL);
+	assert_true(wait_for(&b, is_down, 3000));
+	assert_memory_equal(b.got + len + 3, "last", 4);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -927,6 +1202,11 @@ int main(void)
 		cmocka_unit_test(test_disconnect_while_deliver_blocks),
 		cmocka_unit_test(test_forged_head),
 		cmocka_unit_test(test_cma_bad_ref),
+		cmocka_unit_test(test_half_close),
+		cmocka_unit_test(test_half_close_legacy_peer),
+		cmocka_unit_test(test_data_after_fin_dropped),
+		cmocka_unit_test(test_transmit_guard),
+		cmocka_unit_test(test_tx_claim),
 		cmocka_unit_test(test_stress),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
