@@ -1168,7 +1168,9 @@ static void test_tx_claim(void **s)
 	assert_int_equal(shmcm_transmit(a.c, 0, 0, "end", 3), 0);
 	want_len = len + 3;
 	assert_true(wait_for(&b, got_all, 3000));
+	pthread_mutex_lock(&b.mu);	/* the rx thread delivers on below */
 	assert_memory_equal(b.got + len, "end", 3);
+	pthread_mutex_unlock(&b.mu);
 	/* a disconnect while a claim is held waits for the commit, whose
 	 * bytes then still go out before the CON_RST */
 	n = shmcm_tx_claim(a.c, iov, 1);
@@ -1181,7 +1183,9 @@ static void test_tx_claim(void **s)
 	assert_int_equal(shmcm_tx_commit(a.c, 0, 0, 4), 0);
 	pthread_join(t, NULL);
 	assert_true(wait_for(&b, is_down, 3000));
+	pthread_mutex_lock(&b.mu);
 	assert_memory_equal(b.got + len + 3, "last", 4);
+	pthread_mutex_unlock(&b.mu);
 	close_end(&a);
 	close_end(&b);
 	rmname();
