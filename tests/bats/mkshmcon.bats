@@ -12,6 +12,45 @@ load helpers
 HDR_KEYS='name slots mtu mru slot_size con_tmo_ms defq_max size created a b'
 SIDE_KEYS='state pid flow cno peer_cno alive_count con_reqs sent_bytes sent_pkts recv_bytes recv_pkts recv_bad recv_stale defq_size defq_peak rx_backlog cma cma_msgs cma_bytes cma_failed attaches last_disconnect'
 
+# The ends' reasons, as connect prints them after "connection 'NAME' ".
+RESET_BY_PEER='reset by the peer (its process was stopped, its output failed, or it did not wait for our data)'
+
+# What a receiving end (-d, or stdin /dev/null) left undone when its peer
+# went before its data ended, as a regular expression: whether the peer
+# had also read our (empty) end of data depends on timing.
+NOT_ENDED_RE="before (the peer's data ended|the peer had read all our input and before its data ended)"
+
+# msg_re TEXT: TEXT as an extended regular expression matching it
+# literally, except that each '#' stands for a number (the byte counts of
+# connect's last line, which can vary with timing).
+msg_re() {
+	local r
+	# shellcheck disable=SC2016
+	r=$(printf '%s' "$1" | sed 's/[][\\.*^$(){}+?|]/\\&/g')
+	printf '%s' "${r//#/[0-9]+}"
+}
+
+# line_matches STRING ERE: STRING is one line matching ERE (anchored at
+# both ends).
+line_matches() {
+	[ "$(printf '%s\n' "$1" | wc -l)" -eq 1 ] || return 1
+	[[ $1 =~ ^$2$ ]]
+}
+
+# expect_end_match ID RC ERE: end ID has exited with RC, and its stderr is
+# one line matching ERE.
+expect_end_match() {
+	wait_end "$1" || return 1
+	[ "$END_RC" -eq "$2" ] || die "end $1 exited $END_RC, expected $2; stderr: $END_ERR"
+	line_matches "$END_ERR" "$3" || die "end $1 stderr: '$END_ERR'; does not match: '$3'"
+}
+
+# expect_end_line ID RC TEXT: expect_end_match with TEXT taken literally,
+# '#' standing for a number.
+expect_end_line() {
+	expect_end_match "$1" "$2" "$(msg_re "$3")"
+}
+
 # ------------------------------------------------------------------ create
 
 @test "create: prints the defaults; one 0600 object in /dev/shm" {
@@ -157,7 +196,9 @@ Try 'mkshmcon create --help'."
 
 @test "create: refused while a side is in use by a live process" {
 	create_conn "$CONN"
-	start_end A "$CONN" a /dev/null
+	# a's input never ends, so the pair stays connected
+	hold_fifo "$BATS_TEST_TMPDIR/fa"
+	start_end A "$CONN" a "$BATS_TEST_TMPDIR/fa"
 	wait_state "$CONN" a connecting
 	run_tool 1 create "$CONN"
 	expect_output ""
@@ -217,11 +258,12 @@ Try 'mkshmcon create --help'."
 	[ ! -s "$(end_out A)" ]
 }
 
-@test "connect: data flows b -> a; stdin /dev/null means receive-only" {
+@test "connect: data flows b -> a to an end whose stdin is /dev/null" {
 	local in=$BATS_TEST_TMPDIR/in
 	random_file "$in" 1000000
 	create_conn "$CONN"
-	# a has /dev/null on stdin: it must not close the connection at once
+	# a has /dev/null on stdin: its own data ends at once (a half-close),
+	# and b's data still reaches it whole
 	start_end A "$CONN" a /dev/null
 	wait_state "$CONN" a connecting
 	start_end B "$CONN" b "$in"
@@ -231,24 +273,36 @@ Try 'mkshmcon create --help'."
 	[ ! -s "$(end_out B)" ]
 }
 
-@test "connect: both directions at once, full duplex" {
+@test "connect: one end's data ends; the other direction keeps flowing after it" {
 	local t=$BATS_TEST_TMPDIR
 	random_file "$t/xa" 3000000
 	random_file "$t/xb" 2000000
 	mkfifo "$t/fa" "$t/fb"
 	create_conn "$CONN"
-	start_end A "$CONN" a "$t/fa"
+	start_end A "$CONN" a "$t/fa" -v
 	start_end B "$CONN" b "$t/fb"
-	# Each side ends its input only once it has everything from the other:
-	# the first end of input closes the connection for both.
-	(cat "$t/xa"; wait_size "$(end_out A)" 2000000 20) >"$t/fa" 3>&- &
+	# a's input ends right after its data; b starts sending only once a
+	# logged that b has read all of it (its CON_FIN included), so all of
+	# b's data follows a's end of data
+	cat "$t/xa" >"$t/fa" 3>&- &
 	BG_PIDS+=($!)
-	(cat "$t/xb"; wait_size "$(end_out B)" 3000000 20) >"$t/fb" 3>&- &
+	(
+		for ((i = 0; i < 1000; i++)); do
+			grep -q "the peer has all our data" "$ENDS/A/err" && break
+			sleep 0.02
+		done
+		cat "$t/xb"
+	) >"$t/fb" 3>&- &
 	BG_PIDS+=($!)
-	expect_end A 0 ""
+	expect_end A 0 "mkshmcon: side a of '$CONN' attached, connecting
+mkshmcon: connected
+mkshmcon: the peer has all our data (3000000 bytes)"
 	expect_end B 0 ""
 	cmp "$t/xa" "$(end_out B)"
 	cmp "$t/xb" "$(end_out A)"
+	run_tool 0 status "$CONN" -o json
+	[ "$(json_get "d['a']['last_disconnect'], d['b']['last_disconnect']")" = \
+		"('closed after both ends finished', 'closed after both ends finished')" ]
 }
 
 @test "connect: an empty input closes the connection; the peer exits 0" {
@@ -259,8 +313,10 @@ Try 'mkshmcon create --help'."
 	expect_end A 0 ""
 	expect_end B 0 ""
 	[ ! -s "$(end_out B)" ]
+	[ ! -s "$(end_out A)" ]
 	run_tool 0 status "$CONN" -o json
-	[ "$(json_get "d['a']['last_disconnect'], d['b']['last_disconnect']")" = "('closed locally', 'peer closed the connection')" ]
+	[ "$(json_get "d['a']['last_disconnect'], d['b']['last_disconnect']")" = \
+		"('closed after both ends finished', 'closed after both ends finished')" ]
 }
 
 @test "connect -d: receive-only even with data on stdin" {
@@ -334,8 +390,9 @@ EOF
 	start_end B "$CONN" b /dev/null -d -M
 	start_end A "$CONN" a "$BATS_TEST_TMPDIR/short" -M
 	expect_end A 1 "mkshmcon: input ends inside a record (6 bytes left over)"
-	# the whole record before it was sent
-	expect_end B 0 ""
+	# the whole record before it was sent; a's data did not end cleanly,
+	# so b exits 1 too
+	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER") $NOT_ENDED_RE \(0 bytes sent, 5 received\)"
 	cmp <(printf '\0\0\0\005abcde') "$(end_out B)"
 }
 
@@ -345,8 +402,266 @@ EOF
 	start_end B "$CONN" b /dev/null -d -M
 	start_end A "$CONN" a "$BATS_TEST_TMPDIR/huge" -M
 	expect_end A 1 "mkshmcon: input record of 83886085 bytes exceeds the 67108864 byte message limit"
-	expect_end B 0 ""
+	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER") $NOT_ENDED_RE \(0 bytes sent, 0 received\)"
 	[ ! -s "$(end_out B)" ]
+}
+
+# ------------------------------------------- connect: half-close and exit status
+#
+# End of input is a half-close (CON_FIN, like shutdown(SHUT_WR)): the peer
+# gets everything before it and its own data keeps flowing; the connection
+# closes once both directions ended.  An end exits 0 only when all its input
+# reached the peer and all the peer's data reached its stdout; otherwise 1
+# (or 128+signal, or 141 for a closed stdout) with one line saying why.
+
+# start_end_to ID NAME SIDE STDIN FILTER [CONNECT-ARGS...]: start_end with
+# the end's stdout piped into the sh command FILTER, whose own stdout lands
+# in $ENDS/ID/out; $ENDS/ID/pid and rc are the end's, not the filter's.
+start_end_to() {
+	local id=$1 name=$2 side=$3 in=$4 filter=$5 d=$ENDS/$1
+	shift 5
+	mkdir -p "$d"
+	(
+		set +e
+		(
+			echo "$BASHPID" >"$d/pid.tmp"
+			mv "$d/pid.tmp" "$d/pid"
+			exec "$MKSHMCON" connect "$name" -x "$side" "$@" <"$in" 2>"$d/err"
+		) | sh -c "$filter" >"$d/out"
+		echo "${PIPESTATUS[0]}" >"$d/rc.tmp"
+		mv "$d/rc.tmp" "$d/rc"
+	) 3>&- &
+	BG_PIDS+=($!)
+	local i
+	for ((i = 0; i < 500; i++)); do
+		[ -s "$d/pid" ] && return 0
+		sleep 0.01
+	done
+	die "end $id did not start"
+}
+
+@test "connect: both directions at once, different sizes; both exit 0" {
+	local t=$BATS_TEST_TMPDIR
+	random_file "$t/xa" 3000000
+	random_file "$t/xb" 2000000
+	create_conn "$CONN"
+	start_end A "$CONN" a "$t/xa"
+	start_end B "$CONN" b "$t/xb"
+	expect_end A 0 ""
+	expect_end B 0 ""
+	cmp "$t/xa" "$(end_out B)"
+	cmp "$t/xb" "$(end_out A)"
+	run_tool 0 status "$CONN" -o json
+	[ "$(json_get "d['a']['last_disconnect'], d['b']['last_disconnect']")" = \
+		"('closed after both ends finished', 'closed after both ends finished')" ]
+	[ "$(json_get "d['a']['sent_bytes'] > 3000000, d['b']['sent_bytes'] > 2000000, d['a']['recv_bad'], d['b']['recv_bad']")" = \
+		"(True, True, 0, 0)" ]
+}
+
+@test "connect: request/response: a short input gets all of a long reply" {
+	local t=$BATS_TEST_TMPDIR
+	printf hello >"$t/req"
+	random_file "$t/resp" $((4 * 1024 * 1024))
+	create_conn "$CONN"
+	# a's input ends after 5 bytes; b's 4 MB must still all reach a
+	# (the end of a's input used to close the connection: a got part of
+	# the reply or none of it, and both exited 0)
+	start_end A "$CONN" a "$t/req"
+	start_end B "$CONN" b "$t/resp"
+	expect_end A 0 ""
+	expect_end B 0 ""
+	cmp "$t/resp" "$(end_out A)"
+	[ "$(cat "$(end_out B)")" = hello ]
+
+	# a true request/response: b starts its reply only once it has read
+	# the request, long after a's end of data
+	mkfifo "$t/fb"
+	start_end A2 "$CONN" a "$t/req"
+	start_end B2 "$CONN" b "$t/fb"
+	(wait_size "$(end_out B2)" 5 && cat "$t/resp") >"$t/fb" 3>&- &
+	BG_PIDS+=($!)
+	expect_end A2 0 ""
+	expect_end B2 0 ""
+	cmp "$t/resp" "$(end_out A2)"
+	[ "$(cat "$(end_out B2)")" = hello ]
+}
+
+@test "connect -M: request/response in records: a one-record input gets all of a long reply" {
+	local t=$BATS_TEST_TMPDIR
+	printf '\0\0\0\005hello' >"$t/req"
+	python3 - "$t/resp" <<'EOF'
+import os, random, struct, sys
+rnd = random.Random(5)
+with open(sys.argv[1], "wb") as f:
+    total = 0
+    while total < 4 * 1024 * 1024:
+        n = rnd.choice([0, 1, 16352, 16353, rnd.randrange(1, 200000)])
+        f.write(struct.pack(">I", n) + os.urandom(n))
+        total += 4 + n
+EOF
+	create_conn "$CONN"
+	start_end A "$CONN" a "$t/req" -M
+	start_end B "$CONN" b "$t/resp" -M
+	expect_end A 0 ""
+	expect_end B 0 ""
+	check_records "$t/resp" "$(end_out A)"
+	cmp "$t/resp" "$(end_out A)"
+	cmp "$t/req" "$(end_out B)"
+}
+
+@test "connect: an end with stdin /dev/null (not -d) stays connected and receives everything" {
+	local t=$BATS_TEST_TMPDIR
+	random_file "$t/in" 2000000
+	create_conn "$CONN"
+	# b's data comes only when $t/go appears
+	mkfifo "$t/fb"
+	(
+		for ((i = 0; i < 1000; i++)); do
+			[ -e "$t/go" ] && break
+			sleep 0.02
+		done
+		cat "$t/in"
+	) >"$t/fb" 3>&- &
+	BG_PIDS+=($!)
+	start_end A "$CONN" a /dev/null -v
+	start_end B "$CONN" b "$t/fb"
+	# a's end of data (nothing) has reached b ...
+	local i
+	for ((i = 0; i < 500; i++)); do
+		grep -q "the peer has all our data (0 bytes)" "$ENDS/A/err" && break
+		sleep 0.02
+	done
+	grep -q "the peer has all our data (0 bytes)" "$ENDS/A/err" || die "a: $(end_err A)"
+	# ... and a still waits for b's
+	sleep 0.3
+	end_running A
+	[ "$(side_field "$CONN" a state)" = connected ]
+	touch "$t/go"
+	expect_end A 0 "mkshmcon: side a of '$CONN' attached, connecting
+mkshmcon: connected
+mkshmcon: the peer has all our data (0 bytes)"
+	expect_end B 0 ""
+	cmp "$t/in" "$(end_out A)"
+	[ ! -s "$(end_out B)" ]
+}
+
+@test "connect: a peer killed mid-transfer: the survivor exits 1 with an exact prefix" {
+	local t=$BATS_TEST_TMPDIR
+	random_file "$t/in" 8000000
+	create_conn "$CONN"
+	# b's reader reads nothing until $GO appears: b's stdout pipe and
+	# the mailbox fill, and a waits for room with most of its input left
+	export GO=$t/go
+	# shellcheck disable=SC2016
+	start_end_to B "$CONN" b /dev/null \
+		'for i in $(seq 300); do [ -e "$GO" ] && break; sleep 0.05; done; cat' -d
+	start_end A "$CONN" a "$t/in"
+	wait_connected "$CONN"
+	sleep 0.3
+	end_running A
+	kill -KILL "$(end_pid A)"
+	expect_end A 137
+	touch "$GO"
+	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' peer process died") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")"
+	# what b got is exactly what it says, and a prefix of a's input
+	local n
+	n=$(stat -c %s "$(end_out B)")
+	[ "$n" -gt 0 ] && [ "$n" -lt 8000000 ] || die "b got $n bytes"
+	[[ $END_ERR == *"(0 bytes sent, $n received)" ]] || die "b got $n bytes: $END_ERR"
+	cmp -n "$n" "$t/in" "$(end_out B)"
+	[ "$(side_field "$CONN" b last_disconnect)" = "peer process died" ]
+}
+
+@test "connect --send-only: exits 0 once the peer has all our input; the peer then exits 1" {
+	local t=$BATS_TEST_TMPDIR
+	random_file "$t/in" 1000000
+	create_conn "$CONN"
+	# b's input never ends: a does not wait for it
+	hold_fifo "$t/fb"
+	start_end B "$CONN" b "$t/fb"
+	start_end A "$CONN" a "$t/in" --send-only
+	expect_end A 0 ""
+	# "the peer has all our input": on b's stdout by the time a exits
+	[ "$(stat -c %s "$(end_out B)")" -eq 1000000 ]
+	cmp "$t/in" "$(end_out B)"
+	[ ! -s "$(end_out A)" ]
+	# b's own data had not ended when a went
+	expect_end B 1 "mkshmcon: connection '$CONN' $RESET_BY_PEER before our input ended (0 bytes sent, 1000000 received)"
+	run_tool 0 status "$CONN" -o json
+	[ "$(json_get "d['a']['last_disconnect'], d['b']['last_disconnect']")" = \
+		"('closed locally', 'peer closed the connection')" ]
+}
+
+@test "connect --linger: gives up on the peer's data after the linger time" {
+	local t=$BATS_TEST_TMPDIR
+	random_file "$t/in" 100000
+	create_conn "$CONN"
+	hold_fifo "$t/fb"
+	start_end B "$CONN" b "$t/fb"
+	wait_state "$CONN" b connecting
+	local t0 dt
+	t0=$(now_ms)
+	run_tool 1 connect "$CONN" -x a --linger 300ms <"$t/in"
+	dt=$(($(now_ms) - t0))
+	expect_output ""
+	expect_stderr_line "mkshmcon: connection '$CONN' closed: the linger time ran out before the peer's data ended (100000 bytes sent, 0 received)"
+	[ "$dt" -ge 300 ] && [ "$dt" -lt 5000 ] || die "took ${dt} ms"
+	expect_end B 1 "mkshmcon: connection '$CONN' $RESET_BY_PEER before our input ended (0 bytes sent, 100000 received)"
+	cmp "$t/in" "$(end_out B)"
+
+	# the peer's data ends within the linger time: 0
+	random_file "$t/in2" 300000
+	start_end B2 "$CONN" b "$t/in2"
+	start_end A2 "$CONN" a "$t/in" -l 10s
+	expect_end A2 0 ""
+	expect_end B2 0 ""
+	cmp "$t/in" "$(end_out B2)"
+	cmp "$t/in2" "$(end_out A2)"
+}
+
+@test "connect: -d with --send-only, --linger with --send-only, a junk linger time exit 2" {
+	create_conn "$CONN"
+	local try="Try 'mkshmcon connect --help'."
+	local a
+	for a in "-d --send-only" "--send-only -d" "--recv-only --send-only" "--send-only --no-input"; do
+		# shellcheck disable=SC2086
+		run_tool 2 connect "$CONN" -x a $a </dev/null
+		expect_output ""
+		expect_stderr "mkshmcon connect: -d (--recv-only) and --send-only exclude each other
+$try"
+	done
+	for a in "--linger 1s --send-only" "--send-only -l 0"; do
+		# shellcheck disable=SC2086
+		run_tool 2 connect "$CONN" -x a $a </dev/null
+		expect_stderr "mkshmcon connect: --linger has no use with --send-only
+$try"
+	done
+	run_tool 2 connect "$CONN" -x a --linger junk </dev/null
+	expect_stderr "mkshmcon connect: linger time 'junk' invalid
+$try"
+	run_tool 2 connect "$CONN" -x a -l -1 </dev/null
+	expect_stderr "mkshmcon connect: linger time '-1' invalid
+$try"
+	run_tool 2 connect "$CONN" -x a -l
+	expect_stderr "mkshmcon connect: option '-l' needs a value
+$try"
+	# nothing of this attached
+	run_tool 0 status "$CONN" -o json
+	[ "$(json_get "d['a']['attaches'], d['b']['attaches']")" = "(0, 0)" ]
+}
+
+@test "connect: stdout closed while the peer sends: 141 here, 1 for the sender" {
+	local t=$BATS_TEST_TMPDIR
+	random_file "$t/in" 8000000
+	create_conn "$CONN"
+	# b has an input of its own that never ends
+	hold_fifo "$t/fb"
+	start_end_to B "$CONN" b "$t/fb" 'head -c 100'
+	start_end A "$CONN" a "$t/in"
+	expect_end_line B 141 "mkshmcon: connection '$CONN': writing to stdout: Broken pipe; reset before our input ended and before the peer's data ended (0 bytes sent, # received)"
+	expect_end_line A 1 "mkshmcon: connection '$CONN' $RESET_BY_PEER before our input ended and before the peer's data ended (# bytes sent, 0 received)"
+	cmp -n 100 "$t/in" "$(end_out B)"
+	[ "$(stat -c %s "$(end_out B)")" -eq 100 ]
 }
 
 # ---------------------------------------------------------- connect: errors
@@ -543,8 +858,10 @@ $try"
 
 @test "connect: a killed peer is noticed at once; the name can be re-used" {
 	create_conn "$CONN"
+	# neither input ends: both stay connected until a is killed
+	hold_fifo "$BATS_TEST_TMPDIR/fa"
 	hold_fifo "$BATS_TEST_TMPDIR/fb"
-	start_end A "$CONN" a /dev/null -d
+	start_end A "$CONN" a "$BATS_TEST_TMPDIR/fa"
 	start_end B "$CONN" b "$BATS_TEST_TMPDIR/fb"
 	wait_connected "$CONN"
 	local t0 dt
@@ -554,7 +871,8 @@ $try"
 	dt=$(($(now_ms) - t0))
 	[ "$dt" -lt 3000 ] || die "side b took ${dt} ms to notice"
 	[ "$END_RC" -eq 1 ]
-	[ "$END_ERR" = "mkshmcon: connection '$CONN' lost: peer process died" ]
+	[ "$END_ERR" = "mkshmcon: connection '$CONN' peer process died before our input ended and before the peer's data ended (0 bytes sent, 0 received)" ] ||
+		die "b: $END_ERR"
 	run_tool 0 status "$CONN" -o json
 	[ "$(json_get "d['a']['state'], d['a']['pid'], d['b']['state'], d['b']['last_disconnect']")" = \
 		"('detached', None, 'detached', 'peer process died')" ]
@@ -572,11 +890,13 @@ $try"
 
 @test "connect: a killed peer side can be taken over without re-creating" {
 	create_conn "$CONN"
-	start_end A "$CONN" a /dev/null -d
+	# a's input never ends: the pair stays connected until a is killed
+	hold_fifo "$BATS_TEST_TMPDIR/fa"
+	start_end A "$CONN" a "$BATS_TEST_TMPDIR/fa"
 	start_end B "$CONN" b /dev/null -d
 	wait_connected "$CONN"
 	kill -KILL "$(end_pid A)"
-	expect_end B 1 "mkshmcon: connection '$CONN' lost: peer process died"
+	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' peer process died") $NOT_ENDED_RE \(0 bytes sent, 0 received\)"
 	# a new a and b on the same mailbox: a's dead owner does not block
 	random_file "$BATS_TEST_TMPDIR/in" 200000
 	start_end B2 "$CONN" b /dev/null -d
@@ -590,8 +910,10 @@ $try"
 
 @test "connect: a stopped peer times out (con_tmo 300ms)" {
 	create_conn "$CONN" -t 300ms
+	# neither input ends: both stay connected until a is stopped
+	hold_fifo "$BATS_TEST_TMPDIR/fa"
 	hold_fifo "$BATS_TEST_TMPDIR/fb"
-	start_end A "$CONN" a /dev/null -d
+	start_end A "$CONN" a "$BATS_TEST_TMPDIR/fa"
 	start_end B "$CONN" b "$BATS_TEST_TMPDIR/fb"
 	wait_connected "$CONN"
 	local t0 dt
@@ -601,11 +923,12 @@ $try"
 	dt=$(($(now_ms) - t0))
 	[ "$dt" -lt 2000 ] || die "side b took ${dt} ms to time out"
 	[ "$END_RC" -eq 1 ]
-	[ "$END_ERR" = "mkshmcon: connection '$CONN' lost: peer timed out" ]
+	[ "$END_ERR" = "mkshmcon: connection '$CONN' peer timed out before our input ended and before the peer's data ended (0 bytes sent, 0 received)" ] ||
+		die "b: $END_ERR"
 	[ "$(side_field "$CONN" b last_disconnect)" = "peer timed out" ]
 	# b reset the connection; a, continued, learns why from b's side
 	kill -CONT "$(end_pid A)"
-	expect_end A 1 "mkshmcon: connection '$CONN' reset by the peer: it heard nothing from us within the connection timeout"
+	expect_end A 1 "mkshmcon: connection '$CONN' reset by the peer (it heard nothing from us within the connection timeout) before our input ended and before the peer's data ended (0 bytes sent, 0 received)"
 }
 
 @test "connect: a sender stalled by a stopped reader times out (wait flow)" {
@@ -618,34 +941,46 @@ $try"
 	kill -STOP "$(end_pid B)"
 	random_file "$t/in" 100000
 	timeout 10 cat "$t/in" >"$t/fa" || true
-	expect_end A 1 "mkshmcon: connection '$CONN' lost: peer timed out"
+	# (b's own end of data, -d, may have been stopped before it was sent)
+	expect_end_match A 1 "$(msg_re "mkshmcon: connection '$CONN' peer timed out before our input ended")( and before the peer's data ended)? $(msg_re "(# bytes sent, 0 received)")"
 	[ "$(side_field "$CONN" a flow)" = wait ]
 }
 
-@test "connect: SIGTERM and SIGHUP end an end with 128+signal; the peer exits 0" {
+@test "connect: SIGTERM and SIGHUP end an end with 128+signal; the peer exits 1" {
+	local t=$BATS_TEST_TMPDIR
 	create_conn "$CONN"
-	hold_fifo "$BATS_TEST_TMPDIR/fb"
-	start_end A "$CONN" a /dev/null -d
-	start_end B "$CONN" b "$BATS_TEST_TMPDIR/fb"
+	# neither input ends: both stay connected until the signal
+	hold_fifo "$t/fa"
+	hold_fifo "$t/fb"
+	start_end A "$CONN" a "$t/fa"
+	start_end B "$CONN" b "$t/fb"
 	wait_connected "$CONN"
 	kill -TERM "$(end_pid B)"
-	expect_end B 143 ""
-	expect_end A 0 ""
+	expect_end B 143 "mkshmcon: connection '$CONN' stopped by SIGTERM before our input ended and before the peer's data ended (0 bytes sent, 0 received)"
+	# b's data did not end: its reset is a failure for a
+	expect_end A 1 "mkshmcon: connection '$CONN' $RESET_BY_PEER before our input ended and before the peer's data ended (0 bytes sent, 0 received)"
 
-	start_end A2 "$CONN" a /dev/null -d
-	start_end B2 "$CONN" b /dev/null -d
+	# the same with data through first, and SIGHUP
+	random_file "$t/in" 100000
+	hold_fifo "$t/fa2"
+	hold_fifo "$t/fb2"
+	start_end A2 "$CONN" a "$t/fa2"
+	start_end B2 "$CONN" b "$t/fb2"
 	wait_connected "$CONN"
+	cat "$t/in" >"$t/fa2"
+	wait_size "$(end_out B2)" 100000
 	kill -HUP "$(end_pid A2)"
-	expect_end A2 129 ""
-	expect_end B2 0 ""
+	expect_end A2 129 "mkshmcon: connection '$CONN' stopped by SIGHUP before our input ended and before the peer's data ended (100000 bytes sent, 0 received)"
+	expect_end B2 1 "mkshmcon: connection '$CONN' $RESET_BY_PEER before our input ended and before the peer's data ended (0 bytes sent, 100000 received)"
+	cmp "$t/in" "$(end_out B2)"
 	# a signal while still connecting
 	start_end A3 "$CONN" a /dev/null -d
 	wait_state "$CONN" a connecting
 	kill -TERM "$(end_pid A3)"
-	expect_end A3 143 ""
+	expect_end A3 143 "mkshmcon: connection '$CONN' stopped by SIGTERM before the peer had read all our input and before its data ended (0 bytes sent, 0 received)"
 }
 
-@test "connect: exits 141 when its stdout is a closed pipe" {
+@test "connect: exits 141 when its stdout is a closed pipe; the sender exits 1" {
 	local t=$BATS_TEST_TMPDIR
 	random_file "$t/in" 4000000
 	create_conn "$CONN"
@@ -656,14 +991,16 @@ $try"
 	) 3>&- &
 	BG_PIDS+=($!)
 	start_end A "$CONN" a "$t/in"
-	expect_end A 0 ""
+	# b reset the connection: a's data did not all reach b's reader
+	expect_end_match A 1 "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER before our input ended")( and before the peer's data ended)? $(msg_re "(# bytes sent, 0 received)")"
 	local i
 	for ((i = 0; i < 250; i++)); do
 		[ -s "$t/b.rc" ] && break
 		sleep 0.02
 	done
 	[ "$(cat "$t/b.rc")" = 141 ]
-	[ ! -s "$t/b.err" ]
+	line_matches "$(cat "$t/b.err")" "$(msg_re "mkshmcon: connection '$CONN': writing to stdout: Broken pipe; reset") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")" ||
+		die "b: $(cat "$t/b.err")"
 	cmp -n 100 "$t/in" "$t/b.out"
 }
 
@@ -687,7 +1024,7 @@ $try"
 	# The reset could not be queued into the full mailbox: the reader,
 	# continued, gets what fitted and then finds its peer gone.
 	kill -CONT "$(end_pid B)"
-	expect_end B 1 "mkshmcon: connection '$CONN' lost: peer process died"
+	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' peer process died") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")"
 	local n
 	n=$(stat -c %s "$(end_out B)")
 	[ "$n" -gt 0 ]
@@ -721,7 +1058,8 @@ $try"
 	wait_end B 5
 	dt=$(($(now_ms) - t0))
 	[ "$END_RC" -eq 1 ]
-	[ "$END_ERR" = "mkshmcon: connection '$CONN' lost: peer process died" ] || die "after ${dt} ms: $END_ERR"
+	line_matches "$END_ERR" "$(msg_re "mkshmcon: connection '$CONN' peer process died") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")" ||
+		die "after ${dt} ms: $END_ERR"
 	[ "$dt" -lt 500 ] || die "took ${dt} ms"
 }
 
@@ -755,7 +1093,9 @@ $try"
 
 @test "status: text shows both sides connected, with pids" {
 	create_conn "$CONN" -n 32 -m 2k -t 3s -d 5
-	start_end A "$CONN" a /dev/null -d
+	# a's input never ends: the pair stays connected
+	hold_fifo "$BATS_TEST_TMPDIR/fa"
+	start_end A "$CONN" a "$BATS_TEST_TMPDIR/fa"
 	start_end B "$CONN" b /dev/null -d --flow defer
 	wait_connected "$CONN"
 	run_tool 0 status "$CONN"
@@ -774,8 +1114,10 @@ $try"
 
 @test "status -o json and -o yaml: every key, both sides" {
 	create_conn "$CONN"
+	# b's input never ends: the pair stays connected
+	hold_fifo "$BATS_TEST_TMPDIR/fb"
 	start_end A "$CONN" a /dev/null -d
-	start_end B "$CONN" b /dev/null -d
+	start_end B "$CONN" b "$BATS_TEST_TMPDIR/fb"
 	wait_connected "$CONN"
 	run_tool 0 status "$CONN" -o json
 	[ "$(json_get "' '.join(d.keys())")" = "$HDR_KEYS" ]
@@ -821,7 +1163,8 @@ assert j == y, (j, y)' "$j" "$y"
 	[ "$(json_get "d['a']['sent_bytes'] >= 1048576 + 65 * 32, d['a']['sent_pkts'] >= 65 + 1")" = "(True, True)" ]
 	[ "$(json_get "d['b']['recv_bytes'] >= 1048576 + 65 * 32, d['b']['recv_pkts'] >= 65 + 1")" = "(True, True)" ]
 	[ "$(json_get "d['a']['state'], d['b']['state'], d['a']['pid'], d['b']['pid']")" = "('detached', 'detached', None, None)" ]
-	[ "$(json_get "d['a']['last_disconnect'], d['b']['last_disconnect']")" = "('closed locally', 'peer closed the connection')" ]
+	[ "$(json_get "d['a']['last_disconnect'], d['b']['last_disconnect']")" = \
+		"('closed after both ends finished', 'closed after both ends finished')" ]
 	[ "$(json_get "d['a']['recv_bad'], d['b']['recv_bad'], d['a']['attaches'], d['b']['attaches'], d['a']['cno'], d['b']['peer_cno']")" = "(0, 0, 1, 1, 1, 1)" ]
 	[ "$(json_get "d['b']['rx_backlog'], d['a']['defq_size']")" = "(0, 0)" ]
 }
@@ -1034,10 +1377,17 @@ Try 'mkshmcon rm --help'."
 		sleep 0.02
 	done
 	kill "$HOLD_PID"
-	expect_end A 0 "mkshmcon: side a of '$CONN' attached, connecting
-mkshmcon: connected"
+	# and each logs when the peer has read all its data (here none: b
+	# with -d, a with an input that ended empty).  b's end of data went
+	# first, so b always sees it; a's went last and b closes at once on
+	# it, so a may learn that from b's close, which it does not log.
+	wait_end A
+	[ "$END_RC" -eq 0 ] || die "a exited $END_RC: $END_ERR"
+	[ "${END_ERR%$'\n'"mkshmcon: the peer has all our data (0 bytes)"}" = "mkshmcon: side a of '$CONN' attached, connecting
+mkshmcon: connected" ] || die "a: $END_ERR"
 	expect_end B 0 "mkshmcon: side b of '$CONN' attached, connecting
-mkshmcon: connected"
+mkshmcon: connected
+mkshmcon: the peer has all our data (0 bytes)"
 	XPRT_LOG=error run_tool 1 connect "$CONN" -x a -w 100ms </dev/null
 	expect_stderr_line "mkshmcon: connection '$CONN': no peer on side b within the wait timeout"
 	# debug shows more than info
@@ -1094,9 +1444,13 @@ with open(sys.argv[1], "wb") as f:
 	kill -TERM "$(end_pid B)"
 	wait_end B 3
 	[ "$END_RC" -eq 143 ]
-	# b closed the connection; a, cut short by b's own close, exits 0
+	line_matches "$END_ERR" "$(msg_re "mkshmcon: connection '$CONN' stopped by SIGTERM") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")" ||
+		die "b: $END_ERR"
+	# b closed the connection before a's data ended: a exits 1
 	wait_end A 5
-	[ "$END_RC" -eq 0 ]
+	[ "$END_RC" -eq 1 ]
+	line_matches "$END_ERR" "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER before our input ended")( and before the peer's data ended)?$(msg_re " (# bytes sent, 0 received)")" ||
+		die "a: $END_ERR"
 }
 
 @test "connect: SIGTERM is honoured while waiting for room in the mailbox" {
