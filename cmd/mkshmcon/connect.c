@@ -279,7 +279,7 @@ static const char *down_view(struct pipe_end *pe, enum shmcm_reason r)
 		enum shmcm_reason pr = shmcm_get_peer_reason(pe->c);
 
 		if (pr == SHMCM_R_NONE || pr == SHMCM_R_LOCAL)
-			return "reset by the peer (its process was stopped, its output failed, or it did not wait for our data)";
+			return "reset by the peer (its process was stopped, its input or output failed, or it did not wait for our data)";
 		snprintf(buf, sizeof(buf), "reset by the peer (%s)", peer_view(pr));
 		return buf;
 	}
@@ -289,6 +289,7 @@ static const char *down_view(struct pipe_end *pe, enum shmcm_reason r)
 }
 
 struct outcome {
+	bool was_up;		/* a peer connected */
 	bool input_open;	/* our stdin had not ended */
 	bool tx_done;		/* ... it ended and the peer read all of it */
 	bool rx_done;		/* the peer's data ended and all of it is on stdout */
@@ -303,18 +304,22 @@ static int exit_status(struct pipe_end *pe, const struct outcome *o, enum direct
 	enum shmcm_reason r = (enum shmcm_reason)atomic_load(&pe->reason);
 	int sig = atomic_load(&pe->sig), oe = atomic_load(&pe->out_err);
 	bool rx_ok = o->rx_done || dir == DIR_SEND_ONLY;
+	/* an end that sends nothing has nothing to lose that way */
+	bool tx_ok = o->tx_done || dir == DIR_RECV_ONLY;
 	const char *what, *cause;
 	char detail[160];
 
 	if (o->failed)
 		return EXIT_FAIL;
-	if (!sig && !oe && o->tx_done && rx_ok)
+	if (!sig && !oe && tx_ok && rx_ok)
 		return EXIT_OK;
-	if (!o->tx_done && !rx_ok)
+	if (!o->was_up)
+		what = "before a peer connected";
+	else if (!tx_ok && !rx_ok)
 		what = o->input_open ? "before our input ended and before the peer's data ended"
-				     : "before the peer had read all our input and before its data ended";
-	else if (!o->tx_done)
-		what = o->input_open ? "before our input ended" : "before the peer had read all our input";
+				     : "before the peer had all our input and before its data ended";
+	else if (!tx_ok)
+		what = o->input_open ? "before our input ended" : "before the peer had all our input";
 	else if (!rx_ok)
 		what = "before the peer's data ended";
 	else
@@ -671,14 +676,17 @@ int cmd_connect(int argc, char **argv)
 
 	/* What a reset found done: everything before the peer's CON_RST was
 	 * handled, and the peer read our packets before it reset. */
+	o.was_up = atomic_load(&pe.up);
 	if (atomic_load(&pe.peer_eof))
 		o.rx_done = true;
-	if (fin != FIN_NONE && !o.tx_done && shmcm_drained(pe.c))
+	if (fin != FIN_NONE && !o.tx_done &&
+	    (shmcm_drained(pe.c) ||
+	     /* a peer that closed cleanly had our CON_FIN, hence all before it */
+	     (fin == FIN_SENT && atomic_load(&pe.down) &&
+	      shmcm_get_peer_reason(pe.c) == SHMCM_R_CLOSED))) {
 		o.tx_done = true;
-	/* A peer that closed cleanly had our CON_FIN, hence all before it. */
-	if (fin == FIN_SENT && atomic_load(&pe.down) &&
-	    shmcm_get_peer_reason(pe.c) == SHMCM_R_CLOSED)
-		o.tx_done = true;
+		xlog(XLOG_INFO, "the peer has all our data (%" PRIu64 " bytes)", pe.in_bytes);
+	}
 	/* A peer that predates CON_FIN closes after its end of input, the
 	 * only end of data it can say. */
 	if (pe.legacy_peer && atomic_load(&pe.reason) == SHMCM_R_PEER_RST &&

@@ -103,6 +103,21 @@ static void set_state(struct shmcm_conn *c)
 	pthread_mutex_unlock(&c->st_lock);
 }
 
+/* Whether the process that brought the connection up understands CON_FIN
+ * (and keeps deliv_*).  One that has already detached leaves no owner
+ * word to check the capability against: the words of the last owner that
+ * wrote any are taken, which errs towards the strict reading (a pipe end
+ * then waits for a CON_FIN or a delivery count, not just a close). */
+static bool peer_caps_fin(struct shmcm_conn *c)
+{
+	uint64_t owner = atomic_load_explicit(&c->peer->owner, memory_order_acquire);
+	uint64_t cap_owner = atomic_load_explicit(&c->peer->caps_owner, memory_order_acquire);
+
+	if (!(atomic_load_explicit(&c->peer->caps, memory_order_relaxed) & MBOX_CAP_FIN))
+		return false;
+	return owner ? cap_owner == owner : cap_owner != 0;
+}
+
 static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 {
 	struct shmcm_cm_out out;
@@ -141,6 +156,8 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 		atomic_store(&c->tx_shut, false);
 		pthread_spin_lock(&c->tx_mutex);
 		c->tx_reset_queued = false;	/* the reset it waited for is done */
+		c->tx_udata = 0;
+		c->tx_lost = false;
 		pthread_spin_unlock(&c->tx_mutex);
 	}
 	/* No user data after our CON_FIN: senders fail from now on (the
@@ -160,6 +177,8 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 		shmcm_lock_open(&c->tx_lock);
 	if (out.disconnected)
 		shmcm_reasm_reset(&c->reasm);	/* nobody holds the deliver lock */
+	if (out.connected)
+		atomic_store(&c->peer_fin, peer_caps_fin(c));
 	set_state(c);
 	shmcm_in_upcall = c;
 	if (out.connected && c->uc.connected)
@@ -172,6 +191,11 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 	if (out.enable_deliver) {
 		c->rx_peer_cno = c->cm.peer_cno;
 		atomic_store(&c->rx_fin, false);
+		atomic_store(&c->rx_hold, false);
+		/* the count of a new generation: zero before its number */
+		c->rx_deliv = 0;
+		atomic_store_explicit(&c->me->deliv_pkts, 0, memory_order_relaxed);
+		atomic_store_explicit(&c->me->deliv_cno, c->rx_peer_cno, memory_order_release);
 		shmcm_reasm_reset(&c->reasm);
 		shmcm_lock_open(&c->deliver_lock);
 	}
@@ -490,21 +514,19 @@ int shmcm_disconnect(struct shmcm_conn *c)
 {
 	/* From an up-call we are the job queue or hold the deliver lock:
 	 * waiting would deadlock, so only queue it. */
-	if (shmcm_in_upcall == c)
+	if (shmcm_in_upcall == c) {
+		/* a deliver up-call that cannot take the data: it is not
+		 * delivered, nor anything after it */
+		atomic_store(&c->rx_hold, true);
 		shmcm_job_async(c, JOB_DISCONNECT);
-	else
+	} else
 		shmcm_job_run(c, JOB_DISCONNECT, 0, 0);
 	return 0;
 }
 
-/* Whether the process that owns the peer side now said it knows CON_FIN. */
 bool shmcm_peer_has_fin(struct shmcm_conn *c)
 {
-	uint64_t owner = atomic_load_explicit(&c->peer->owner, memory_order_acquire);
-
-	return owner != 0 &&
-	       atomic_load_explicit(&c->peer->caps_owner, memory_order_acquire) == owner &&
-	       (atomic_load_explicit(&c->peer->caps, memory_order_relaxed) & MBOX_CAP_FIN);
+	return atomic_load(&c->peer_fin);
 }
 
 int shmcm_shutdown(struct shmcm_conn *c)
@@ -570,10 +592,31 @@ int shmcm_wait_connected(struct shmcm_conn *c, uint64_t timeout_ns)
 
 bool shmcm_drained(struct shmcm_conn *c)
 {
+	bool done;
+
 	pthread_spin_lock(&c->tx_mutex);
-	bool idle = !c->pq_head && mbox_tx_idle(c->mb);
+	if (c->pq_head) {
+		shmcm_pend_flush(c);
+		shmcm_publish_tx_stats(c);
+	}
+	if (c->pq_head || c->tx_lost) {
+		/* waiting packets, a CON_FIN among them perhaps, would be
+		 * dropped by a disconnect now */
+		done = false;
+	} else if (!atomic_load(&c->peer_fin)) {
+		/* an older peer keeps no count: that it read our ring is
+		 * all we can know */
+		done = mbox_tx_idle(c->mb);
+	} else {
+		/* the generation around the count, as a seqlock's readers */
+		uint32_t g1 = atomic_load_explicit(&c->peer->deliv_cno, memory_order_acquire);
+		uint64_t n = atomic_load_explicit(&c->peer->deliv_pkts, memory_order_acquire);
+		uint32_t g2 = atomic_load_explicit(&c->peer->deliv_cno, memory_order_acquire);
+
+		done = g1 == g2 && (uint16_t)g1 == atomic_load(&c->tx_cno) && n == c->tx_udata;
+	}
 	pthread_spin_unlock(&c->tx_mutex);
-	return idle;
+	return done;
 }
 
 int shmcm_wait_drained(struct shmcm_conn *c, uint64_t timeout_ns)
@@ -584,8 +627,10 @@ int shmcm_wait_drained(struct shmcm_conn *c, uint64_t timeout_ns)
 	for (;;) {
 		if (shmcm_drained(c))
 			return 0;
+		/* the count outlives the connection: a peer that took the
+		 * last packet and closed at once did get it all */
 		if (shmcm_get_state(c) != SHMCM_CONNECTED)
-			return -ENOTCONN;
+			return shmcm_drained(c) ? 0 : -ENOTCONN;
 		if (deadline && xtime_ns() >= deadline)
 			return -ETIMEDOUT;
 		struct timespec ts = { 0, (long)nap };

@@ -76,7 +76,9 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 			      const struct shmcm_upcalls *uc,
 			      char *err, size_t errlen);
 /* Down-calls.  connect returns at once; disconnect returns once done
- * (when called from an up-call, it only queues the job). */
+ * (when called from an up-call, it only queues the job; from a deliver
+ * up-call it also refuses that message and every later one: the peer's
+ * shmcm_drained() never counts them delivered). */
 int shmcm_connect(struct shmcm_conn *c);
 int shmcm_disconnect(struct shmcm_conn *c);
 /* Half-close, as shutdown(SHUT_WR) on a socket: no more user data from us
@@ -88,7 +90,8 @@ int shmcm_disconnect(struct shmcm_conn *c);
  * the old way to end is shmcm_wait_drained() and shmcm_disconnect()).
  * From an up-call it only queues the job and returns 0. */
 int shmcm_shutdown(struct shmcm_conn *c);
-/* Whether the process on the peer side now said it understands CON_FIN. */
+/* Whether the peer that brought this connection up said it understands
+ * CON_FIN (and counts what it delivered); fixed when it came up. */
 bool shmcm_peer_has_fin(struct shmcm_conn *c);
 /* Sends one message.  0, -ENOTCONN (not connected, or disconnected while
  * waiting for room), -EMSGSIZE, -EPIPE (after shmcm_shutdown()), or
@@ -147,10 +150,14 @@ int shmcm_poll(struct shmcm_conn *c, unsigned max);
 /* Waits until connected (0), or disconnected after having been connected
  * (-ENOTCONN), or the timeout (ns, 0 = none) passes (-ETIMEDOUT). */
 int shmcm_wait_connected(struct shmcm_conn *c, uint64_t timeout_ns);
-/* Waits until the peer has read everything we sent (0), the connection is
- * gone (-ENOTCONN), or the timeout passes (-ETIMEDOUT). */
+/* Waits until the peer has delivered everything we sent in this
+ * generation to its user (0), the connection is gone without that
+ * (-ENOTCONN), or the timeout passes (-ETIMEDOUT).  A peer whose deliver
+ * up-call asked for a disconnect did not take that message.  Still true
+ * after the connection went down, until the next one comes up.  Against a
+ * peer without CON_FIN (which keeps no count): the peer has read our ring. */
 int shmcm_wait_drained(struct shmcm_conn *c, uint64_t timeout_ns);
-/* The same, without waiting: true when the peer has read everything. */
+/* The same, without waiting. */
 bool shmcm_drained(struct shmcm_conn *c);
 enum shmcm_state shmcm_get_state(const struct shmcm_conn *c);
 enum shmcm_reason shmcm_get_reason(const struct shmcm_conn *c);

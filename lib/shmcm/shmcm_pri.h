@@ -81,6 +81,9 @@ struct shmcm_conn {
 	enum shmcm_state state;
 	enum shmcm_reason reason;
 	bool was_connected;
+	/* The peer understands CON_FIN and keeps deliv_*: read when the
+	 * connection came up, from the process that brought it up. */
+	_Atomic bool peer_fin;
 
 	struct shmcm_lock deliver_lock, tx_lock, con_pkt_lock;
 
@@ -101,6 +104,12 @@ struct shmcm_conn {
 	struct pend *pq_head, *pq_tail;	/* under tx_mutex */
 	uint64_t pq_udata;		/* user-data packets queued */
 	uint64_t sent_bytes, sent_pkts;	/* under tx_mutex */
+	/* User-data packets of this generation put in the ring, and whether
+	 * any were dropped from the deferred queue when it went down (under
+	 * tx_mutex; reset by enable_tx): the peer has all of it when its
+	 * deliv_pkts for our generation reaches tx_udata. */
+	uint64_t tx_udata;
+	bool tx_lost;
 	uint32_t cma_min;		/* 0: never send by reference */
 	bool rndv_off;			/* the peer could not pull one */
 	/* messages by reference in flight, under ref_lock (any thread may
@@ -122,6 +131,11 @@ struct shmcm_conn {
 	_Atomic bool peer_dead;
 	_Atomic bool peer_check_queued;
 	_Atomic bool rx_fin;		/* the peer's CON_FIN: its data ended */
+	/* A deliver up-call asked for a disconnect (the user could not take
+	 * the data): until the next generation nothing more is delivered or
+	 * counted as delivered, that message included. */
+	_Atomic bool rx_hold;
+	uint64_t rx_deliv;		/* published as deliv_pkts */
 	_Atomic uint32_t rx_activity;
 	uint16_t rx_peer_cno;		/* set before deliver is opened */
 	struct shmcm_reasm reasm;	/* under deliver_lock */

@@ -10,6 +10,15 @@
 #include <string.h>
 #include <sys/uio.h>
 
+/* One more packet of the peer's generation is in the user's hands --
+ * unless the user asked to disconnect while taking it. */
+static void delivered(struct shmcm_conn *c)
+{
+	if (atomic_load_explicit(&c->rx_hold, memory_order_relaxed))
+		return;
+	atomic_store_explicit(&c->me->deliv_pkts, ++c->rx_deliv, memory_order_release);
+}
+
 void shmcm_publish_rx_stats(struct shmcm_conn *c)
 {
 	atomic_store_explicit(&c->me->rndv_msgs, c->rndv_msgs, memory_order_relaxed);
@@ -93,13 +102,16 @@ static void rx_ref(struct shmcm_conn *c, const struct shmcm_pkt *p)
 	}
 	atomic_store_explicit(&c->me->rndv_done, n + 1, memory_order_release);
 	mbox_wake_word(&c->me->rndv_done, &c->peer->rndv_sleep);
-	if (!ok)
+	if (!ok) {
+		delivered(c);	/* accounted for: the sender learns it failed */
 		return;
+	}
 	c->rndv_msgs++;
 	c->rndv_bytes += len;
 	shmcm_in_upcall = c;
 	c->uc.deliver(c->uc.arg, p->u.src, p->u.dst, dst, len);
 	shmcm_in_upcall = NULL;
+	delivered(c);
 }
 
 static void rx_udata(struct shmcm_conn *c, const struct shmcm_pkt *p)
@@ -118,6 +130,8 @@ static void rx_udata(struct shmcm_conn *c, const struct shmcm_pkt *p)
 				 c->mb->name);
 		return;
 	}
+	if (atomic_load_explicit(&c->rx_hold, memory_order_relaxed))
+		return;		/* a disconnect is on its way */
 	if (shmcm_pkt_is_ref(p) && atomic_load_explicit(&c->me->cma, memory_order_relaxed)) {
 		rx_ref(c, p);
 		return;
@@ -127,7 +141,10 @@ static void rx_udata(struct shmcm_conn *c, const struct shmcm_pkt *p)
 		shmcm_in_upcall = c;
 		c->uc.deliver(c->uc.arg, m.src, m.dst, m.data, m.len);
 		shmcm_in_upcall = NULL;
-	} else if (rc < 0) {
+		delivered(c);
+	} else if (rc == 0) {
+		delivered(c);	/* a fragment, kept until its message ends */
+	} else {
 		c->recv_bad++;
 		xlog_ratelimited(XLOG_WARN, "%s: dropped fragment of message %u: %s",
 				 c->mb->name, p->u.msgid, strerror(-rc));

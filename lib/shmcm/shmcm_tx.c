@@ -11,7 +11,7 @@
 #include <sys/uio.h>
 
 /* Copies a pending packet into the ring; false when the ring is full. */
-static bool put_pkt(struct shmcm_conn *c, const void *pkt, uint32_t len)
+static bool put_pkt(struct shmcm_conn *c, const void *pkt, uint32_t len, bool udata)
 {
 	void *slot = mbox_tx_reserve(c->mb);
 
@@ -21,6 +21,7 @@ static bool put_pkt(struct shmcm_conn *c, const void *pkt, uint32_t len)
 	mbox_tx_publish(c->mb);
 	c->sent_pkts++;
 	c->sent_bytes += len;
+	c->tx_udata += udata;
 	return true;
 }
 
@@ -39,7 +40,7 @@ void shmcm_pend_flush(struct shmcm_conn *c)
 	if (c->tx_claimed)
 		return;		/* the next slots are the claimer's */
 	while ((p = c->pq_head)) {
-		if (!put_pkt(c, p->pkt, p->len))
+		if (!put_pkt(c, p->pkt, p->len, p->udata))
 			break;
 		c->pq_head = p->next;
 		if (!c->pq_head)
@@ -86,6 +87,8 @@ void shmcm_pend_clear(struct shmcm_conn *c)
 		free(p);
 	}
 	c->pq_tail = NULL;
+	if (c->pq_udata)
+		c->tx_lost = true;	/* the peer will never have it */
 	c->pq_udata = 0;
 }
 
@@ -97,7 +100,7 @@ void shmcm_send_con(struct shmcm_conn *c, uint32_t type, uint16_t cno)
 	shmcm_encode_con(pkt, type, cno);
 	pthread_spin_lock(&c->tx_mutex);
 	shmcm_pend_flush(c);
-	if (c->pq_head || c->tx_claimed || !put_pkt(c, pkt, SHMCM_CON_LEN)) {
+	if (c->pq_head || c->tx_claimed || !put_pkt(c, pkt, SHMCM_CON_LEN, false)) {
 		/* A full mailbox holds plenty to prove we are alive; other
 		 * CON packets are reliable and wait their turn. */
 		if ((type != SHMCM_CON_ALV || c->tx_claimed) &&
@@ -287,6 +290,7 @@ static int ref_issue(struct shmcm_conn *c, uint32_t src, uint32_t dst, const voi
 	mbox_tx_publish(c->mb);
 	c->sent_pkts++;
 	c->sent_bytes += SHMCM_UDATA_HLEN;
+	c->tx_udata++;
 	shmcm_publish_tx_stats(c);
 	pthread_spin_unlock(&c->tx_mutex);
 	pthread_mutex_unlock(&c->ref_lock);
@@ -405,6 +409,7 @@ int shmcm_transmit(struct shmcm_conn *c, uint32_t src, uint32_t dst,
 			mbox_tx_publish(c->mb);
 			c->sent_pkts++;
 			c->sent_bytes += psize;
+			c->tx_udata++;
 		}
 		off += n;
 		if (off >= len)
@@ -449,6 +454,7 @@ int shmcm_transmit2(struct shmcm_conn *c, uint32_t src, uint32_t dst, const void
 	mbox_tx_publish(c->mb);
 	c->sent_pkts++;
 	c->sent_bytes += psize;
+	c->tx_udata++;
 	shmcm_publish_tx_stats(c);
 out_unlock_mutex:
 	pthread_spin_unlock(&c->tx_mutex);
@@ -521,6 +527,7 @@ int shmcm_tx_commit(struct shmcm_conn *c, uint32_t src, uint32_t dst, size_t len
 		mbox_tx_publish(c->mb);
 		c->sent_pkts++;
 		c->sent_bytes += SHMCM_UDATA_HLEN + n;
+		c->tx_udata++;
 	}
 	c->tx_claimed = 0;
 	if (c->pq_head)

@@ -34,7 +34,7 @@ enum { MBOX_SIDE_A = 0, MBOX_SIDE_B = 1 };
 
 #define MBOX_RNDV_RING	64	/* pull outcomes kept; bounds sends in flight */
 
-#define MBOX_CAP_FIN	1u	/* half-close: SHMCM's CON_FIN */
+#define MBOX_CAP_FIN	1u	/* half-close: SHMCM's CON_FIN, and deliv_* kept */
 
 struct mbox_ring_ctl {
 	_Alignas(MBOX_CL) _Atomic uint32_t head;	/* written by the producer */
@@ -69,6 +69,13 @@ struct mbox_side {
 	_Atomic uint64_t recv_pkts;
 	_Atomic uint64_t recv_bad;	/* malformed packets dropped */
 	_Atomic uint64_t recv_stale;	/* packets of an old generation dropped */
+	/* What this side handed to its user of the peer's generation
+	 * deliv_cno: user-data packets consumed and delivered, a failed
+	 * delivery and everything after it not counted.  The sender knows
+	 * its data arrived when the count equals what it put in the ring;
+	 * published by owners with MBOX_CAP_FIN (the line's padding). */
+	_Atomic uint32_t deliv_cno;
+	_Atomic uint64_t deliv_pkts;
 	/* Rendezvous (single copy) -- this side as receiver: it pulls
 	 * messages sent by reference with process_vm_readv(2) */
 	_Alignas(MBOX_CL) _Atomic uint32_t cma;	/* 1: accepts messages by reference */
@@ -84,6 +91,8 @@ struct mbox_side {
 
 _Static_assert(offsetof(struct mbox_side, sent_bytes) == MBOX_CL,
 	       "the capability words live in the first line's padding");
+_Static_assert(offsetof(struct mbox_side, cma) == 3 * MBOX_CL,
+	       "the delivery count lives in the receive line's padding");
 
 struct mbox_hdr {
 	uint32_t magic;		/* written last: a reader sees a complete header */

@@ -37,6 +37,9 @@ struct end {
 	uint32_t sizes[256];
 	/* stress checking */
 	uint64_t next_seq, errors;
+	/* refuse_deliver: the message number (counting from 1) refused, and
+	 * how many were */
+	size_t refuse_at, refused;
 };
 
 static char conn_name[64];
@@ -1120,6 +1123,116 @@ static void test_transmit_guard(void **s)
 	rmname();
 }
 
+/* A user that cannot take message number refuse_at: it disconnects from
+ * inside the deliver up-call, as mkshmcon does when its stdout fails. */
+static void refuse_deliver(void *arg, uint32_t src, uint32_t dst, const void *d, size_t n)
+{
+	struct end *e = arg;
+
+	pthread_mutex_lock(&e->mu);
+	bool refuse = e->refuse_at && e->nmsg + 1 == e->refuse_at;
+	if (refuse)
+		e->refused++;
+	pthread_mutex_unlock(&e->mu);
+	if (refuse)
+		shmcm_disconnect(e->c);
+	else
+		collect(arg, src, dst, d, n);
+}
+
+static bool ring_read(struct mbox *m, int side)
+{
+	return atomic_load(&m->h->ring[side].head) == atomic_load(&m->h->ring[side].tail);
+}
+
+/* shmcm_drained() counts what the peer handed to its user, not what it
+ * took from the ring: true after a peer that took everything closed at
+ * once (the old test of an empty ring raced with that close), false after
+ * a peer that refused a message, although it went on to empty the ring
+ * (after its reset, packets of the dead generation are read and
+ * dropped). */
+static void test_delivery_count(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	struct shmcm_upcalls uca = { up, down, collect, NULL, NULL, on_eof };
+	struct shmcm_upcalls ucb = { up, down, refuse_deliver, NULL, NULL, on_eof };
+	uint8_t msg[1000];
+	struct mbox *m;
+	char err[256];
+
+	memset(msg, 0x5a, sizeof(msg));
+	mkname("count");
+	assert_int_equal(mbox_open(conn_name, &m, err, sizeof(err)), 0);
+	open_end_with(&a, (struct shmcm_params){ .side = MBOX_SIDE_A }, uca);
+	open_end_with(&b, (struct shmcm_params){ .side = MBOX_SIDE_B }, ucb);
+	connect_pair(&a, &b);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(shmcm_transmit(a.c, 0, 0, msg, sizeof(msg)), 0);
+	want_len = 5 * sizeof(msg);
+	assert_true(wait_for(&b, got_all, 3000));
+	assert_int_equal(shmcm_wait_drained(a.c, 2000000000ull), 0);
+	shmcm_disconnect(b.c);
+	assert_true(wait_for(&a, is_down, 3000));
+	assert_true(shmcm_drained(a.c));
+	assert_int_equal(shmcm_wait_drained(a.c, 1000000000ull), 0);
+
+	/* the third message of the next generation is refused */
+	a.downs = b.downs = 0;
+	pthread_mutex_lock(&b.mu);
+	b.refuse_at = b.nmsg + 3;
+	pthread_mutex_unlock(&b.mu);
+	connect_pair(&a, &b);
+	for (int i = 0; i < 10; i++)
+		(void)shmcm_transmit(a.c, 0, 0, msg, sizeof(msg));	/* -ENOTCONN late */
+	assert_true(wait_for(&a, is_down, 3000));
+	assert_true(wait_for(&b, is_down, 3000));
+	assert_int_equal(b.reason, SHMCM_R_LOCAL);
+	for (int i = 0; i < 3000 && !ring_read(m, MBOX_SIDE_A); i++)
+		usleep(1000);
+	assert_true(ring_read(m, MBOX_SIDE_A));
+	pthread_mutex_lock(&b.mu);
+	assert_int_equal(b.refused, 1);
+	assert_int_equal(b.nmsg, 5 + 2);	/* nothing after the refused one */
+	pthread_mutex_unlock(&b.mu);
+	assert_false(shmcm_drained(a.c));
+	assert_int_equal(shmcm_wait_drained(a.c, 1000000000ull), -ENOTCONN);
+	mbox_close(m);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+}
+
+/* Whether the peer understands CON_FIN is read when the connection comes
+ * up, from the words of the process that brought it up even when it has
+ * detached by then (an end whose input failed at once). */
+static void test_peer_caps_latched(void **s)
+{
+	struct end b = { 0 };
+	struct mbox *m;
+	uint8_t pkt[SHMCM_CON_LEN];
+	char err[256];
+
+	mkname("caps");
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, NULL);
+	assert_int_equal(mbox_open(conn_name, &m, err, sizeof(err)), 0);
+	assert_int_equal(mbox_claim(m, MBOX_SIDE_A, err, sizeof(err)), 0);
+	atomic_store(&m->h->side[MBOX_SIDE_A].caps, MBOX_CAP_FIN);
+	atomic_store(&m->h->side[MBOX_SIDE_A].caps_owner, m->owner);
+	atomic_store(&m->h->side[MBOX_SIDE_A].cno, 7);
+	shmcm_encode_con(pkt, SHMCM_CON_REQ, 7);
+	raw_send(m, pkt, sizeof(pkt));
+	mbox_close(m);		/* gone before b has read a thing */
+	shmcm_connect(b.c);
+	for (int i = 0; i < 3000 && !atomic_load(&b.ups); i++) {
+		shmcm_poll(b.c, 16);
+		usleep(1000);
+	}
+	assert_int_equal(b.ups, 1);
+	assert_true(shmcm_peer_has_fin(b.c));
+	close_end(&b);
+	rmname();
+}
+
 static void *disconnect_thread(void *c)
 {
 	shmcm_disconnect(c);
@@ -1211,6 +1324,8 @@ int main(void)
 		cmocka_unit_test(test_data_after_fin_dropped),
 		cmocka_unit_test(test_transmit_guard),
 		cmocka_unit_test(test_tx_claim),
+		cmocka_unit_test(test_delivery_count),
+		cmocka_unit_test(test_peer_caps_latched),
 		cmocka_unit_test(test_stress),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
