@@ -312,6 +312,9 @@ int cmd_bench(int argc, char **argv)
 	rc = bopts_parse(argc, argv, &so, &o);
 	if (rc)
 		return rc < 0 ? EXIT_OK : rc;
+	/* a workload that only reads opens the device read-only, as read */
+	if (!so.access_set && (o.rw == RW_READ || o.rw == RW_RANDREAD) && !o.verify)
+		so.access = RNBD_ACCESS_RO;
 	if (so.access == RNBD_ACCESS_RO && (o.rw != RW_READ && o.rw != RW_RANDREAD))
 		return usage_error("bench", "--access ro: --rw %s writes", rw_names[o.rw]);
 	if (so.access == RNBD_ACCESS_RO && o.verify)

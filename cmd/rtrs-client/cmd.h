@@ -16,6 +16,8 @@
 
 #define PROG "rtrs-client"
 #define MAX_PATHS 128
+/* --down-timeout by default: IO gives up after a minute with every path down */
+#define SESS_DOWN_TIMEOUT_NS (60ull * 1000000000ull)
 
 int cmd_read(int argc, char **argv);
 int cmd_write(int argc, char **argv);
@@ -43,7 +45,7 @@ struct sess_opts {
 	struct rtrs_clt_opts ro;
 	enum rnbd_access_mode access;	/* --access */
 	bool access_set, policy_set, delay_set, attempts_set, conns_set, hbi_set, hbm_set;
-	bool timeout_set;
+	bool timeout_set, down_set;
 	char session_buf[RTRS_NAME_MAX + 1];	/* names taken from the config */
 	char device_buf[RNBD_NAME_MAX + 1];
 	bool quiet, progress, progress_set, verbose;
@@ -54,7 +56,7 @@ enum {
 	OPT_POLICY = 0x100, OPT_RECONNECT_DELAY, OPT_MAX_RECONNECT, OPT_CONNECTIONS,
 	OPT_HB_INTERVAL, OPT_HB_MISSED, OPT_ACCESS, OPT_CTL, OPT_TIMEOUT, OPT_PROGRESS,
 	OPT_OFFSET, OPT_LENGTH, OPT_RW, OPT_BS, OPT_IODEPTH, OPT_TIME, OPT_VERIFY, OPT_SIZE,
-	OPT_RWMIX,
+	OPT_RWMIX, OPT_DOWN_TIMEOUT,
 };
 /* The shared short options and long options, to splice into each command's. */
 #define SESS_SHORTOPTS "s:p:d:c:qv"
@@ -74,6 +76,7 @@ enum {
 	{ "access", required_argument, NULL, OPT_ACCESS }, \
 	{ "ctl", required_argument, NULL, OPT_CTL }, \
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT }, \
+	{ "down-timeout", required_argument, NULL, OPT_DOWN_TIMEOUT }, \
 	{ "progress", no_argument, NULL, OPT_PROGRESS }
 
 void sess_opts_init(struct sess_opts *o);

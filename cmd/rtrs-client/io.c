@@ -207,6 +207,10 @@ int cmd_read(int argc, char **argv)
 	rc = io_opts("read", argc, argv, &o, &off, &len, &len_set);
 	if (rc)
 		return rc < 0 ? EXIT_OK : rc;
+	/* a read opens the device read-only unless told otherwise: it works
+	 * on read-only exports, and holds no write access from a writer */
+	if (!o.access_set)
+		o.access = RNBD_ACCESS_RO;
 	cli_stop_handlers();
 	if ((rc = sess_open(&ss, "read", &o)))
 		return rc;

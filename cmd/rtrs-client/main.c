@@ -33,7 +33,8 @@ static const struct cli_tool tool = {
 	"  --policy rr|min-inflight|min-latency   --reconnect-delay MS\n"
 	"  --max-reconnect-attempts N (-1: forever)   --connections N\n"
 	"  --hb-interval MS   --hb-missed N   --access ro|rw|migration\n"
-	"  --timeout DURATION   -c CONFIG.yaml   --ctl PATH   --progress   -q   -v\n"
+	"  --timeout DURATION   --down-timeout DURATION (-1: forever)\n"
+	"  -c CONFIG.yaml   --ctl PATH   --progress   -q   -v\n"
 	"URI: rdma://HOST[:PORT] or tcp://HOST[:PORT], default port 1234.\n"
 	"See rtrs-client(8).\n"
 };

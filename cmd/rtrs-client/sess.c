@@ -16,6 +16,9 @@ void sess_opts_init(struct sess_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	rtrs_clt_opts_default(&o->ro);
+	/* a command that a script runs must end when the server is gone;
+	 * a server that is back within this is reconnected to */
+	o->ro.down_timeout_ns = SESS_DOWN_TIMEOUT_NS;
 	o->access = RNBD_ACCESS_RW;
 }
 
@@ -92,6 +95,16 @@ static const char *num_opt(int c, const char *arg, struct sess_opts *o)
 			o->timeout_set = true;
 		}
 		break;
+	case OPT_DOWN_TIMEOUT:
+		if (!strcmp(arg, "-1") || !strcmp(arg, "forever")) {
+			o->ro.down_timeout_ns = RTRS_CLT_FOREVER;
+			o->down_set = true;
+		} else if (xparse_duration(arg, 1000000000ull, 0, 365ull * 86400 * 1000000000ull,
+					   &ns, &e) == 0) {
+			o->ro.down_timeout_ns = ns;
+			o->down_set = true;
+		}
+		break;
 	}
 	return e;
 }
@@ -105,6 +118,7 @@ static const char *opt_name(int c)
 	case OPT_HB_INTERVAL: return "--hb-interval";
 	case OPT_HB_MISSED: return "--hb-missed";
 	case OPT_TIMEOUT: return "--timeout";
+	case OPT_DOWN_TIMEOUT: return "--down-timeout";
 	}
 	return "?";
 }
@@ -157,6 +171,7 @@ int sess_opt(const char *cmd, int c, const char *arg, struct sess_opts *o)
 	case OPT_HB_INTERVAL:
 	case OPT_HB_MISSED:
 	case OPT_TIMEOUT:
+	case OPT_DOWN_TIMEOUT:
 		if ((e = num_opt(c, arg, o)))
 			return usage_error(cmd, "%s: '%s' is %s", opt_name(c), arg, e);
 		return 1;
@@ -176,7 +191,8 @@ static int conf_opt(const char *cmd, const char *file, const struct xnode *n, co
 		{ "max_reconnect_attempts", OPT_MAX_RECONNECT },
 		{ "connections", OPT_CONNECTIONS }, { "hb_interval", OPT_HB_INTERVAL },
 		{ "hb_missed", OPT_HB_MISSED }, { "access", OPT_ACCESS },
-		{ "timeout", OPT_TIMEOUT }, { "device", 'd' },
+		{ "timeout", OPT_TIMEOUT }, { "down_timeout", OPT_DOWN_TIMEOUT },
+		{ "device", 'd' },
 	};
 	const char *v = xnode_str(n);
 	bool set;
@@ -196,6 +212,7 @@ static int conf_opt(const char *cmd, const char *file, const struct xnode *n, co
 		case OPT_HB_MISSED: set = o->hbm_set; break;
 		case OPT_ACCESS: set = o->access_set; break;
 		case OPT_TIMEOUT: set = o->timeout_set; break;
+		case OPT_DOWN_TIMEOUT: set = o->down_set; break;
 		default: set = o->device != NULL; break;
 		}
 		if (set)
@@ -344,10 +361,15 @@ static void on_link_ev(void *ctx, enum rtrs_clt_link_ev ev)
 	rnbd_clt_link_ev(ss->dev, ev);
 	if (ss->o->quiet)
 		return;
-	if (ev == RTRS_CLT_LINK_EV_DISCONNECTED)
-		fprintf(stderr, PROG " %s: all paths to %s are down, waiting for a reconnect\n",
-			ss->cmd, ss->o->session);
-	else
+	if (ev == RTRS_CLT_LINK_EV_DISCONNECTED) {
+		char d[32], why[80] = "";
+
+		if (ss->o->ro.down_timeout_ns != RTRS_CLT_FOREVER)
+			snprintf(why, sizeof(why), " (IO fails if none is back within %s: --down-timeout)",
+				 xfmt_duration(ss->o->ro.down_timeout_ns, d, sizeof(d)));
+		fprintf(stderr, PROG " %s: all paths to %s are down, waiting for a reconnect%s\n",
+			ss->cmd, ss->o->session, why);
+	} else
 		fprintf(stderr, PROG " %s: session %s is connected again\n", ss->cmd, ss->o->session);
 }
 
@@ -493,8 +515,15 @@ const char *sess_strerror(const struct sess *ss, int err, char *buf, size_t len)
 
 	/* the session's own -ENOTCONN; a server's says the device is not
 	 * open there (it lost the session and the re-open failed) */
+	char d[32];
+
 	if ((err == -ENOTCONN || err == -ECONNABORTED) && !rtrs_clt_alive(ss->clt))
 		snprintf(buf, len, "all paths to %s are down", ss->o->session);
+	else if (err == -ECONNABORTED && !rtrs_clt_connected(ss->clt) && !ss->o->ro.down_timeout_ns)
+		snprintf(buf, len, "all paths to %s are down (--down-timeout 0)", ss->o->session);
+	else if (err == -ECONNABORTED && !rtrs_clt_connected(ss->clt))
+		snprintf(buf, len, "all paths to %s have been down for %s (--down-timeout)",
+			 ss->o->session, xfmt_duration(ss->o->ro.down_timeout_ns, d, sizeof(d)));
 	else if (ss->dev && (rnbd_clt_reopens(ss->dev, &rerr), rerr))
 		snprintf(buf, len, "%s (re-opening device %s after a reconnect failed: %s)",
 			 strerror(err < 0 ? -err : err), ss->o->device, strerror(-rerr));

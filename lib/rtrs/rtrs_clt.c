@@ -486,6 +486,7 @@ struct rtrs_clt *rtrs_clt_open(const struct rtrs_clt_opts *o, const struct xuri 
 		free(s);
 		goto nomem;
 	}
+	s->core.down_timeout_ns = o->down_timeout_ns;
 	if (err && errlen)
 		err[0] = 0;
 	for (unsigned i = 0; i < npaths; i++) {

@@ -73,9 +73,17 @@ struct rtrs_clt_opts {
 	uint32_t hb_missed_max;		/* 0 = 5 */
 	uint64_t timeout_ns;		/* per connection handshake and INFO
 					 * exchange; 0 = 30 s */
+	/* How long requests wait while every path is down (none connected)
+	 * before they fail with -ECONNABORTED, and new ones with them until
+	 * a path is up again.  0, the default, is the kernel's rule: they
+	 * fail at once.  RTRS_CLT_FOREVER: they wait for a path for ever (or
+	 * until every path is closed). */
+	uint64_t down_timeout_ns;
 };
+#define RTRS_CLT_FOREVER UINT64_MAX
 /* The defaults: CPUs + 1 connections, min-inflight, 30 s reconnect delay,
- * reconnect forever, kernel heartbeats, 30 s timeout. */
+ * reconnect forever, kernel heartbeats, 30 s timeout, requests fail at
+ * once while no path is connected. */
 void rtrs_clt_opts_default(struct rtrs_clt_opts *o);
 
 /* Opens the session: connects the paths one after the other (blocking,
@@ -103,16 +111,18 @@ int rtrs_clt_del_mem(struct rtrs_clt *s, void *addr);
 
 /* Queues one request; conf(priv, err) runs from rtrs_clt_poll() once the
  * server answered (err 0 or its -errno) or the request failed (-ENOTCONN
- * when every path is closed).  dir: RTRS_READ (the server fills
+ * when every path is closed, -ECONNABORTED when every path was down for
+ * down_timeout_ns).  dir: RTRS_READ (the server fills
  * data[0..datalen)) or RTRS_WRITE (data goes to the server), optionally |
  * RTRS_CLT_ADMIN.  usr (the upper protocol's header, usrlen bytes) is
  * copied now.  Returns 0, or at once:
  *   -EAGAIN    every buffer (permit) of the session is in use: poll first
  *   -ENOTCONN  every path is closed
+ *   -ECONNABORTED  every path has been down for down_timeout_ns
  *   -EMSGSIZE  datalen > rtrs_clt_max_io() or usrlen too long for the header
  *   -EFAULT    data not in memory given to rtrs_clt_add_mem()
  * A request whose path fails is re-sent on a live path with the same
- * buffer id; while no path is connected it waits. */
+ * buffer id; while no path is connected it waits, for down_timeout_ns. */
 int rtrs_clt_request(struct rtrs_clt *s, int dir, const void *usr, uint32_t usrlen,
 		     void *data, uint32_t datalen, void (*conf)(void *priv, int err),
 		     void *priv);

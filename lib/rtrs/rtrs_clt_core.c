@@ -20,6 +20,7 @@ int rtrs_core_init(struct rtrs_core *c, const struct rtrs_core_ops *ops, void *c
 	c->held_head = c->held_tail = RTRS_CORE_NONE;
 	c->done_head = c->done_tail = RTRS_CORE_NONE;
 	c->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+	c->down_timeout_ns = RTRS_CORE_FOREVER;
 	c->cap = RTRS_MAX_PATHS_NUM;
 	c->paths = calloc(c->cap, sizeof(*c->paths));
 	return c->paths ? 0 : -ENOMEM;
@@ -288,6 +289,10 @@ int rtrs_core_submit(struct rtrs_core *c, struct rtrs_creq *r, uint64_t now)
 		r->in_use = false;
 		return -ENOTCONN;
 	}
+	if (c->down_failing) {
+		r->in_use = false;
+		return -ECONNABORTED;
+	}
 	hold(c, r);
 	return 0;
 }
@@ -399,7 +404,7 @@ static void schedule(struct rtrs_core *c, struct rtrs_cpath *p, uint64_t now)
 	p->due_ns = now + (uint64_t)c->reconnect_delay_ms * 1000000ull + jitter_ns(c);
 }
 
-static void went_down(struct rtrs_core *c, struct rtrs_cpath *p)
+static void went_down(struct rtrs_core *c, struct rtrs_cpath *p, uint64_t now)
 {
 	if (!p->established)
 		return;
@@ -408,12 +413,29 @@ static void went_down(struct rtrs_core *c, struct rtrs_cpath *p)
 		c->pending_ev |= 1u << RTRS_CLT_LINK_EV_DISCONNECTED;
 		c->pending_ev &= ~(1u << RTRS_CLT_LINK_EV_RECONNECTED);
 		c->was_down = true;
+		c->down_since_ns = now;
+		if (c->down_timeout_ns == 0) {
+			/* what waited for a path that would not take it, or
+			 * for the layer above, fails with the rest */
+			c->down_failing = true;
+			fail_held(c, -ECONNABORTED);
+		}
 	}
+}
+
+/* Held requests wait for a path: not once every path has been down for
+ * the bound (or, with bound 0, at all). */
+static void wait_or_fail(struct rtrs_core *c, struct rtrs_creq *r)
+{
+	if (c->down_failing)
+		finish(c, r, -ECONNABORTED);
+	else
+		hold(c, r);
 }
 
 void rtrs_core_path_down(struct rtrs_core *c, struct rtrs_cpath *p, bool reconnect, uint64_t now)
 {
-	went_down(c, p);
+	went_down(c, p, now);
 	if (reconnect)
 		schedule(c, p, now);
 	else
@@ -430,7 +452,7 @@ void rtrs_core_path_down(struct rtrs_core *c, struct rtrs_cpath *p, bool reconne
 		if (dispatch(c, r, true) == 0)
 			continue;
 		r->failed_over = true;	/* counted where it goes out later */
-		hold(c, r);
+		wait_or_fail(c, r);
 	}
 	if (rtrs_core_all_closed(c))
 		fail_held(c, -ENOTCONN);
@@ -445,6 +467,7 @@ void rtrs_core_path_up(struct rtrs_core *c, struct rtrs_cpath *p, uint64_t now)
 	p->ever_up = true;
 	if (!p->established) {
 		p->established = true;
+		c->down_failing = false;
 		if (++c->paths_up == 1 && c->was_down) {
 			c->was_down = false;
 			c->pending_ev |= 1u << RTRS_CLT_LINK_EV_RECONNECTED;
@@ -480,9 +503,26 @@ int rtrs_core_path_reconnect(struct rtrs_core *c, struct rtrs_cpath *p, uint64_t
 	return 0;
 }
 
+/* When the held requests of a session with every path down give up. */
+static uint64_t down_deadline(const struct rtrs_core *c)
+{
+	if (c->paths_up || !c->was_down || c->down_failing ||
+	    c->down_timeout_ns == RTRS_CORE_FOREVER)
+		return UINT64_MAX;
+	if (c->down_timeout_ns > UINT64_MAX - 1 - c->down_since_ns)
+		return UINT64_MAX - 1;
+	return c->down_since_ns + c->down_timeout_ns;
+}
+
 unsigned rtrs_core_timers(struct rtrs_core *c, uint64_t now)
 {
 	unsigned n = 0;
+
+	if (now >= down_deadline(c)) {
+		c->down_failing = true;
+		n += c->nheld;
+		fail_held(c, -ECONNABORTED);
+	}
 
 	for (unsigned i = 0; i < c->npaths; i++) {
 		struct rtrs_cpath *p = c->paths[i];
@@ -507,7 +547,7 @@ unsigned rtrs_core_timers(struct rtrs_core *c, uint64_t now)
 
 uint64_t rtrs_core_next_timer(const struct rtrs_core *c)
 {
-	uint64_t t = UINT64_MAX;
+	uint64_t t = down_deadline(c);
 
 	for (unsigned i = 0; i < c->npaths; i++)
 		if (c->paths[i]->state == RTRS_CLT_RECONNECTING && c->paths[i]->due_ns < t)

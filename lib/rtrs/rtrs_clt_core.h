@@ -21,7 +21,12 @@
  *     its attempt is due and max_reconnect_attempts (>= 0) are used up it
  *     is CLOSED instead; a successful connection resets the count;
  *   - when every path is CLOSED (or none is left), held and new requests
- *     fail with -ENOTCONN.
+ *     fail with -ENOTCONN;
+ *   - when every path is down (none CONNECTED) for down_timeout_ns, held
+ *     requests fail with -ECONNABORTED, and so does every new one until a
+ *     path is up again.  0 is the kernel's rule (rtrs_clt_request() and
+ *     the failover of a dead path's requests fail at once when no path is
+ *     connected); RTRS_CORE_FOREVER keeps them waiting.
  * Confirmations are never called from inside these functions: finished
  * requests wait on a queue that rtrs_core_deliver() empties (the client
  * calls it from rtrs_clt_poll()), so a request's conf never runs inside
@@ -35,6 +40,7 @@
 #include "rtrs/rtrs_clt.h"
 
 #define RTRS_CORE_NONE	UINT32_MAX
+#define RTRS_CORE_FOREVER UINT64_MAX
 #define RTRS_RECONNECT_JITTER_MS 8u	/* RTRS_RECONNECT_SEED: 0..7 ms added */
 
 struct rtrs_cpath;
@@ -90,6 +96,9 @@ struct rtrs_core {
 	int rr_last;			/* index of the path RR used last, -1 none */
 	unsigned paths_up;
 	bool was_down;			/* DISCONNECTED sent, RECONNECTED owed */
+	uint64_t down_timeout_ns;	/* RTRS_CORE_FOREVER (init's) or a bound */
+	uint64_t down_since_ns;		/* when the last connected path went */
+	bool down_failing;		/* the bound passed: requests fail */
 	bool hold_on_reconnect;		/* RECONNECTED gates the held requests */
 	bool gated;			/* held requests wait for rtrs_core_resume() */
 	unsigned pending_ev;		/* link events to deliver, bit per event */
@@ -133,8 +142,9 @@ struct rtrs_cpath *rtrs_core_next_path(struct rtrs_core *c, struct rtrs_core_it 
 
 /* --- requests --------------------------------------------------------- */
 /* r (from rtrs_core_req(c, permit), filled) goes to a path now or is held.
- * 0, or -ENOTCONN when every path is CLOSED (r untouched: the caller
- * returns its permit). */
+ * 0, or (r untouched: the caller returns its permit) -ENOTCONN when every
+ * path is CLOSED, -ECONNABORTED when every path has been down for longer
+ * than down_timeout_ns. */
 int rtrs_core_submit(struct rtrs_core *c, struct rtrs_creq *r, uint64_t now);
 static inline struct rtrs_creq *rtrs_core_req(struct rtrs_core *c, uint32_t id)
 {
@@ -172,9 +182,10 @@ void rtrs_core_connect_failed(struct rtrs_core *c, struct rtrs_cpath *p, bool cl
 /* Manual reconnect: attempts reset, due now.  -EBUSY while CONNECTING. */
 int rtrs_core_path_reconnect(struct rtrs_core *c, struct rtrs_cpath *p, uint64_t now);
 /* Starts the reconnects that are due (or closes the paths that used up
- * their attempts); the number of paths touched. */
+ * their attempts), and fails the held requests once every path has been
+ * down for down_timeout_ns; the number of paths and requests touched. */
 unsigned rtrs_core_timers(struct rtrs_core *c, uint64_t now);
-/* The earliest reconnect due, UINT64_MAX if none. */
+/* The earliest reconnect or down_timeout due, UINT64_MAX if none. */
 uint64_t rtrs_core_next_timer(const struct rtrs_core *c);
 
 bool rtrs_core_any_connected(const struct rtrs_core *c);

@@ -338,6 +338,13 @@ Try 'rtrs-client read --help'."
 	expect_stderr_line "rtrs-client write: device d1: read-only export"
 	run_clt 0 read -s e2 -p "tcp://127.0.0.1:$port" -d d1 --access ro --length 4k
 	[ "${#output}" -eq 0 ]	# zeros: bash drops NULs
+	# read and a read-only bench open read-only by default
+	run_limited 30 rtrs-client 0 bash -c "'$RTRS_CLIENT' read -s e2 -p tcp://127.0.0.1:$port -d d1 --length 4k | cmp - <(head -c 4k /dev/zero)"
+	run_clt 0 bench -s e2 -p "tcp://127.0.0.1:$port" -d d1 --time 0.2 --rw randread -q
+	run_clt 1 read -s e2 -p "tcp://127.0.0.1:$port" -d d1 --access rw --length 4k
+	expect_stderr_line "rtrs-client read: device d1: read-only export"
+	run_clt 1 bench -s e2 -p "tcp://127.0.0.1:$port" -d d1 --time 0.2 --rw randread --verify -q
+	expect_stderr_line "rtrs-client bench: device d1: read-only export"
 }
 
 @test "bench: text, yaml and json carry IOPS, latency percentiles and path counters" {
@@ -468,6 +475,52 @@ restart_test() {
 		die "$(cat "$T/b.err")"
 	run cat "$T/b.json"
 	[ "$(json 'j["paths"][0]["state"] == "closed" and j["paths"][0]["reconnects_failed"] == 2')" = True ]
+}
+
+# killed_read TIMEOUT: a read of 1 GiB whose reader kills the server after
+# the first MiB and then drains the rest; sets status, stderr, SECS (from
+# the kill to the end of the read).
+killed_read() {
+	local port
+	port=$(free_port)
+	truncate -s 1G "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	run_limited 60 rtrs-client 1 bash -c '
+		"$0" read -s r1 -p "tcp://127.0.0.1:$1" -d d1 --length 1G --reconnect-delay 200 \
+			--down-timeout "$2" -q |
+			{ head -c 1M >/dev/null; date +%s.%N >"$3/killed"; kill -9 "$4"; cat >/dev/null; }
+		rc=${PIPESTATUS[0]}
+		date +%s.%N >"$3/ended"
+		exit $rc' "$RTRS_CLIENT" "$port" "$1" "$T" "$SRV_PID"
+	SECS=$(python3 -c 'import sys; print(float(open(sys.argv[2]).read()) - float(open(sys.argv[1]).read()))' \
+		"$T/killed" "$T/ended")
+}
+
+@test "a read whose server dies ends after --down-timeout, with one line" {
+	killed_read 2
+	expect_stderr_match "^rtrs-client read: read at offset [0-9]+: all paths to r1 have been down for 2\.00 s \(--down-timeout\)$"
+	python3 -c 'import sys; s = float(sys.argv[1]); assert 1.9 <= s < 8, s' "$SECS" ||
+		die "the read ended $SECS s after the kill"
+}
+
+@test "--down-timeout 0 fails IO at once, as the kernel does with no path connected" {
+	killed_read 0
+	expect_stderr_match "^rtrs-client read: read at offset [0-9]+: all paths to r1 are down \(--down-timeout 0\)$"
+	python3 -c 'import sys; s = float(sys.argv[1]); assert s < 3, s' "$SECS" ||
+		die "the read ended $SECS s after the kill"
+}
+
+@test "--down-timeout: durations, 0, -1 and forever; anything else is a usage error" {
+	local port
+	port=$(free_port)
+	for v in 0 1.5 500ms -1 forever 2m; do
+		run_clt 1 read -s r2 -p "tcp://127.0.0.1:$port" -d d1 --down-timeout "$v"
+		[[ $stderr == "rtrs-client read: all paths to r2 are down: "* ]] || die "--down-timeout $v: $stderr"
+	done
+	for v in soon -2 1x; do
+		run_clt 2 read -s r2 -p "tcp://127.0.0.1:$port" -d d1 --down-timeout "$v"
+		[[ ${stderr%%$'\n'*} == "rtrs-client read: --down-timeout: '$v' is "* ]] || die "--down-timeout $v: $stderr"
+	done
 }
 
 @test "two hosts, two paths, one cable pulled during bench --verify: no errors, it comes back" {

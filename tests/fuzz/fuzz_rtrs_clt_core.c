@@ -78,6 +78,9 @@ static void check(struct fz *f)
 	}
 	assert(used == f->c.used);
 	assert(held == f->c.nheld);
+	/* once the wait with every path down has run out, nothing waits */
+	if (f->c.down_failing)
+		assert(f->c.nheld == 0 && f->c.paths_up == 0);
 	for (unsigned k = 0; k < f->c.npaths; k++) {
 		const struct rtrs_cpath *p = f->c.paths[k];
 
@@ -97,6 +100,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 	    rtrs_core_set_depth(&f->c, DEPTH))
 		goto out_fini;
 	f->c.hold_on_reconnect = d[0] & 0x80;
+	{	/* how long requests wait with every path down */
+		static const uint64_t tmo[4] = { RTRS_CORE_FOREVER, 0, 5000000ull, 50000000ull };
+
+		f->c.down_timeout_ns = tmo[(d[0] >> 4) & 3];
+	}
 	for (unsigned k = 0; k < NP; k++) {
 		f->p[k].latency_ns = -1;
 		rtrs_core_add_path(&f->c, &f->p[k]);

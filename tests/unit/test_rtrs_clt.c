@@ -285,6 +285,87 @@ static void without_a_live_path_requests_wait(void **state)
 	done(f);
 }
 
+/* With a bound on the wait: held requests fail with -ECONNABORTED once
+ * every path has been down that long, new ones at once, until a path is
+ * up again; the deadline is a timer of its own. */
+static void requests_wait_for_a_path_only_so_long(void **state)
+{
+	struct fake *f = mk(2, 64, RTRS_MP_MIN_INFLIGHT, -1);
+	uint32_t a, b, id;
+	struct rtrs_creq *r;
+
+	(void)state;
+	f->c.down_timeout_ns = 5000 * MS;
+	f->c.reconnect_delay_ms = 60000;	/* the reconnects come later */
+	a = sub(f, RTRS_WRITE, 4096, 0);
+	rtrs_core_path_down(&f->c, &f->p[0], true, 10 * MS);
+	assert_int_equal(rtrs_core_next_timer(&f->c), f->p[0].due_ns);	/* one path still up */
+	rtrs_core_path_down(&f->c, &f->p[1], true, 100 * MS);
+	b = sub(f, RTRS_READ, 0, 200 * MS);
+	assert_int_equal(f->c.nheld, 2);
+	assert_int_equal(rtrs_core_next_timer(&f->c), 5100 * MS);	/* 100 ms + 5 s */
+	rtrs_core_path_up(&f->c, &f->p[0], 1020 * MS);		/* a short reconnect */
+	assert_int_equal(f->c.nheld, 0);			/* both went out */
+	rtrs_core_path_down(&f->c, &f->p[0], true, 2000 * MS);	/* all down again */
+	assert_int_equal(f->c.nheld, 2);
+	assert_int_equal(rtrs_core_next_timer(&f->c), 7000 * MS);	/* counted afresh */
+	rtrs_core_timers(&f->c, 7000 * MS - 1);
+	rtrs_core_deliver(&f->c);
+	assert_int_equal(f->conf_err[a], 1);			/* still waiting */
+	rtrs_core_timers(&f->c, 7000 * MS);
+	assert_int_equal(f->c.nheld, 0);
+	rtrs_core_deliver(&f->c);
+	assert_int_equal(f->conf_err[a], -ECONNABORTED);
+	assert_int_equal(f->conf_err[b], -ECONNABORTED);
+	/* new requests fail at once, the paths still reconnecting */
+	id = rtrs_permit_get(&f->c);
+	r = rtrs_core_req(&f->c, id);
+	r->dir = RTRS_READ;
+	r->conf = conf;
+	r->priv = &f->conf_err[id];
+	assert_int_equal(rtrs_core_submit(&f->c, r, 7001 * MS), -ECONNABORTED);
+	assert_false(r->in_use);
+	/* ... until one is up again */
+	rtrs_core_path_up(&f->c, &f->p[1], 8000 * MS);
+	assert_int_equal(rtrs_core_submit(&f->c, r, 8000 * MS), 0);
+	assert_int_equal(f->posted_on[id], 1);
+	done(f);
+}
+
+/* Bound 0 is the kernel's rule: with no path connected a request fails at
+ * once, and a dead path's requests fail over or fail. */
+static void kernel_rule_fails_at_once(void **state)
+{
+	struct fake *f = mk(2, 64, RTRS_MP_MIN_INFLIGHT, -1);
+	uint32_t a, b, id;
+	struct rtrs_creq *r;
+
+	(void)state;
+	f->c.down_timeout_ns = 0;
+	a = sub(f, RTRS_WRITE, 4096, 0);
+	b = sub(f, RTRS_WRITE, 4096, 0);
+	assert_int_not_equal(f->posted_on[a], f->posted_on[b]);	/* min-inflight */
+	f->post_err[0] = f->post_err[1] = -ENOBUFS;
+	uint32_t c = sub(f, RTRS_READ, 0, 5 * MS);		/* no path takes it: held */
+	assert_int_equal(f->c.nheld, 1);
+	f->post_err[0] = f->post_err[1] = 0;
+	rtrs_core_path_down(&f->c, &f->p[0], true, 10 * MS);
+	assert_int_equal(f->c.nheld, 1);			/* a failed over to 1 */
+	rtrs_core_path_down(&f->c, &f->p[1], true, 20 * MS);
+	assert_int_equal(f->c.nheld, 0);
+	rtrs_core_deliver(&f->c);
+	assert_int_equal(f->conf_err[a], -ECONNABORTED);
+	assert_int_equal(f->conf_err[b], -ECONNABORTED);
+	assert_int_equal(f->conf_err[c], -ECONNABORTED);
+	id = rtrs_permit_get(&f->c);
+	r = rtrs_core_req(&f->c, id);
+	r->conf = conf;
+	r->priv = &f->conf_err[id];
+	assert_int_equal(rtrs_core_submit(&f->c, r, 30 * MS), -ECONNABORTED);
+	assert_int_equal(rtrs_core_next_timer(&f->c), f->p[0].due_ns);	/* no deadline */
+	done(f);
+}
+
 static void all_paths_closed_fails_everything(void **state)
 {
 	struct fake *f = mk(2, 64, RTRS_MP_MIN_INFLIGHT, -1);
@@ -513,6 +594,8 @@ int main(void)
 		cmocka_unit_test(a_refused_post_tries_the_next_path),
 		cmocka_unit_test(a_failed_path_hands_its_requests_over),
 		cmocka_unit_test(without_a_live_path_requests_wait),
+		cmocka_unit_test(requests_wait_for_a_path_only_so_long),
+		cmocka_unit_test(kernel_rule_fails_at_once),
 		cmocka_unit_test(all_paths_closed_fails_everything),
 		cmocka_unit_test(reconnect_after_the_delay_with_jitter),
 		cmocka_unit_test(jitter_stays_below_8_ms),
