@@ -120,7 +120,7 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 		return rc ? EXIT_FAIL : EXIT_OK;
 	}
 	if (argc != 3 || strcmp(argv[0], "path")) {
-		fprintf(out, "unknown command (status, path add|remove|disconnect|reconnect)\n");
+		fprintf(out, "unknown command (status, path add|remove|disconnect|reconnect|state)\n");
 		return EXIT_USAGE;
 	}
 	if (!strcmp(argv[1], "add")) {
@@ -140,12 +140,23 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 			fprintf(out, "%s: %s\n", argv[2], err);
 			return EXIT_FAIL;
 		}
-		fprintf(out, "path %u %s: connected\n", rtrs_clt_npaths(c) - 1, argv[2]);
+		/* it connects in the background; `path state` tells */
+		fprintf(out, "path %u %s: connecting\n", rtrs_clt_npaths(c) - 1, argv[2]);
 		return EXIT_OK;
 	}
 	i = find_path(c, argv[2], out);
 	if (i < 0)
 		return EXIT_FAIL;
+	if (!strcmp(argv[1], "state")) {
+		struct rtrs_clt_path_stats st;
+
+		if (rtrs_clt_path_stats(c, (unsigned)i, &st))
+			return EXIT_FAIL;
+		fprintf(out, "path %d %s: %s%s%s\n", i, st.uri, rtrs_clt_state_str(st.state),
+			st.state != RTRS_CLT_CONNECTED && st.last_error[0] ? ": " : "",
+			st.state != RTRS_CLT_CONNECTED ? st.last_error : "");
+		return EXIT_OK;
+	}
 	if (!strcmp(argv[1], "remove"))
 		rc = rtrs_clt_path_remove(c, (unsigned)i);
 	else if (!strcmp(argv[1], "disconnect"))
@@ -153,7 +164,8 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 	else if (!strcmp(argv[1], "reconnect"))
 		rc = rtrs_clt_path_reconnect(c, (unsigned)i);
 	else {
-		fprintf(out, "path: '%s' is not add, remove, disconnect or reconnect\n", argv[1]);
+		fprintf(out, "path: '%s' is not add, remove, disconnect, reconnect or state\n",
+			argv[1]);
 		return EXIT_USAGE;
 	}
 	if (rc) {
@@ -168,30 +180,63 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 
 /* --- the client side ------------------------------------------------------------ */
 
+/* Runs argv on the session's socket.  The session's answer and its status
+ * (>= 0) come back in *ans, *len bytes (the caller frees it); a failure
+ * to reach the session is said in one line (-1). */
+static int call_raw(const char *cmd, const char *session, const char *ctl, int argc,
+		    char **argv, char **ans, size_t *len)
+{
+	char path[256], err[512];
+	FILE *mem;
+	int rc;
+
+	*ans = NULL;
+	rc = ctl_path_for(session, ctl, path, sizeof(path));
+	if (rc) {
+		fail(cmd, "control socket of %s: %s", session, strerror(-rc));
+		return -1;
+	}
+	mem = open_memstream(ans, len);
+	if (!mem) {
+		fail(cmd, "out of memory");
+		return -1;
+	}
+	rc = xctl_call(path, argc, argv, mem, err, sizeof(err));
+	fclose(mem);
+	if (rc < 0) {
+		free(*ans);
+		*ans = NULL;
+		if (rc == -ENOENT || rc == -ECONNREFUSED)
+			fail(cmd, "no running session %s (%s)", session, path);
+		else
+			fail(cmd, "%s", err);
+		return -1;
+	}
+	return rc;
+}
+
+/* The same, the answer's trailing newlines gone. */
+static int call_quiet(const char *cmd, const char *session, const char *ctl, int argc,
+		      char **argv, char **ans)
+{
+	size_t len = 0;
+	int rc = call_raw(cmd, session, ctl, argc, argv, ans, &len);
+
+	while (rc >= 0 && len && (*ans)[len - 1] == '\n')
+		(*ans)[--len] = 0;
+	return rc;
+}
+
 /* Runs argv on the session's socket; the answer goes to stdout (status 0)
  * or stderr. */
 static int call(const char *cmd, const char *session, const char *ctl, int argc, char **argv)
 {
-	char path[256], err[512];
-	char *buf = NULL;
+	char *buf;
 	size_t len = 0;
-	FILE *mem;
-	int rc;
+	int rc = call_raw(cmd, session, ctl, argc, argv, &buf, &len);
 
-	rc = ctl_path_for(session, ctl, path, sizeof(path));
-	if (rc)
-		return fail(cmd, "control socket of %s: %s", session, strerror(-rc));
-	mem = open_memstream(&buf, &len);
-	if (!mem)
-		return fail(cmd, "out of memory");
-	rc = xctl_call(path, argc, argv, mem, err, sizeof(err));
-	fclose(mem);
-	if (rc < 0) {
-		free(buf);
-		if (rc == -ENOENT || rc == -ECONNREFUSED)
-			return fail(cmd, "no running session %s (%s)", session, path);
-		return fail(cmd, "%s", err);
-	}
+	if (rc < 0)
+		return EXIT_FAIL;
 	if (rc == 0) {
 		fwrite(buf, 1, len, stdout);
 	} else {
@@ -202,6 +247,60 @@ static int call(const char *cmd, const char *session, const char *ctl, int argc,
 	}
 	free(buf);
 	return rc == EXIT_USAGE ? EXIT_USAGE : rc ? EXIT_FAIL : EXIT_OK;
+}
+
+/* path add: the session starts connecting the path and answers at once;
+ * we wait for the outcome (bounded by the session's connection timeout),
+ * and take a path whose connection failed out again. */
+static int path_add(const char *cmd, const char *session, const char *ctl, char *uri)
+{
+	char a0[] = "path", add[] = "add", state[] = "state", rm[] = "remove";
+	char *ans, *p;
+	int rc;
+
+	rc = call_quiet(cmd, session, ctl, 3, (char *[]){ a0, add, uri, NULL }, &ans);
+	if (rc < 0)
+		return EXIT_FAIL;
+	if (rc) {
+		fprintf(stderr, PROG " %s: %s\n", cmd, ans);
+		free(ans);
+		return rc == EXIT_USAGE ? EXIT_USAGE : EXIT_FAIL;
+	}
+	for (;;) {
+		free(ans);
+		if (cli_stop_requested)
+			return fail(cmd, "interrupted: %s is still connecting (see status)", uri);
+		rc = call_quiet(cmd, session, ctl, 3, (char *[]){ a0, state, uri, NULL }, &ans);
+		if (rc < 0)
+			return EXIT_FAIL;
+		if (rc) {	/* gone meanwhile: removed by someone else */
+			fprintf(stderr, PROG " %s: %s\n", cmd, ans);
+			free(ans);
+			return EXIT_FAIL;
+		}
+		/* "path N URI: STATE[: why]" */
+		p = strstr(ans, ": ");
+		if (p && !strncmp(p + 2, "connected", 9) && !p[11]) {
+			printf("%s\n", ans);
+			free(ans);
+			return EXIT_OK;
+		}
+		if (p && strncmp(p + 2, "connecting", 10)) {
+			const char *why = strstr(p + 2, ": ");
+
+			why = why ? why + 2 : p + 2;
+			/* a connection's failure names its URI already */
+			if (!strncmp(why, "tcp://", 6) || !strncmp(why, "rdma://", 7))
+				fprintf(stderr, PROG " %s: %s\n", cmd, why);
+			else
+				fprintf(stderr, PROG " %s: %s: %s\n", cmd, uri, why);
+			free(ans);
+			rc = call_quiet(cmd, session, ctl, 3, (char *[]){ a0, rm, uri, NULL }, &ans);
+			free(ans);
+			return EXIT_FAIL;
+		}
+		usleep(20000);
+	}
 }
 
 int cmd_status(int argc, char **argv)
@@ -317,6 +416,10 @@ int cmd_path(int argc, char **argv)
 		if (u.scheme != XURI_RDMA && u.scheme != XURI_TCP)
 			return usage_error(cmd, "'%s': an RTRS path is rdma://HOST[:PORT] or "
 					   "tcp://HOST[:PORT]", what);
+	}
+	if (!strcmp(verb, "add")) {
+		cli_stop_handlers();
+		return path_add(cmd, session, ctl, (char *)what);
 	}
 	char a0[] = "path";
 

@@ -164,9 +164,12 @@ void rtrs_clt_set_policy(struct rtrs_clt *s, enum rtrs_mp_policy p);
 unsigned rtrs_clt_npaths(const struct rtrs_clt *s);
 /* idx of the path to uri (canonical form compared), or -ENOENT. */
 int rtrs_clt_path_find(const struct rtrs_clt *s, const struct xuri *uri);
-/* Adds and connects a path (blocking, as at open).  0 (the path is
- * CONNECTED), or -errno with err filled: -EEXIST (already a path), -E2BIG
- * (128 paths), or the connection's failure (the path is not added). */
+/* Adds a path, last in the list, and starts connecting it on the
+ * connector thread; returns at once, so IO and heartbeats on the other
+ * paths go on meanwhile.  0, or -errno with err filled: -EEXIST (already a
+ * path), -E2BIG (128 paths), -ENOMEM.  The path's state tells how it
+ * went: CONNECTED, or CLOSED with last_error when its first connection
+ * failed (no retry, as the kernel's add_path; remove it). */
 int rtrs_clt_path_add(struct rtrs_clt *s, const struct xuri *uri, char *err, size_t errlen);
 /* Removes a path; its in-flight requests fail over first.  -ENOENT. */
 int rtrs_clt_path_remove(struct rtrs_clt *s, unsigned idx);

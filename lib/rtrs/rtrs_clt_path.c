@@ -252,10 +252,12 @@ void clt_path_job_done(struct clt_path *p, uint64_t now)
 		rtrs_conn_free(j);
 		return;
 	}
-	if (path_attach(p, j, now, &close_it))
-		rtrs_core_connect_failed(&p->s->core, &p->core, close_it, now);
-	else
+	if (path_attach(p, j, now, &close_it)) {
+		rtrs_core_connect_failed(&p->s->core, &p->core, close_it || p->adding, now);
+	} else {
+		p->adding = false;
 		rtrs_core_path_up(&p->s->core, &p->core, now);
+	}
 }
 
 void clt_path_cancel_job(struct clt_path *p)
@@ -280,7 +282,7 @@ void clt_op_connect(void *ctx, struct rtrs_cpath *cp, uint64_t now)
 		snprintf(p->last_error, sizeof(p->last_error), "connector thread: %s",
 			 strerror(-rc));
 		rtrs_conn_free(j);
-		rtrs_core_connect_failed(&p->s->core, cp, false, now);
+		rtrs_core_connect_failed(&p->s->core, cp, p->adding, now);
 		return;
 	}
 	p->job = j;
@@ -342,8 +344,6 @@ int rtrs_clt_path_add(struct rtrs_clt *s, const struct xuri *uri, char *err, siz
 {
 	struct clt_path *p;
 	uint64_t now = xtime_ns();
-	bool close_it;
-	int rc;
 
 	if (rtrs_clt_path_find(s, uri) >= 0) {
 		xerr(err, errlen, "already a path of the session");
@@ -354,18 +354,16 @@ int rtrs_clt_path_add(struct rtrs_clt *s, const struct xuri *uri, char *err, siz
 		return -E2BIG;
 	}
 	p = clt_path_new(s, uri);
-	if (!p) {
+	if (!p || rtrs_core_add_path(&s->core, &p->core)) {
+		free(p);
 		xerr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = clt_path_connect_inline(p, now, &close_it);
-	if (rc) {
-		xerr(err, errlen, "%s", p->last_error);
-		clt_path_free(p);
-		return rc;
-	}
-	rtrs_core_add_path(&s->core, &p->core);
-	rtrs_core_path_up(&s->core, &p->core, now);
+	/* connecting on the connector thread, CONNECTING as clt_path_new
+	 * left it: the loop goes on (the kernel's add_path blocks only the
+	 * writer of its sysfs file) */
+	p->adding = true;
+	clt_op_connect(s, &p->core, now);
 	return 0;
 }
 

@@ -75,6 +75,8 @@ struct clt_path {
 	uint8_t uuid[16];		/* sess_uuid: this path */
 	uint16_t recon_cnt;
 	bool for_new_clt;		/* first_conn in conn_req */
+	bool adding;			/* added at run time, not yet up: a failed
+					 * first connect closes it (no retry) */
 	uint32_t ncon;
 	struct clt_con *cons;		/* NULL while not connected */
 	struct rtrs_geom geom;

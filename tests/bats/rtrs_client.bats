@@ -396,6 +396,50 @@ Try 'rtrs-client read --help'."
 	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0')" = True ]
 }
 
+@test "path add connects in the background: IO and status go on; a failed add is taken out" {
+	local port hole
+	port=$(free_port)
+	hole=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	# a port that completes TCP handshakes and never says a word: the
+	# path's connection waits for the session's --timeout (3 s)
+	python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64); time.sleep(60)' "$hole" &
+	BG_PIDS+=($!)
+	"$RTRS_CLIENT" bench -s e8 -p "tcp://127.0.0.1:$port" -d d1 --time 30 --rw randrw --verify \
+		--timeout 3 --hb-interval 200 --hb-missed 2 -q -o json >"$T/b.json" 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	wait_status e8 'j["activity"] == "bench" and j["paths"][0]["state"] == "connected"'
+	"$RTRS_CLIENT" path add -s e8 "tcp://127.0.0.1:$hole" >"$T/add.out" 2>"$T/add.err" &
+	local ap=$!
+	BG_PIDS+=($ap)
+	wait_status e8 'len(j["paths"]) == 2 and j["paths"][1]["state"] == "connecting"'
+	local n0
+	n0=$(json 'j["paths"][0]["reads"] + j["paths"][0]["writes"]')
+	sleep 1
+	# the add still waits, and the other path's IO went on meanwhile
+	kill -0 "$ap" 2>/dev/null || die "path add ended within 1 s: $(cat "$T/add.out" "$T/add.err")"
+	wait_status e8 'j["paths"][1]["state"] == "connecting" and j["paths"][0]["reads"] + j["paths"][0]["writes"] > '"$n0"
+	local rc=0
+	wait "$ap" || rc=$?
+	[ "$rc" -eq 1 ] || die "path add exited $rc: $(cat "$T/add.out" "$T/add.err")"
+	[ "$(cat "$T/add.err")" = "rtrs-client path add: tcp://127.0.0.1:$hole: timed out" ] ||
+		die "path add said: $(cat "$T/add.err")"
+	wait_status e8 'len(j["paths"]) == 1 and j["paths"][0]["state"] == "connected"'
+	# a good one is connected when the command returns
+	run_clt 0 path add -s e8 "tcp://127.0.0.2:$port"
+	expect_output "path 1 tcp://127.0.0.2:$port: connected"
+	run_clt 1 path add -s e8 "tcp://127.0.0.1:$(free_port)"
+	[[ $stderr == "rtrs-client path add: tcp://127.0.0.1:"*": connection refused" ]] || die "$stderr"
+	kill -INT $bp
+	wait $bp || die "bench failed: $(cat "$T/b.err")"
+	run cat "$T/b.json"
+	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0 and len(j["paths"]) == 2')" = True ]
+}
+
 # restart_test SERVER-OPTION...: two paths, the server killed -9 and
 # started again within the reconnect window: the device is opened again and
 # the IO that waited goes on, nothing lost.
