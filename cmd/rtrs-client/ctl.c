@@ -36,6 +36,7 @@ void sess_paths_node(const struct sess *ss, struct xnode *paths)
 		xnode_set_u64(p, "failovers", st.failovers);
 		xnode_set_u64(p, "reconnects_ok", st.reconnects_ok);
 		xnode_set_u64(p, "reconnects_failed", st.reconnects_failed);
+		xnode_set_u64(p, "stray_responses", st.stray_responses);
 		xnode_set_str(p, "last_error", st.last_error[0] ? st.last_error : NULL);
 	}
 }

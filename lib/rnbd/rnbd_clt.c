@@ -223,7 +223,7 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	d->g.nsectors = or.nsectors;
 	d->g.size = or.nsectors * SECTOR;
 	d->g.max_hw_sectors = or.max_hw_sectors;
-	d->g.max_write_zeroes_sectors = or.max_write_same_sectors;
+	d->g.max_write_zeroes_sectors = or.max_write_zeroes_sectors;
 	d->g.max_discard_sectors = or.max_discard_sectors;
 	d->g.discard_granularity = or.discard_granularity;
 	d->g.discard_alignment = or.discard_alignment;

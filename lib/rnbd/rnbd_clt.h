@@ -28,7 +28,7 @@ struct rnbd_clt_geom {
 	uint64_t size;			/* bytes: nsectors * 512 */
 	uint64_t nsectors;
 	uint32_t max_hw_sectors;
-	uint32_t max_write_zeroes_sectors;	/* max_write_same_sectors on the wire */
+	uint32_t max_write_zeroes_sectors;
 	uint32_t max_discard_sectors;
 	uint32_t discard_granularity, discard_alignment;
 	uint16_t physical_block_size, logical_block_size;

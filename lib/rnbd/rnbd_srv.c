@@ -384,10 +384,11 @@ static void fill_open_rsp(const struct rnbd_srv *r, const struct export *e, uint
 		.device_id = id,
 		.nsectors = e->size >> 9,
 		.max_hw_sectors = r->max_io >> 9,
-		/* linux 6.1 has no WRITE_SAME any more (its server sends 0);
-		 * from 6.8 the field is max_write_zeroes_sectors, which a 6.1
-		 * client would misread: keep it 0 */
-		.max_write_same_sectors = 0,
+		/* WRITE_ZEROES works on every writable export (fallocate,
+		 * BLKZEROOUT, or written zeros); 6.8+ clients read the field
+		 * (blk_queue_max_write_zeroes_sectors), 6.1 clients ignore it
+		 * (their WRITE_SAME went in 5.18) */
+		.max_write_zeroes_sectors = e->ro ? 0 : RNBD_SRV_MAX_DISCARD,
 		.max_discard_sectors = e->discard ? RNBD_SRV_MAX_DISCARD : 0,
 		.discard_granularity = e->discard ? e->discard_gran : 0,
 		.discard_alignment = 0,

@@ -112,7 +112,7 @@ int rnbd_open_decode(const void *buf, size_t len, struct rnbd_open *m)
 }
 
 /* --- open_rsp: 0 hdr 4 device_id 8 nsectors 16 max_hw_sectors
- * 20 max_write_same_sectors 24 max_discard_sectors 28 discard_granularity
+ * 20 max_write_zeroes_sectors 24 max_discard_sectors 28 discard_granularity
  * 32 discard_alignment 36 physical_block_size 38 logical_block_size
  * 40 max_segments 42 secure_discard 44 obsolete_rotational 45 cache_policy
  * 46 reserved[10] */
@@ -123,7 +123,7 @@ void rnbd_open_rsp_encode(const struct rnbd_open_rsp *m, uint8_t out[RNBD_OPEN_R
 	put_le32(out + 4, m->device_id);
 	put_le64(out + 8, m->nsectors);
 	put_le32(out + 16, m->max_hw_sectors);
-	put_le32(out + 20, m->max_write_same_sectors);
+	put_le32(out + 20, m->max_write_zeroes_sectors);
 	put_le32(out + 24, m->max_discard_sectors);
 	put_le32(out + 28, m->discard_granularity);
 	put_le32(out + 32, m->discard_alignment);
@@ -146,7 +146,7 @@ int rnbd_open_rsp_decode(const void *buf, size_t len, struct rnbd_open_rsp *m)
 	m->device_id = get_le32(p + 4);
 	m->nsectors = get_le64(p + 8);
 	m->max_hw_sectors = get_le32(p + 16);
-	m->max_write_same_sectors = get_le32(p + 20);
+	m->max_write_zeroes_sectors = get_le32(p + 20);
 	m->max_discard_sectors = get_le32(p + 24);
 	m->discard_granularity = get_le32(p + 28);
 	m->discard_alignment = get_le32(p + 32);
@@ -206,9 +206,12 @@ int rnbd_io_decode(const void *buf, size_t len, struct rnbd_io *m)
 	/* process_rdma: "usrlen < sizeof(*msg) ? 0 : prio" */
 	if (len >= RNBD_IO_LEN)
 		m->prio = get_le16(p + 24);
-	/* rnbd_flags_supported; the 6.1 server skips it and would submit an
-	 * unknown op as a bio with op 0 (a READ) */
-	if (rnbd_op(m->rw) >= RNBD_OP_LAST || (rnbd_flags(m->rw) & ~RNBD_F_ALL))
+	/* An unknown op is refused (the 6.1 server would submit it as a bio
+	 * with op 0, a READ).  Unknown flags are not: the kernel's server
+	 * stopped checking them in 6.5 (rnbd_flags_supported removed) and
+	 * translates only those it knows, so a newer client's hints still
+	 * work; the server acts on RNBD_F_ALL and ignores the rest. */
+	if (rnbd_op(m->rw) >= RNBD_OP_LAST)
 		return -EINVAL;
 	return 0;
 }

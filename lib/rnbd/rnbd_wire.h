@@ -90,7 +90,7 @@ struct rnbd_open_wire {
 };
 struct rnbd_open_rsp_wire {
 	struct rnbd_hdr_wire hdr;
-	uint8_t device_id[4], nsectors[8], max_hw_sectors[4], max_write_same_sectors[4];
+	uint8_t device_id[4], nsectors[8], max_hw_sectors[4], max_write_zeroes_sectors[4];
 	uint8_t max_discard_sectors[4], discard_granularity[4], discard_alignment[4];
 	uint8_t physical_block_size[2], logical_block_size[2], max_segments[2];
 	uint8_t secure_discard[2], obsolete_rotational, cache_policy, reserved[10];
@@ -121,7 +121,7 @@ struct rnbd_open_rsp {
 	uint32_t device_id;
 	uint64_t nsectors;		/* 512-byte sectors */
 	uint32_t max_hw_sectors;
-	uint32_t max_write_same_sectors;	/* max_write_zeroes_sectors from 6.8 */
+	uint32_t max_write_zeroes_sectors;	/* 6.1: max_write_same_sectors, unread */
 	uint32_t max_discard_sectors;
 	uint32_t discard_granularity;	/* bytes */
 	uint32_t discard_alignment;	/* bytes */
@@ -177,8 +177,8 @@ int rnbd_close_decode(const void *buf, size_t len, struct rnbd_close *m);
 
 void rnbd_io_encode(const struct rnbd_io *m, uint8_t out[RNBD_IO_LEN]);
 /* -EMSGSIZE (< 24 bytes; 24..31 is a protocol-1 message, prio 0 as
- * process_rdma reads it), -EPROTO, -EINVAL: op >= RNBD_OP_LAST or a flag
- * outside RNBD_F_ALL (rnbd_flags_supported). */
+ * process_rdma reads it), -EPROTO, -EINVAL: op >= RNBD_OP_LAST.  Flags
+ * outside RNBD_F_ALL are kept, for the server to ignore. */
 int rnbd_io_decode(const void *buf, size_t len, struct rnbd_io *m);
 
 /* rnbd_srv_check_update_open_perm as a pure function over the device's

@@ -224,7 +224,8 @@ static void send_hb(struct clt_path *p, uint32_t imm)
 }
 
 /* An IO_RSP (or heartbeat) immediate; rk: the rkey_rsp that came with it
- * (always_invalidate), or NULL.  0 or -EPROTO. */
+ * (always_invalidate), or NULL.  0 or -EPROTO (a malformed rkey_rsp: the
+ * kernel's rtrs_clt_rkey_rsp_done starts error recovery). */
 static int on_imm(struct clt_path *p, uint32_t imm, const uint8_t *rk, uint32_t rklen,
 		  uint64_t now)
 {
@@ -248,11 +249,12 @@ static int on_imm(struct clt_path *p, uint32_t imm, const uint8_t *rk, uint32_t 
 			}
 			p->rbufs[m.buf_id].rkey = m.rkey;
 		}
-		if (rtrs_core_complete(&s->core, &p->core, msg_id, err)) {
-			snprintf(p->last_error, sizeof(p->last_error),
-				 "response for request %u, not in flight on this path", msg_id);
-			return -EPROTO;
-		}
+		/* A response for no request in flight on this path (a late
+		 * one, after its request failed over): counted and ignored,
+		 * as the kernel's complete_rdma_req, not a reason to close a
+		 * working path. */
+		if (rtrs_core_complete(&s->core, &p->core, msg_id, err))
+			p->stray_rsps++;
 		return 0;
 	case RTRS_HB_MSG_IMM:
 		send_hb(p, RTRS_IMM_HB_ACK);

@@ -187,6 +187,7 @@ struct rtrs_clt_path_stats {
 	uint32_t inflight;
 	uint64_t failovers;		/* requests this path took over */
 	uint64_t reconnects_ok, reconnects_failed;
+	uint64_t stray_responses;	/* for no request in flight: ignored */
 	uint32_t connections;
 	uint32_t reconnect_attempts;	/* since the path was last up */
 	uint16_t recon_cnt;		/* as sent in conn_req */

@@ -430,6 +430,7 @@ int rtrs_clt_path_stats(const struct rtrs_clt *s, unsigned idx, struct rtrs_clt_
 	st->failovers = p->core.failovers;
 	st->reconnects_ok = p->core.reconnects_ok;
 	st->reconnects_failed = p->core.reconnects_failed;
+	st->stray_responses = p->stray_rsps;
 	st->connections = s->o.connections;
 	st->reconnect_attempts = p->core.attempts;
 	st->recon_cnt = p->recon_cnt;
@@ -444,5 +445,6 @@ void rtrs_clt_reset_stats(struct rtrs_clt *s)
 
 		c->reads = c->read_bytes = c->writes = c->write_bytes = 0;
 		c->failovers = c->reconnects_ok = c->reconnects_failed = 0;
+		path_at(s, i)->stray_rsps = 0;
 	}
 }

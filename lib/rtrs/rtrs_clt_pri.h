@@ -91,6 +91,7 @@ struct clt_path {
 	unsigned next_con;
 	struct rtrs_conn_job *job;	/* a connect under way on its thread */
 	char last_error[256];
+	uint64_t stray_rsps;		/* responses for no request in flight here */
 };
 
 struct clt_mem {

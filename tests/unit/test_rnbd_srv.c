@@ -71,12 +71,16 @@ static void test_rnbd_rules(void **state)
 	assert_int_equal(rnbd_close(b, dev2), 0);
 	assert_int_equal(rnbd_open(b, "disk", RNBD_ACCESS_RO, &r), 0);
 	dev2 = r.device_id;
+	/* write-zeroes is advertised on a writable export (6.8+ clients read
+	 * max_write_zeroes_sectors) */
+	assert_int_equal(r.max_write_zeroes_sectors, UINT32_MAX >> 9);
 	/* a ro mapping does not write */
 	assert_int_equal(rnbd_io(b, 1, 3, dev2, RNBD_OP_WRITE, 0, buf, 512, 0), -EROFS);
 	/* read-only export: no rw open, no writes */
 	assert_int_equal(rnbd_open(b, "rodisk", RNBD_ACCESS_RW, &r), -EROFS);
 	assert_int_equal(rnbd_open(b, "rodisk", RNBD_ACCESS_RO, &r), 0);
 	assert_int_equal(r.max_discard_sectors, 0);
+	assert_int_equal(r.max_write_zeroes_sectors, 0);
 	assert_int_equal(rnbd_io(b, 1, 3, r.device_id, RNBD_OP_WRITE, 0, buf, 512, 0), -EROFS);
 	assert_int_equal(rnbd_io(b, 1, 3, r.device_id, RNBD_OP_READ, 0, NULL, 512, 0), 0);
 	/* no such export; names are matched exactly (no paths) */
@@ -109,8 +113,14 @@ static void test_rnbd_rules(void **state)
 	}
 	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_SECURE_ERASE, 0, NULL, 4096, 0), -EOPNOTSUPP);
 	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE_ZEROES, 0, NULL, 100, 0), -EINVAL);
-	/* unknown op and flags are malformed */
+	/* an unknown op is malformed; unknown flags are ignored (the kernel
+	 * server since 6.5): the write lands */
 	assert_int_equal(rnbd_io(a, 1, 3, dev, 7, 0, NULL, 0, 0), -EINVAL);
+	memset(buf, 0xa5, 512);
+	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE | (1u << 20) | RNBD_F_FUA, 16, buf,
+				 512, 0), 0);
+	assert_int_equal(rnbd_io(a, 1, 4, dev, RNBD_OP_READ | (1u << 21), 16, NULL, 512, 0), 0);
+	assert_memory_equal(a->mem, buf, 512);
 	/* a session going takes its writer with it */
 	clt_close(a);
 	wait_sessions(s, 1);
