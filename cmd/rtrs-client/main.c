@@ -53,5 +53,6 @@ int bad_option(const char *cmd, const char *optstring, char **argv)
 int main(int argc, char **argv)
 {
 	xlog_init(PROG);
+	cli_raise_nofile();
 	return cli_main(&tool, argc, argv);
 }

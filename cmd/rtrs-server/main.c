@@ -42,6 +42,7 @@ int bad_option(const char *cmd, const char *optstring, char **argv)
 int main(int argc, char **argv)
 {
 	xlog_init(PROG);
+	cli_raise_nofile();
 	/* serve is the default: options straight after the program name */
 	if (argc >= 2 && argv[1][0] == '-' && strcmp(argv[1], "-h") && strcmp(argv[1], "--help"))
 		return cmd_serve(argc, argv);

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 int cli_vusage_error(const char *prog, const char *cmd, const char *fmt, va_list ap)
 {
@@ -113,6 +114,16 @@ static void on_stop(int sig)
 {
 	(void)sig;
 	cli_stop_requested = 1;
+}
+
+void cli_raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }
 
 void cli_stop_handlers(void)

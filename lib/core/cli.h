@@ -40,6 +40,11 @@ int cli_parse_fmt(const char *prog, const char *cmd, const char *arg, enum xfmt 
 extern volatile sig_atomic_t cli_stop_requested;
 void cli_stop_handlers(void);
 
+/* Raises the soft limit on open files to the hard one, as servers that
+ * hold many connections do (each RTRS connection takes several
+ * descriptors); best effort. */
+void cli_raise_nofile(void);
+
 /* Table-driven subcommands (STYLE.md 4). */
 struct cmd {
 	const char *name;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/xtime.h"
@@ -90,6 +91,14 @@ static int connect_one(struct rtrs_conn_job *j, uint32_t cid)
 		    rtrs_conn_rsp_decode(rep, replen, &rsp) == 0 && rsp.err)
 			return fail(j, rc, "%s: connection %u rejected: %s", j->uristr, cid,
 				    rej_reason(rsp.err));
+		if (rc == -EMFILE) {	/* name the limit that ran out */
+			struct rlimit rl;
+
+			if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+				snprintf(xerr + strlen(xerr), sizeof(xerr) - strlen(xerr),
+					 " (the limit on open files is %llu: ulimit -n)",
+					 (unsigned long long)rl.rlim_cur);
+		}
 		if (cid)	/* the first ones went through: say which failed */
 			return fail(j, rc, "connection %u of %u: %s", cid, j->cid_num, xerr);
 		return fail(j, rc, "%s", xerr);

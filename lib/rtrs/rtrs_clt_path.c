@@ -164,7 +164,8 @@ static int path_attach(struct clt_path *p, struct rtrs_conn_job *j, uint64_t now
 		struct xrc_opts xo;
 
 		rtrs_clt_xrc_opts(i, s->core.depth, 0, &xo);
-		k->nrx = xo.rq_depth;
+		/* the device may have allowed a shorter queue (max_qp_wr) */
+		k->nrx = xo.rq_depth < xrc_rq_depth(k->c) ? xo.rq_depth : xrc_rq_depth(k->c);
 		k->rx = calloc(k->nrx, RTRS_CLT_RX_LEN);
 		k->rxmr = k->rx ? xrc_reg(p->dom, k->rx, (size_t)k->nrx * RTRS_CLT_RX_LEN,
 					  XRC_ACCESS_LOCAL_WRITE, err, sizeof(err)) : NULL;

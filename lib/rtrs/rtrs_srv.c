@@ -441,10 +441,16 @@ static struct xrc_opts con_opts(const struct rtrs_srv *srv, uint16_t cid, uint32
 	return o;
 }
 
-static int post_recv_empty(struct srv_con *c, unsigned n)
+/* Posts n receives without memory, or as many as the connection's receive
+ * queue still takes where the device allowed a shorter one than asked
+ * (the kernel clamps its queues to max_qp_wr the same way). */
+static int post_recv_empty(struct srv_con *c, unsigned n, unsigned posted)
 {
 	struct xrc_sge sg = { NULL, 0, NULL };
+	uint32_t room = xrc_rq_depth(c->x);
 
+	if (posted + n > room)
+		n = room > posted ? room - posted : 0;
 	for (unsigned i = 0; i < n; i++) {
 		int rc = xrc_post_recv(c->x, &sg, 0);
 
@@ -568,7 +574,7 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 		/* The kernel posts these at INFO_REQ; posting them now lets a
 		 * request that comes too early be seen (and refused) instead of
 		 * stalling the stream. */
-		rc = post_recv_empty(c, srv->o.queue_depth);
+		rc = post_recv_empty(c, srv->o.queue_depth, 0);
 	}
 	if (rc < 0)
 		srv_path_close(p, "posting receives failed");
@@ -660,7 +666,7 @@ void srv_info_req(struct srv_con *c, const void *buf, uint32_t len)
 	snprintf(p->sessname, sizeof(p->sessname), "%s", m.pathname);
 	if (!s->sessname[0])
 		snprintf(s->sessname, sizeof(s->sessname), "%s", m.pathname);
-	if (post_recv_empty(c, RTRS_SERVICE_CON_QUEUE_DEPTH) < 0)
+	if (post_recv_empty(c, RTRS_SERVICE_CON_QUEUE_DEPTH, 1) < 0)
 		return srv_path_close(p, "posting receives failed");
 	p->state = RTRS_SRV_CONNECTED;
 	p->up_ns = srv->now;

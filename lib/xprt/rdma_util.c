@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 
 #include "xprt/rdma_util.h"
 #include "xprt/xdev.h"
@@ -106,6 +107,18 @@ struct ibv_mr *xrdma_pd_zmr(struct xrdma_pd *p)
 				    IBV_ACCESS_LOCAL_WRITE | (p->mw1 || p->mw2 ? IBV_ACCESS_MW_BIND : 0));
 	pthread_mutex_unlock(&pd_lock);
 	return p->zmr;
+}
+
+void xrdma_memlock_hint(int e, char *buf, size_t len)
+{
+	struct rlimit rl;
+
+	buf[0] = 0;
+	if ((e != ENOMEM && e != EPERM) || getrlimit(RLIMIT_MEMLOCK, &rl) ||
+	    rl.rlim_cur == RLIM_INFINITY)
+		return;
+	snprintf(buf, len, " (the locked-memory limit, RLIMIT_MEMLOCK, is %llu KiB: "
+		 "ulimit -l, or LimitMEMLOCK= for a service)", (unsigned long long)rl.rlim_cur >> 10);
 }
 
 int xrdma_check(const struct xuri *u, char *err, size_t errlen)

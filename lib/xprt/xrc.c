@@ -31,6 +31,40 @@ void xrc_opts_fill(struct xrc_opts *dst, const struct xrc_opts *src)
 		dst->burst = 4u << 20;
 }
 
+static uint32_t floor_pow2(uint32_t x)
+{
+	return x ? 1u << (31 - __builtin_clz(x)) : 0;
+}
+
+bool xrc_opts_fit(struct xrc_opts *o, const struct xrc_dev_caps *d, uint32_t *sge)
+{
+	uint32_t wr = floor_pow2(d->max_qp_wr);
+	bool cut = false;
+
+	if (wr && o->sq_depth > wr) {
+		o->sq_depth = wr;
+		cut = true;
+	}
+	if (wr && o->rq_depth > wr) {
+		o->rq_depth = wr;
+		cut = true;
+	}
+	while (d->max_cqe && (uint64_t)o->sq_depth + o->rq_depth + 1 > d->max_cqe &&
+	       (o->sq_depth > 1 || o->rq_depth > 1)) {
+		if (o->sq_depth >= o->rq_depth && o->sq_depth > 1)
+			o->sq_depth /= 2;
+		else
+			o->rq_depth /= 2;
+		cut = true;
+	}
+	*sge = XRC_MAX_SGE;
+	if (d->max_sge && d->max_sge < *sge) {
+		*sge = d->max_sge;
+		cut = true;
+	}
+	return cut;
+}
+
 static const struct xrc_ops *backend(const struct xuri *u, char *err, size_t errlen)
 {
 	switch (u->scheme) {
@@ -134,6 +168,8 @@ enum xuri_scheme xrc_scheme(const struct xrc *c) { return c->scheme; }
 const char *xrc_peer(const struct xrc *c) { return c->peer; }
 uint32_t xrc_max_send(const struct xrc *c) { return c->max_send; }
 uint32_t xrc_sq_depth(const struct xrc *c) { return c->sq_depth; }
+uint32_t xrc_rq_depth(const struct xrc *c) { return c->rq_depth; }
+uint32_t xrc_max_sge(const struct xrc *c) { return c->max_sge ? c->max_sge : XRC_MAX_SGE; }
 XHOT_INLINE uint32_t xrc_max_inline(const struct xrc *c) { return c->max_inline; }
 struct xrc_dom *xrc_domain(struct xrc *c) { return c->ops->domain(c); }
 
@@ -161,7 +197,7 @@ static int check_sg(const struct xrc *c, const struct xrc_sge *sg, int nsg, unsi
 {
 	uint64_t t = 0;
 
-	if (nsg < 0 || nsg > XRC_MAX_SGE || (nsg && !sg))
+	if (nsg < 0 || (uint32_t)nsg > xrc_max_sge(c) || (nsg && !sg))
 		return -EINVAL;
 	for (int i = 0; i < nsg; i++) {
 		if (sg[i].len && !sg[i].addr)

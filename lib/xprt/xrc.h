@@ -189,8 +189,25 @@ const char *xrc_peer(const struct xrc *c);
 /* Effective limits after negotiation with the peer. */
 uint32_t xrc_max_send(const struct xrc *c);
 uint32_t xrc_sq_depth(const struct xrc *c);
+/* Receives that may be posted at once (rq_depth, or less where the
+ * device allows less). */
+uint32_t xrc_rq_depth(const struct xrc *c);
 /* Sends up to this many bytes may be posted with XRC_INLINE. */
 uint32_t xrc_max_inline(const struct xrc *c);
+/* Gather entries per post (XRC_MAX_SGE, or less where the device allows
+ * less). */
+uint32_t xrc_max_sge(const struct xrc *c);
+
+/* What an RDMA device allows one connection (ibv_device_attr). */
+struct xrc_dev_caps {
+	uint32_t max_qp_wr, max_cqe, max_sge;
+};
+/* Fits o's depths to a device, as the kernel's RTRS fits its work
+ * requests to max_qp_wr: each depth at most max_qp_wr, and the CQ, which
+ * takes sq_depth + rq_depth + 1, at most max_cqe (the larger depth halved
+ * first); depths stay powers of two.  *sge: XRC_MAX_SGE, or max_sge if
+ * fewer.  True when anything was cut. */
+bool xrc_opts_fit(struct xrc_opts *o, const struct xrc_dev_caps *d, uint32_t *sge);
 
 /* --- memory ------------------------------------------------------------ */
 

@@ -64,6 +64,7 @@ struct xrc {
 	uint32_t sq_depth;
 	uint32_t rq_depth;
 	uint32_t max_inline;
+	uint32_t max_sge;	/* gather entries per send (0: XRC_MAX_SGE) */
 	struct xrc_stats stats;
 };
 

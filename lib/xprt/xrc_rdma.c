@@ -164,10 +164,12 @@ static struct xrc_mr *dom_reg(struct xrc_dom *d, void *addr, size_t len, unsigne
 		if (!(i % 2 && !ro) && !(i >= 2 && !mw))
 			m->mr = ibv_reg_mr(p->pd, addr, len, m->acc = want[i]);
 	if (!m->mr) {
+		char hint[96] = "";
+
 		e = errno ? errno : ENOMEM;
+		xrdma_memlock_hint(e, hint, sizeof(hint));
 		snprintf(err, errlen, "register %zu bytes on %s: %s%s", len,
-			 ibv_get_device_name(p->ctx->device), strerror(e),
-			 e == ENOMEM || e == EPERM ? " (locked-memory limit? see ulimit -l)" : "");
+			 ibv_get_device_name(p->ctx->device), strerror(e), hint);
 		free(m);
 		errno = e;
 		return NULL;
@@ -305,9 +307,18 @@ static int conn_setup(struct rconn *c, const struct xrc_opts *o, const char *wha
 {
 	struct ibv_context *ctx = c->id->verbs;
 	struct ibv_qp_init_attr qa;
+	struct ibv_device_attr da;
+	struct xrc_opts fit = *o;
+	uint32_t sge = XRC_MAX_SGE;
 	const char *failed;
 	int rc;
 
+	/* what the device allows (the kernel's RTRS: min(wr_limit, ...)) */
+	if (!ibv_query_device(ctx, &da))
+		xrc_opts_fit(&fit, &(struct xrc_dev_caps){ (uint32_t)da.max_qp_wr,
+							   (uint32_t)da.max_cqe,
+							   (uint32_t)da.max_sge }, &sge);
+	o = &fit;
 	c->pd = xrdma_pd_get(ctx, err, errlen);
 	if (!c->pd)
 		return -errno;
@@ -331,7 +342,7 @@ static int conn_setup(struct rconn *c, const struct xrc_opts *o, const char *wha
 	qa.sq_sig_all = 0;
 	qa.cap.max_send_wr = o->sq_depth;
 	qa.cap.max_recv_wr = o->rq_depth;
-	qa.cap.max_send_sge = XRC_MAX_SGE;
+	qa.cap.max_send_sge = sge;
 	qa.cap.max_recv_sge = 1;
 	qa.cap.max_inline_data = o->max_inline;
 	/* A device refuses a QP whose inline size it cannot do (rxe: above
@@ -352,6 +363,7 @@ static int conn_setup(struct rconn *c, const struct xrc_opts *o, const char *wha
 	c->base.max_send = o->max_send;
 	c->base.sq_depth = o->sq_depth;
 	c->base.rq_depth = o->rq_depth;
+	c->base.max_sge = sge;
 	c->base.max_inline = qa.cap.max_inline_data < o->max_inline ? qa.cap.max_inline_data
 								     : o->max_inline;
 	c->sig_every = o->sq_depth / 2 ? o->sq_depth / 2 : 1;

@@ -1144,7 +1144,7 @@ struct xrc *xtcp_conn_new(int fd, const struct xrc_opts *o, uint32_t peer_max_se
 		goto out_close_fd;
 	c->fd = fd;
 	c->base = (struct xrc){ &tcp_conn_ops, XURI_TCP, XRC_UP, "", o->max_send, sd, rd,
-				o->max_inline, { 0 } };
+				o->max_inline, XRC_MAX_SGE, { 0 } };
 	if (peer_max_send < c->base.max_send)
 		c->base.max_send = peer_max_send;
 	snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);

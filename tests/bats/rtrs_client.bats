@@ -440,6 +440,32 @@ s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64); time.sleep(60)' "$hole" &
 	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0 and len(j["paths"]) == 2')" = True ]
 }
 
+@test "100 connections under a soft limit of 64 open files: both tools raise it to the hard limit" {
+	local hard port
+	hard=$(ulimit -Hn)
+	[ "$hard" = unlimited ] || [ "$hard" -ge 1024 ] || skip "the hard limit on open files is $hard here"
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	[ -x "$RTRS_SERVER" ] || skip "rtrs-server not built ($RTRS_SERVER)"
+	bash -c 'ulimit -Sn 64 && exec "$@"' - "$RTRS_SERVER" -l "tcp://127.0.0.1:$port" \
+		--ctl "$T/srv.sock" -e "d1=$T/disk.img" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
+	SRV_PID=$!
+	BG_PIDS+=("$SRV_PID")
+	local i
+	for i in $(seq 1 200); do
+		grep -q '^listening ' "$SRV_OUT" 2>/dev/null && break
+		sleep 0.05
+	done
+	run_limited 60 rtrs-client 0 bash -c 'ulimit -Sn 64 && exec "$@"' - "$RTRS_CLIENT" bench \
+		-s nf -p "tcp://127.0.0.1:$port" -d d1 --connections 100 --time 0.3 --rw randrw \
+		--verify -q -o json
+	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0 and j["ios"] > 0')" = True ]
+	# where the hard limit itself is too low, the failure names it
+	run_limited 60 rtrs-client 1 bash -c 'ulimit -n 64 && exec "$@"' - "$RTRS_CLIENT" bench \
+		-s nf -p "tcp://127.0.0.1:$port" -d d1 --connections 100 --time 0.3 -q
+	expect_stderr_match "^rtrs-client bench: all paths to nf are down: connection [0-9]+ of 100: .*Too many open files \(the limit on open files is 64: ulimit -n\)$"
+}
+
 # restart_test SERVER-OPTION...: two paths, the server killed -9 and
 # started again within the reconnect window: the device is opened again and
 # the IO that waited goes on, nothing lost.

@@ -133,6 +133,40 @@ static void expect_wc(struct xrc *c, struct xrc *peer, uint64_t wr_id, enum xrc_
 	assert_int_equal(wc.status, status);
 }
 
+/* Depths fitted to what a device allows: each at most max_qp_wr (a power
+ * of two below it), the CQ's sq + rq + 1 at most max_cqe, the gather list
+ * at most max_sge; a device with room changes nothing. */
+static void test_opts_fit(void **state)
+{
+	struct xrc_opts o = { .sq_depth = 4096, .rq_depth = 2048 };
+	uint32_t sge;
+
+	(void)state;
+	assert_false(xrc_opts_fit(&o, &(struct xrc_dev_caps){ 1 << 20, 1 << 22, 32 }, &sge));
+	assert_int_equal(o.sq_depth, 4096);
+	assert_int_equal(o.rq_depth, 2048);
+	assert_int_equal(sge, XRC_MAX_SGE);
+	/* max_qp_wr 3000: 2048 is the largest power of two */
+	assert_true(xrc_opts_fit(&o, &(struct xrc_dev_caps){ 3000, 1 << 22, 32 }, &sge));
+	assert_int_equal(o.sq_depth, 2048);
+	assert_int_equal(o.rq_depth, 2048);
+	/* max_cqe 3000: the larger halves first, until 1 + sq + rq fit */
+	o = (struct xrc_opts){ .sq_depth = 4096, .rq_depth = 1024 };
+	assert_true(xrc_opts_fit(&o, &(struct xrc_dev_caps){ 1 << 20, 3000, 1 }, &sge));
+	assert_int_equal(o.sq_depth, 1024);
+	assert_int_equal(o.rq_depth, 1024);
+	assert_int_equal(sge, 1);
+	/* unknown limits (0) cut nothing */
+	o = (struct xrc_opts){ .sq_depth = 64, .rq_depth = 64 };
+	assert_false(xrc_opts_fit(&o, &(struct xrc_dev_caps){ 0, 0, 0 }, &sge));
+	assert_int_equal(o.sq_depth + o.rq_depth, 128);
+	/* a tiny CQ still leaves one of each */
+	o = (struct xrc_opts){ .sq_depth = 64, .rq_depth = 64 };
+	assert_true(xrc_opts_fit(&o, &(struct xrc_dev_caps){ 1 << 20, 3, 4 }, &sge));
+	assert_int_equal(o.sq_depth, 1);
+	assert_int_equal(o.rq_depth, 1);
+}
+
 static void test_connect_private_data(void **state)
 {
 	struct xrc_listener *l = listen_any("127.0.0.1");
@@ -1203,6 +1237,7 @@ static void test_deep_queues(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_opts_fit),
 		cmocka_unit_test(test_connect_private_data),
 		cmocka_unit_test(test_reject_with_data),
 		cmocka_unit_test(test_connect_errors),
