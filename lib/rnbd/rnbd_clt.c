@@ -48,6 +48,7 @@ struct rnbd_clt_dev {
 	enum { RO_IDLE, RO_SEND_INFO, RO_INFO, RO_SEND_OPEN, RO_OPEN } reopen;
 	uint64_t reopens;
 	int reopen_err;
+	int lost;		/* the last re-open failed: IO fails with it */
 };
 
 int rnbd_clt_wait(struct rtrs_clt *s, const volatile int *flag, uint64_t timeout_ns)
@@ -269,10 +270,48 @@ uint32_t rnbd_clt_max_io(const struct rnbd_clt_dev *d)
  * (remap_devs).  The session holds the requests that waited until we
  * resume it, so they reach a server that knows the device again. */
 
-static void reopen_done(struct rnbd_clt_dev *d, int err)
+static void part_conf(void *priv, int err);
+
+/* What a re-open found for one device: its held requests (parts of its IO
+ * that waited in the session, their headers encoded with the old id) go
+ * to its new id, or fail. */
+struct held_fix {
+	struct rnbd_clt_dev *d;
+	uint32_t new_id;
+	int err;
+};
+
+static int fix_held(void *ctx, void (*conf)(void *priv, int err), void *priv, void *usr,
+		    uint32_t usrlen)
 {
+	struct held_fix *h = ctx;
+	struct rnbd_io m;
+
+	if (conf != part_conf || ((struct part *)priv)->d != h->d)
+		return 0;	/* another device's, or not IO */
+	if (h->err)
+		return h->err;
+	if (rnbd_io_decode(usr, usrlen, &m))
+		return -EPROTO;
+	m.device_id = h->new_id;
+	rnbd_io_encode(&m, usr);
+	return 0;
+}
+
+/* Held requests never reach a device other than their own: they are
+ * readdressed or failed before the session lets them go, and the session
+ * lets them go only once every device on it has re-opened. */
+static void reopen_done(struct rnbd_clt_dev *d, int err, uint32_t new_id)
+{
+	struct held_fix h = { d, new_id, err };
+
+	if (err || new_id != d->g.device_id)
+		rtrs_clt_held_foreach(d->s, fix_held, &h);
+	if (!err)
+		d->g.device_id = new_id;
 	d->reopen = RO_IDLE;
 	d->reopen_err = err;
+	d->lost = err;
 	rtrs_clt_resume(d->s);
 }
 
@@ -283,14 +322,13 @@ static void reopen_open_conf(void *priv, int err)
 
 	if (!err && rnbd_open_rsp_decode(d->rsp, RNBD_OPEN_RSP_LEN, &or))
 		err = -EPROTO;
-	/* requests that waited carry the old id: a server that numbers the
-	 * device differently now cannot take them (ours and the kernel's
-	 * number the first device of a session 0 every time) */
-	if (!err && or.device_id != d->g.device_id)
-		err = -ESTALE;
+	/* A server that numbers the device differently now (ours and the
+	 * kernel's number a session's devices in the order they are
+	 * opened): what waited is readdressed (process_msg_open_rsp takes
+	 * the new id the same way). */
 	if (!err)
 		d->reopens++;
-	reopen_done(d, err);
+	reopen_done(d, err, err ? d->g.device_id : or.device_id);
 }
 
 static void reopen_info_conf(void *priv, int err)
@@ -301,7 +339,7 @@ static void reopen_info_conf(void *priv, int err)
 	if (!err && rnbd_sess_info_rsp_decode(d->rsp, RNBD_SESS_INFO_LEN, &info))
 		err = -EPROTO;
 	if (err) {
-		reopen_done(d, err);
+		reopen_done(d, err, d->g.device_id);
 		return;
 	}
 	d->reopen = RO_SEND_OPEN;
@@ -337,7 +375,7 @@ static bool reopen_step(struct rnbd_clt_dev *d)
 	if (rc == -EAGAIN)
 		return false;
 	if (rc)
-		reopen_done(d, rc);
+		reopen_done(d, rc, d->g.device_id);
 	return true;
 }
 
@@ -408,6 +446,8 @@ unsigned rnbd_clt_kick(struct rnbd_clt_dev *d)
 	if (d->reopen != RO_IDLE && !reopen_step(d))
 		return 0;
 	while ((io = d->qhead)) {
+		if (d->lost && !io->err)
+			io->err = d->lost;	/* the device is gone from the server */
 		if (!io->err && (io->len || io->flush) && d->free_parts) {
 			struct part *pt = d->free_parts;
 			uint64_t n = io->len < part_max(d, io->op) ? io->len : part_max(d, io->op);
@@ -469,6 +509,8 @@ int rnbd_clt_submit(struct rnbd_clt_dev *d, unsigned op, uint32_t flags, uint64_
 		return -EINVAL;
 	if (op != RNBD_OP_READ && d->mode == RNBD_ACCESS_RO)
 		return -EROFS;
+	if (d->lost)
+		return d->lost;
 	if (!part_max(d, op))
 		return -EOPNOTSUPP;
 	io = calloc(1, sizeof(*io));
@@ -495,7 +537,9 @@ int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns)
 	if (!d)
 		return 0;
 	deadline = xtime_ns() + timeout_ns;
-	while (d->busy) {
+	/* a re-open under way answers into d (and counts in the session's
+	 * gate): it ends first */
+	while (d->busy || d->reopen != RO_IDLE) {
 		uint64_t now = xtime_ns();
 
 		if (now >= deadline || !rtrs_clt_alive(d->s))
@@ -503,10 +547,17 @@ int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns)
 		rnbd_clt_wait(d->s, NULL, deadline - now < 10000000 ? deadline - now : 10000000);
 		rnbd_clt_kick(d);
 	}
-	if (d->busy) {
+	if (d->busy || (d->reopen != RO_IDLE && d->reopen != RO_SEND_INFO &&
+			d->reopen != RO_SEND_OPEN)) {
 		rc = -ETIMEDOUT;
-		goto out;	/* leaks d: its IO still references it */
+		goto out;	/* leaks d: its IO or re-open still references it */
 	}
+	if (d->reopen != RO_IDLE) {
+		/* nothing of the re-open is out: count it done in the gate */
+		d->reopen = RO_IDLE;
+		rtrs_clt_resume(d->s);
+	}
+	rtrs_clt_hold_on_reconnect(d->s, false);
 	rnbd_close_encode(&(struct rnbd_close){ d->g.device_id }, msg);
 	rc = sync_call(d->s, RTRS_WRITE, msg, sizeof(msg), NULL, 0,
 		       xtime_ns() < deadline ? deadline - xtime_ns() : 1);

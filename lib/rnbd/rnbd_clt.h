@@ -64,11 +64,15 @@ unsigned rnbd_clt_kick(struct rnbd_clt_dev *d);
 /* IOs submitted and not yet done. */
 uint32_t rnbd_clt_busy(const struct rnbd_clt_dev *d);
 
-/* The session's link events must reach here: after RECONNECTED (every
- * path was down, one is back) the device is opened again -- SESS_INFO and
- * OPEN, as the kernel's rnbd-client does -- since the server may have
- * dropped the session meanwhile; the session holds the IO that waited
- * until then (rnbd_clt_open() sets rtrs_clt_hold_on_reconnect()). */
+/* The session's link events must reach every device on it: after
+ * RECONNECTED (every path was down, one is back) each device is opened
+ * again -- SESS_INFO and OPEN, as the kernel's rnbd-client does -- since
+ * the server may have dropped the session meanwhile.  The session holds
+ * the IO that waited until every device has re-opened (each one counts in
+ * rtrs_clt_hold_on_reconnect()).  Held IO never reaches another device:
+ * a device the server numbers differently now has its held requests
+ * readdressed; one whose re-open failed has them failed with that error,
+ * and its later IO too (rnbd_clt_reopens() says why). */
 void rnbd_clt_link_ev(struct rnbd_clt_dev *d, enum rtrs_clt_link_ev ev);
 /* How many re-opens succeeded; *last_err: the last one's result. */
 uint64_t rnbd_clt_reopens(const struct rnbd_clt_dev *d, int *last_err);

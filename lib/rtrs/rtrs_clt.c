@@ -625,8 +625,40 @@ int rtrs_clt_del_mem(struct rtrs_clt *s, void *addr)
 	return 0;
 }
 
-void rtrs_clt_hold_on_reconnect(struct rtrs_clt *s, bool hold) { s->core.hold_on_reconnect = hold; }
+void rtrs_clt_hold_on_reconnect(struct rtrs_clt *s, bool hold)
+{
+	if (hold)
+		s->core.hold_users++;
+	else if (s->core.hold_users)
+		s->core.hold_users--;
+}
+
 void rtrs_clt_resume(struct rtrs_clt *s) { rtrs_core_resume(&s->core); }
+
+struct held_walk {
+	struct rtrs_clt *s;
+	int (*fn)(void *ctx, void (*conf)(void *priv, int err), void *priv, void *usr,
+		  uint32_t usrlen);
+	void *ctx;
+};
+
+static int held_one(void *ctx, struct rtrs_creq *r)
+{
+	struct held_walk *w = ctx;
+
+	return w->fn(w->ctx, r->conf, r->priv, w->s->iu + (size_t)r->id * w->s->iu_size,
+		     r->usrlen);
+}
+
+void rtrs_clt_held_foreach(struct rtrs_clt *s,
+			   int (*fn)(void *ctx, void (*conf)(void *priv, int err), void *priv,
+				     void *usr, uint32_t usrlen),
+			   void *ctx)
+{
+	struct held_walk w = { s, fn, ctx };
+
+	rtrs_core_held_foreach(&s->core, held_one, &w);
+}
 
 uint32_t rtrs_clt_queue_depth(const struct rtrs_clt *s) { return s->core.depth; }
 uint32_t rtrs_clt_max_io(const struct rtrs_clt *s) { return s->max_io; }

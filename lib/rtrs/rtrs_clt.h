@@ -128,13 +128,23 @@ int rtrs_clt_request(struct rtrs_clt *s, int dir, const void *usr, uint32_t usrl
 		     void *priv);
 
 /* After every path was down, the server may have lost the session (a
- * restarted server, or one that timed the paths out): the layer above
- * must set it up again (RNBD re-opens its devices) before the requests
- * that waited go out.  With hold set, RTRS_CLT_LINK_EV_RECONNECTED keeps
- * them held -- RTRS_CLT_ADMIN requests still go out -- until
- * rtrs_clt_resume(). */
+ * restarted server, or one that timed the paths out): the layers above
+ * must set themselves up again (each RNBD device re-opens) before the
+ * requests that waited go out.  Each such user calls hold(s, true) once
+ * (and hold(s, false) when it goes); at RTRS_CLT_LINK_EV_RECONNECTED the
+ * requests that waited stay held -- RTRS_CLT_ADMIN requests still go out
+ * -- until every user counted then has called rtrs_clt_resume(). */
 void rtrs_clt_hold_on_reconnect(struct rtrs_clt *s, bool hold);
 void rtrs_clt_resume(struct rtrs_clt *s);
+/* Before it resumes, a user may go through the held requests: fn sees
+ * each one's confirmation and its private pointer (to tell its own) and
+ * its user header, which it may rewrite in place (a device the server
+ * numbers differently now); a negative errno returned fails that request
+ * with it (a device that is gone).  From rtrs_clt_poll()'s callbacks. */
+void rtrs_clt_held_foreach(struct rtrs_clt *s,
+			   int (*fn)(void *ctx, void (*conf)(void *priv, int err), void *priv,
+				     void *usr, uint32_t usrlen),
+			   void *ctx);
 
 /* The loop. */
 int rtrs_clt_fd(const struct rtrs_clt *s);	/* epoll fd: readable when poll has work */

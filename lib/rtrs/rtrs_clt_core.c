@@ -346,7 +346,27 @@ unsigned rtrs_core_kick(struct rtrs_core *c, uint64_t now)
 
 void rtrs_core_resume(struct rtrs_core *c)
 {
+	if (c->gate_pending && --c->gate_pending)
+		return;		/* another user still re-opens */
 	c->gated = false;
+}
+
+void rtrs_core_held_foreach(struct rtrs_core *c, int (*fn)(void *ctx, struct rtrs_creq *r),
+			    void *ctx)
+{
+	uint32_t left = c->nheld;
+	struct rtrs_creq *r;
+
+	/* one pass: each popped and pushed back behind the rest, or finished */
+	while (left-- && (r = q_pop(c, &c->held_head, &c->held_tail))) {
+		int rc = fn(ctx, r);
+
+		c->nheld--;
+		if (rc < 0)
+			finish(c, r, rc);
+		else
+			hold(c, r);
+	}
 }
 
 unsigned rtrs_core_deliver(struct rtrs_core *c)
@@ -471,7 +491,8 @@ void rtrs_core_path_up(struct rtrs_core *c, struct rtrs_cpath *p, uint64_t now)
 		if (++c->paths_up == 1 && c->was_down) {
 			c->was_down = false;
 			c->pending_ev |= 1u << RTRS_CLT_LINK_EV_RECONNECTED;
-			c->gated = c->hold_on_reconnect;
+			c->gate_pending = c->hold_users;
+			c->gated = c->hold_users > 0;
 		}
 	}
 	rtrs_core_kick(c, now);

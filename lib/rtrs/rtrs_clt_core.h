@@ -99,7 +99,8 @@ struct rtrs_core {
 	uint64_t down_timeout_ns;	/* RTRS_CORE_FOREVER (init's) or a bound */
 	uint64_t down_since_ns;		/* when the last connected path went */
 	bool down_failing;		/* the bound passed: requests fail */
-	bool hold_on_reconnect;		/* RECONNECTED gates the held requests */
+	unsigned hold_users;		/* layers above that re-open at RECONNECTED */
+	unsigned gate_pending;		/* of them, those still to resume */
 	bool gated;			/* held requests wait for rtrs_core_resume() */
 	unsigned pending_ev;		/* link events to deliver, bit per event */
 	/* permits and requests, once the queue depth is known */
@@ -160,11 +161,18 @@ unsigned rtrs_core_kick(struct rtrs_core *c, uint64_t now);
  * a confirmation may submit again) and the link events; how many. */
 unsigned rtrs_core_deliver(struct rtrs_core *c);
 /* After all paths were down and one is up again (RECONNECTED), with
- * hold_on_reconnect set, the requests that waited stay held -- only
- * RTRS_CLT_ADMIN requests go out -- until the layer above has set the
- * session up again on the server (RNBD re-opens its devices) and calls
+ * hold_users > 0, the requests that waited stay held -- only
+ * RTRS_CLT_ADMIN requests go out -- until every one of those users (an
+ * RNBD device each) has set itself up again on the server and called
  * this. */
 void rtrs_core_resume(struct rtrs_core *c);
+/* Calls fn for each held request, in order; one for which fn returns a
+ * negative errno is finished with it (its confirmation follows from
+ * rtrs_core_deliver()), the others keep their place.  The layer above
+ * fails or readdresses (its header rewritten in place) the requests of a
+ * device that its re-open found gone or renumbered. */
+void rtrs_core_held_foreach(struct rtrs_core *c, int (*fn)(void *ctx, struct rtrs_creq *r),
+			    void *ctx);
 /* Requests in flight or held. */
 uint32_t rtrs_core_busy(const struct rtrs_core *c);
 

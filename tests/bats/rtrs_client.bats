@@ -505,6 +505,31 @@ restart_test() {
 	restart_test --always-invalidate off
 }
 
+@test "a server restarted without the device: what waited fails, one line names the re-open" {
+	local port
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	truncate -s 4M "$T/other.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	"$RTRS_CLIENT" bench -s e9 -p "tcp://127.0.0.1:$port" -d d1 --time 30 --rw randwrite \
+		--reconnect-delay 200 --hb-interval 200 --hb-missed 2 -q -o json \
+		>"$T/b.json" 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	wait_status e9 'j["activity"] == "bench" and j["paths"][0]["writes"] > 0'
+	kill -9 "$SRV_PID"
+	wait "$SRV_PID" 2>/dev/null || true
+	# the same port, another export: the re-open of d1 finds no such device
+	start_server "$port" -e "d2=$T/other.img"
+	local rc=0
+	wait $bp || rc=$?
+	[ "$rc" -eq 1 ] || die "bench exited $rc: $(cat "$T/b.err")"
+	grep -q "^rtrs-client bench: [0-9]* IO errors, the first at offset [0-9]*: .*(re-opening device d1 after a reconnect failed: No such file or directory)$" "$T/b.err" ||
+		die "$(cat "$T/b.err")"
+	# nothing reached the other export
+	cmp "$T/other.img" <(head -c 4M /dev/zero)
+}
+
 @test "one path cut: its requests fail over to the other, none fails" {
 	local port
 	port=$(free_port)

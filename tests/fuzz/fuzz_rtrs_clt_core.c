@@ -88,6 +88,14 @@ static void check(struct fz *f)
 	}
 }
 
+/* Fails the held requests whose id has bit (*arg % 8) set. */
+static int fail_some(void *ctx, struct rtrs_creq *r)
+{
+	unsigned *arg = ctx;
+
+	return r->id & (1u << (*arg % 8)) ? -ESTALE : 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
 	struct fz *f = calloc(1, sizeof(*f));
@@ -99,7 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 	if (rtrs_core_init(&f->c, &ops, f, d[0] % 3, 10, (int8_t)(d[0] >> 2) % 4 - 1, 7) ||
 	    rtrs_core_set_depth(&f->c, DEPTH))
 		goto out_fini;
-	f->c.hold_on_reconnect = d[0] & 0x80;
+	f->c.hold_users = d[0] >> 7;
 	{	/* how long requests wait with every path down */
 		static const uint64_t tmo[4] = { RTRS_CORE_FOREVER, 0, 5000000ull, 50000000ull };
 
@@ -111,7 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		rtrs_core_path_up(&f->c, &f->p[k], now);
 	}
 	for (i = 1; i + 1 < n; i += 2) {
-		unsigned op = d[i] % 12, arg = d[i + 1];
+		unsigned op = d[i] % 13, arg = d[i + 1];
 		struct rtrs_cpath *p = &f->p[arg % NP];
 
 		switch (op) {
@@ -173,6 +181,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		case 11:
 			f->c.policy = arg % 3;
 			p->latency_ns = (int64_t)arg * 1000 - 1;
+			break;
+		case 12:	/* a re-open fails some of what waits */
+			rtrs_core_held_foreach(&f->c, fail_some, &arg);
 			break;
 		}
 		check(f);

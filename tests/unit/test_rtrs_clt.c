@@ -520,7 +520,7 @@ static void after_an_outage_requests_wait_for_resume(void **state)
 	uint32_t a, b, adm;
 
 	(void)state;
-	f->c.hold_on_reconnect = true;
+	f->c.hold_users = 1;
 	a = sub(f, RTRS_WRITE, 512, 0);
 	rtrs_core_path_down(&f->c, &f->p[0], true, 0);
 	rtrs_core_path_down(&f->c, &f->p[1], true, 0);
@@ -546,6 +546,71 @@ static void after_an_outage_requests_wait_for_resume(void **state)
 	rtrs_core_path_down(&f->c, &f->p[0], true, 0);
 	rtrs_core_path_up(&f->c, &f->p[0], 0);
 	assert_false(f->c.gated);
+	done(f);
+}
+
+/* Two users (two RNBD devices) hold through an outage: the requests that
+ * waited go out only when both have resumed. */
+static void the_gate_waits_for_every_user(void **state)
+{
+	struct fake *f = mk(1, 16, RTRS_MP_MIN_INFLIGHT, -1);
+	uint32_t a;
+
+	(void)state;
+	f->c.hold_users = 2;
+	rtrs_core_path_down(&f->c, &f->p[0], true, 0);
+	a = sub(f, RTRS_WRITE, 512, 0);
+	rtrs_core_path_up(&f->c, &f->p[0], 0);
+	assert_true(f->c.gated);
+	rtrs_core_resume(&f->c);		/* the first device re-opened */
+	assert_true(f->c.gated);
+	assert_int_equal(rtrs_core_kick(&f->c, 0), 0);
+	assert_int_equal(f->posted_on[a], -1);
+	rtrs_core_resume(&f->c);		/* and the second */
+	assert_false(f->c.gated);
+	assert_int_equal(rtrs_core_kick(&f->c, 0), 1);
+	assert_int_equal(f->posted_on[a], 0);
+	rtrs_core_resume(&f->c);		/* a stray resume opens nothing */
+	assert_false(f->c.gated);
+	done(f);
+}
+
+static int fix_some(void *ctx, struct rtrs_creq *r)
+{
+	uint32_t *fail_id = ctx;
+
+	if (r->id == *fail_id)
+		return -ESTALE;
+	r->datalen += 1;			/* "rewritten in place" */
+	return 0;
+}
+
+/* Before the gate opens, the layer above fails or rewrites what waits;
+ * the rest keeps its order. */
+static void held_requests_are_fixed_before_they_go(void **state)
+{
+	struct fake *f = mk(1, 16, RTRS_MP_MIN_INFLIGHT, -1);
+	uint32_t a, b, c, fail_id;
+
+	(void)state;
+	f->c.hold_users = 1;
+	rtrs_core_path_down(&f->c, &f->p[0], true, 0);
+	a = sub(f, RTRS_WRITE, 512, 0);
+	b = sub(f, RTRS_WRITE, 512, 0);
+	c = sub(f, RTRS_WRITE, 512, 0);
+	rtrs_core_path_up(&f->c, &f->p[0], 0);
+	fail_id = b;
+	rtrs_core_held_foreach(&f->c, fix_some, &fail_id);
+	assert_int_equal(f->c.nheld, 2);
+	rtrs_core_deliver(&f->c);
+	assert_int_equal(f->conf_err[b], -ESTALE);
+	assert_int_equal(f->conf_err[a], 1);
+	rtrs_core_resume(&f->c);
+	f->nposts = 0;
+	assert_int_equal(rtrs_core_kick(&f->c, 0), 2);
+	assert_int_equal(rtrs_core_req(&f->c, a)->datalen, 513);
+	assert_int_equal(rtrs_core_req(&f->c, c)->datalen, 513);
+	assert_int_equal(f->c.held_head, RTRS_CORE_NONE);
 	done(f);
 }
 
@@ -604,6 +669,8 @@ int main(void)
 		cmocka_unit_test(a_changed_queue_depth_closes_the_path),
 		cmocka_unit_test(link_events_follow_the_last_and_first_path),
 		cmocka_unit_test(after_an_outage_requests_wait_for_resume),
+		cmocka_unit_test(the_gate_waits_for_every_user),
+		cmocka_unit_test(held_requests_are_fixed_before_they_go),
 		cmocka_unit_test(removing_a_path_keeps_round_robin_going),
 		cmocka_unit_test(at_most_128_paths),
 	};
