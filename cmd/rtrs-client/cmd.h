@@ -24,6 +24,8 @@ int cmd_write(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_path(int argc, char **argv);
+int cmd_set(int argc, char **argv);
+int cmd_reset_stats(int argc, char **argv);
 
 #define usage_error(cmd, ...) cli_usage_error(PROG, (cmd), __VA_ARGS__)
 /* getopt's '?': one line naming the unknown option or the one missing its

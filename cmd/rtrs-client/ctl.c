@@ -58,6 +58,11 @@ struct xnode *sess_status_node(const struct sess *ss)
 		}
 	}
 	xnode_set_str(m, "policy", rtrs_mp_policy_str(rtrs_clt_policy(c)));
+	xnode_set_i64(m, "max_reconnect_attempts", rtrs_clt_max_reconnect_attempts(c));
+	if (rtrs_clt_down_timeout(c) == RTRS_CLT_FOREVER)
+		xnode_set_null(m, "down_timeout_ns");
+	else
+		xnode_set_u64(m, "down_timeout_ns", rtrs_clt_down_timeout(c));
 	xnode_set_u64(m, "queue_depth", rtrs_clt_queue_depth(c));
 	xnode_set_u64(m, "max_io", rtrs_clt_max_io(c));
 	xnode_set_u64(m, "inflight", rtrs_clt_inflight(c));
@@ -98,6 +103,48 @@ static int find_path(struct rtrs_clt *c, const char *arg, FILE *out)
 	return i;
 }
 
+/* "set KEY VALUE": a running session's settings, as the kernel's sysfs
+ * (mpath_policy, max_reconnect_attempts). */
+static int ctl_set(struct sess *ss, const char *key, const char *val, FILE *out)
+{
+	struct rtrs_clt *c = ss->clt;
+	enum rtrs_mp_policy pol;
+	const char *e = NULL;
+	int64_t i;
+	uint64_t ns;
+
+	if (!strcmp(key, "policy")) {
+		if (rtrs_mp_policy_parse(val, &pol)) {
+			fprintf(out, "policy: '%s' is not rr, min-inflight or min-latency\n", val);
+			return EXIT_USAGE;
+		}
+		rtrs_clt_set_policy(c, pol);
+	} else if (!strcmp(key, "max-reconnect-attempts")) {
+		if (xparse_i64(val, -1, 9999, &i, &e)) {
+			fprintf(out, "max-reconnect-attempts: '%s' is %s\n", val, e);
+			return EXIT_USAGE;
+		}
+		rtrs_clt_set_max_reconnect_attempts(c, (int32_t)i);
+		ss->o->ro.max_reconnect_attempts = (int32_t)i;
+	} else if (!strcmp(key, "down-timeout")) {
+		if (!strcmp(val, "-1") || !strcmp(val, "forever")) {
+			ns = RTRS_CLT_FOREVER;
+		} else if (xparse_duration(val, 1000000000ull, 0, 365ull * 86400 * 1000000000ull,
+					   &ns, &e)) {
+			fprintf(out, "down-timeout: '%s' is %s\n", val, e);
+			return EXIT_USAGE;
+		}
+		rtrs_clt_set_down_timeout(c, ns);
+		ss->o->ro.down_timeout_ns = ns;	/* what the messages name */
+	} else {
+		fprintf(out, "set: '%s' is not policy, max-reconnect-attempts or down-timeout\n",
+			key);
+		return EXIT_USAGE;
+	}
+	fprintf(out, "%s: %s\n", key, val);
+	return EXIT_OK;
+}
+
 int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 {
 	struct sess *ss = ctx;
@@ -120,8 +167,16 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 		xnode_free(m);
 		return rc ? EXIT_FAIL : EXIT_OK;
 	}
+	if (argc == 1 && !strcmp(argv[0], "reset-stats")) {
+		rtrs_clt_reset_stats(c);
+		fprintf(out, "statistics of session %s reset\n", rtrs_clt_sessname(c));
+		return EXIT_OK;
+	}
+	if (argc == 3 && !strcmp(argv[0], "set"))
+		return ctl_set(ss, argv[1], argv[2], out);
 	if (argc != 3 || strcmp(argv[0], "path")) {
-		fprintf(out, "unknown command (status, path add|remove|disconnect|reconnect|state)\n");
+		fprintf(out, "unknown command (status, set, reset-stats, "
+			"path add|remove|disconnect|reconnect|state)\n");
 		return EXIT_USAGE;
 	}
 	if (!strcmp(argv[1], "add")) {
@@ -425,4 +480,130 @@ int cmd_path(int argc, char **argv)
 	char a0[] = "path";
 
 	return call(cmd, session, ctl, 3, (char *[]){ a0, (char *)verb, (char *)what, NULL });
+}
+
+/* -s and --ctl, which every command on a running session takes. */
+static bool sess_ctl_opt(int c, const char **session, const char **ctl)
+{
+	if (c == 's')
+		*session = optarg;
+	else if (c == OPT_CTL)
+		*ctl = optarg;
+	else
+		return false;
+	return true;
+}
+
+/* The session name of set and reset-stats; 0, or EXIT_USAGE said. */
+static int check_session(const char *cmd, const char *session)
+{
+	if (!session)
+		return usage_error(cmd, "a session name is needed (-s SESSION)");
+	if (rtrs_check_pathname(session))
+		return usage_error(cmd, "-s: '%s': a session name is 1 to 254 characters "
+				   "without '/' or '.'", session);
+	return 0;
+}
+
+int cmd_set(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "session", required_argument, NULL, 's' },
+		{ "ctl", required_argument, NULL, OPT_CTL },
+		{ "policy", required_argument, NULL, OPT_POLICY },
+		{ "max-reconnect-attempts", required_argument, NULL, OPT_MAX_RECONNECT },
+		{ "down-timeout", required_argument, NULL, OPT_DOWN_TIMEOUT },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *session = NULL, *ctl = NULL, *e;
+	/* one slot per setting: the last one given wins, as for options */
+	struct { const char *key; char *val; } set[3] = {
+		{ "policy", NULL }, { "max-reconnect-attempts", NULL }, { "down-timeout", NULL },
+	};
+	bool any = false;
+	enum rtrs_mp_policy pol;
+	int64_t i;
+	uint64_t ns;
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "s:h", lo, NULL)) != -1) {
+		if (sess_ctl_opt(c, &session, &ctl))
+			continue;
+		switch (c) {
+		case OPT_POLICY:
+			if (rtrs_mp_policy_parse(optarg, &pol))
+				return usage_error("set", "--policy: '%s' is not rr, min-inflight or "
+						   "min-latency", optarg);
+			set[0].val = optarg;
+			break;
+		case OPT_MAX_RECONNECT:
+			if (xparse_i64(optarg, -1, 9999, &i, &e))
+				return usage_error("set", "--max-reconnect-attempts: '%s' is %s",
+						   optarg, e);
+			set[1].val = optarg;
+			break;
+		case OPT_DOWN_TIMEOUT:
+			if (strcmp(optarg, "-1") && strcmp(optarg, "forever") &&
+			    xparse_duration(optarg, 1000000000ull, 0, 365ull * 86400 * 1000000000ull,
+					    &ns, &e))
+				return usage_error("set", "--down-timeout: '%s' is %s", optarg, e);
+			set[2].val = optarg;
+			break;
+		case 'h':
+			cmd_usage(stdout, "set");
+			return EXIT_OK;
+		default:
+			return bad_option("set", "s:h", argv);
+		}
+		any |= c == OPT_POLICY || c == OPT_MAX_RECONNECT || c == OPT_DOWN_TIMEOUT;
+	}
+	if (optind < argc)
+		return usage_error("set", "unexpected argument '%s'", argv[optind]);
+	if ((rc = check_session("set", session)))
+		return rc;
+	if (!any)
+		return usage_error("set", "nothing to set (--policy, --max-reconnect-attempts, "
+				   "--down-timeout)");
+	for (unsigned k = 0; k < 3; k++) {
+		char a0[] = "set";
+
+		if (!set[k].val)
+			continue;
+		rc = call("set", session, ctl, 3,
+			  (char *[]){ a0, (char *)set[k].key, set[k].val, NULL });
+		if (rc)
+			return rc;
+	}
+	return EXIT_OK;
+}
+
+int cmd_reset_stats(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "session", required_argument, NULL, 's' },
+		{ "ctl", required_argument, NULL, OPT_CTL },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *session = NULL, *ctl = NULL;
+	char a0[] = "reset-stats";
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "s:h", lo, NULL)) != -1) {
+		if (sess_ctl_opt(c, &session, &ctl))
+			continue;
+		switch (c) {
+		case 'h':
+			cmd_usage(stdout, "reset-stats");
+			return EXIT_OK;
+		default:
+			return bad_option("reset-stats", "s:h", argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error("reset-stats", "unexpected argument '%s'", argv[optind]);
+	if ((rc = check_session("reset-stats", session)))
+		return rc;
+	return call("reset-stats", session, ctl, 1, (char *[]){ a0, NULL });
 }

@@ -25,6 +25,11 @@ static const struct cmd cmds[] = {
 	  "show a running session: paths, states, counters" },
 	{ "path",   cmd_path,   "add|remove|disconnect|reconnect -s SESSION URI|N [--ctl PATH]",
 	  "change the paths of a running session" },
+	{ "set",    cmd_set,    "-s SESSION [--policy P] [--max-reconnect-attempts N]\n"
+	  "                     [--down-timeout DURATION] [--ctl PATH]",
+	  "change a running session's settings" },
+	{ "reset-stats", cmd_reset_stats, "-s SESSION [--ctl PATH]",
+	  "zero a running session's path counters" },
 };
 
 static const struct cli_tool tool = {

@@ -668,5 +668,13 @@ bool rtrs_clt_alive(const struct rtrs_clt *s) { return !rtrs_core_all_closed(&s-
 const char *rtrs_clt_sessname(const struct rtrs_clt *s) { return s->sessname; }
 enum rtrs_mp_policy rtrs_clt_policy(const struct rtrs_clt *s) { return s->core.policy; }
 void rtrs_clt_set_policy(struct rtrs_clt *s, enum rtrs_mp_policy p) { s->core.policy = p; }
+int32_t rtrs_clt_max_reconnect_attempts(const struct rtrs_clt *s) { return s->core.max_attempts; }
+void rtrs_clt_set_max_reconnect_attempts(struct rtrs_clt *s, int32_t n) { s->core.max_attempts = n; }
+uint64_t rtrs_clt_down_timeout(const struct rtrs_clt *s) { return s->core.down_timeout_ns; }
+void rtrs_clt_set_down_timeout(struct rtrs_clt *s, uint64_t ns)
+{
+	s->core.down_timeout_ns = ns;
+	s->core.down_failing = false;	/* the next poll judges by the new bound */
+}
 unsigned rtrs_clt_npaths(const struct rtrs_clt *s) { return s->core.npaths; }
 

@@ -168,6 +168,13 @@ bool rtrs_clt_alive(const struct rtrs_clt *s);
 const char *rtrs_clt_sessname(const struct rtrs_clt *s);
 enum rtrs_mp_policy rtrs_clt_policy(const struct rtrs_clt *s);
 void rtrs_clt_set_policy(struct rtrs_clt *s, enum rtrs_mp_policy p);
+/* A running session's settings, as the kernel's sysfs changes them
+ * (max_reconnect_attempts: -1..9999, taken at the next attempt due;
+ * down_timeout: counted from when the last path went, as at open). */
+int32_t rtrs_clt_max_reconnect_attempts(const struct rtrs_clt *s);
+void rtrs_clt_set_max_reconnect_attempts(struct rtrs_clt *s, int32_t n);
+uint64_t rtrs_clt_down_timeout(const struct rtrs_clt *s);
+void rtrs_clt_set_down_timeout(struct rtrs_clt *s, uint64_t ns);
 
 /* Paths at run time.  idx is the position in the session's list (0..),
  * which shifts down when a path before it is removed. */

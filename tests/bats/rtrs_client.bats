@@ -375,7 +375,7 @@ Try 'rtrs-client read --help'."
 	local bp=$!
 	wait_status e4 'j["activity"] == "bench" and j["paths"][0]["state"] == "connected"'
 	run_clt 0 status -s e4
-	[[ $output == "session      e4"* ]] || die "$output"
+	[[ $output =~ ^session\ +e4$'\n' ]] || die "$output"
 	[[ $output == *"tcp://127.0.0.1:$port  connected"* ]]
 	run_clt 0 path add -s e4 "tcp://127.0.0.2:$port"
 	expect_output "path 1 tcp://127.0.0.2:$port: connected"
@@ -464,6 +464,40 @@ s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64); time.sleep(60)' "$hole" &
 	run_limited 60 rtrs-client 1 bash -c 'ulimit -n 64 && exec "$@"' - "$RTRS_CLIENT" bench \
 		-s nf -p "tcp://127.0.0.1:$port" -d d1 --connections 100 --time 0.3 -q
 	expect_stderr_match "^rtrs-client bench: all paths to nf are down: connection [0-9]+ of 100: .*Too many open files \(the limit on open files is 64: ulimit -n\)$"
+}
+
+@test "set and reset-stats change a running session, as the kernel's sysfs" {
+	local port
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	"$RTRS_CLIENT" bench -s e10 -p "tcp://127.0.0.1:$port" -p "tcp://127.0.0.2:$port" -d d1 \
+		--time 30 --rw randrw --verify -q -o json >"$T/b.json" 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	wait_status e10 'j["activity"] == "bench" and j["policy"] == "min-inflight" and j["max_reconnect_attempts"] == -1 and j["down_timeout_ns"] == 60000000000'
+	run_clt 0 set -s e10 --policy rr --max-reconnect-attempts 3 --down-timeout forever
+	expect_output $'policy: rr\nmax-reconnect-attempts: 3\ndown-timeout: forever'
+	wait_status e10 'j["policy"] == "round-robin" and j["max_reconnect_attempts"] == 3 and j["down_timeout_ns"] is None'
+	run_clt 0 set -s e10 --down-timeout 2s
+	wait_status e10 'j["down_timeout_ns"] == 2000000000'
+	# round robin: both paths take IO
+	wait_status e10 'all(p["reads"] + p["writes"] > 100 for p in j["paths"])'
+	run_clt 0 reset-stats -s e10
+	expect_output "statistics of session e10 reset"
+	run_clt 0 status -s e10 -o json
+	[ "$(json 'all(p["reads"] + p["writes"] < 100000 and p["failovers"] == 0 for p in j["paths"])')" = True ]
+	# bad values are refused before anything is sent
+	run_clt 2 set -s e10 --policy fastest
+	[[ ${stderr%%$'\n'*} == "rtrs-client set: --policy: 'fastest' is not rr, min-inflight or min-latency" ]]
+	run_clt 2 set -s e10 --max-reconnect-attempts -2
+	[[ ${stderr%%$'\n'*} == "rtrs-client set: --max-reconnect-attempts: '-2' is "* ]]
+	run_clt 2 set -s e10
+	[[ ${stderr%%$'\n'*} == "rtrs-client set: nothing to set (--policy, --max-reconnect-attempts, --down-timeout)" ]]
+	run_clt 1 set -s nosuch --policy rr
+	[[ $stderr == "rtrs-client set: no running session nosuch ("* ]]
+	kill -INT $bp
+	wait $bp || die "bench failed: $(cat "$T/b.err")"
 }
 
 # restart_test SERVER-OPTION...: two paths, the server killed -9 and
