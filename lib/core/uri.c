@@ -136,6 +136,42 @@ static int parse_hostport(const char *s, const char *rest, uint16_t default_port
 	return 0;
 }
 
+/* The SRC of SRC@HOST: an IPv4 literal, or an IPv6 one in brackets. */
+static int parse_src(const char *s, const char *src, size_t n, struct xuri *u, char *err,
+		     size_t errlen)
+{
+	bool v6 = n >= 2 && src[0] == '[' && src[n - 1] == ']';
+	const char *a = v6 ? src + 1 : src;
+	size_t an = v6 ? n - 2 : n;
+
+	if (u->scheme != XURI_TCP && u->scheme != XURI_RDMA && u->scheme != XURI_AUTO)
+		return uri_err(err, errlen, "a source address (SRC@) is for tcp:// and rdma:// "
+			       "only, in '%s'", s);
+	if (!an || an >= sizeof(u->src))
+		return uri_err(err, errlen, "invalid source address in '%s'", s);
+	if (v6) {
+		if (!valid_ipv6(a, an))
+			return uri_err(err, errlen, "invalid IPv6 source address '%.*s' in '%s'",
+				       (int)n, src, s);
+	} else {
+		int dots = 0;
+
+		for (size_t i = 0; i < an; i++) {
+			if (a[i] == '.')
+				dots++;
+			else if (!isdigit((unsigned char)a[i]))
+				return uri_err(err, errlen, "the source address '%.*s' in '%s' is not an "
+					       "IP address (an IPv6 one goes in brackets)", (int)n, src, s);
+		}
+		if (dots != 3)
+			return uri_err(err, errlen, "invalid source address '%.*s' in '%s'",
+				       (int)n, src, s);
+	}
+	memcpy(u->src, a, an);
+	u->src[an] = '\0';
+	return 0;
+}
+
 int xuri_parse(const char *s, uint16_t default_port, struct xuri *u, char *err, size_t errlen)
 {
 	const char *rest, *sep;
@@ -166,6 +202,14 @@ int xuri_parse(const char *s, uint16_t default_port, struct xuri *u, char *err, 
 		strcpy(u->name, rest);
 		return 0;
 	}
+	sep = strchr(rest, '@');
+	if (sep) {
+		int rc = parse_src(s, rest, (size_t)(sep - rest), u, err, errlen);
+
+		if (rc)
+			return rc;
+		rest = sep + 1;
+	}
 	return parse_hostport(s, rest, default_port, u, err, errlen);
 }
 
@@ -183,10 +227,14 @@ int xuri_format(const struct xuri *u, char *buf, size_t len)
 			scheme = scheme_names[u->scheme];
 			sep = "://";
 		}
+		char src[80] = "";
+
+		if (u->src[0])
+			snprintf(src, sizeof(src), strchr(u->src, ':') ? "[%s]@" : "%s@", u->src);
 		if (strchr(u->host, ':'))
-			n = snprintf(buf, len, "%s%s[%s]:%u", scheme, sep, u->host, u->port);
+			n = snprintf(buf, len, "%s%s%s[%s]:%u", scheme, sep, src, u->host, u->port);
 		else
-			n = snprintf(buf, len, "%s%s%s:%u", scheme, sep, u->host, u->port);
+			n = snprintf(buf, len, "%s%s%s%s:%u", scheme, sep, src, u->host, u->port);
 	}
 	if (n < 0)
 		return -EINVAL;

@@ -1,7 +1,10 @@
 /* Transport addresses (DESIGN.md "Addresses are URIs"):
  *   shm://NAME  tcp://HOST:PORT  udp://HOST:PORT  rdma://HOST:PORT
  *   ud://HOST:PORT  and bare HOST:PORT (scheme AUTO: RDMA when present).
- * IPv6 literals go in brackets: tcp://[::1]:7000, [fe80::1%eth0]:7000. */
+ * IPv6 literals go in brackets: tcp://[::1]:7000, [fe80::1%eth0]:7000.
+ * A connection may name the local address it leaves from, as the kernel's
+ * RTRS path=[src@]dst: tcp://SRC@HOST:PORT, rdma://[fe80::1%eth1]@[...]:P
+ * (SRC an IP literal; tcp, rdma and bare addresses only). */
 #ifndef XPRT_CORE_URI_H
 #define XPRT_CORE_URI_H
 
@@ -17,6 +20,7 @@ struct xuri {
 	char host[256]; /* hostname or IP literal, without [] for IPv6 */
 	uint16_t port;
 	char name[128]; /* shm:// only */
+	char src[64];	/* local IP literal to connect from ("" none), no [] */
 };
 
 /* Schemes are matched case-insensitively.  Hosts are 1..255 characters of

@@ -424,7 +424,7 @@ static struct xrc *rdma_connect_(const struct xuri *u, const struct xrc_opts *o,
 {
 	uint64_t deadline = xrdma_now_ns() + o->timeout_ns;
 	struct rdma_conn_param cp;
-	struct sockaddr_storage dst;
+	struct sockaddr_storage dst, src;
 	struct rdma_cm_event *ev;
 	struct rconn *c;
 	char us[300];
@@ -450,7 +450,15 @@ static struct xrc *rdma_connect_(const struct xuri *u, const struct xrc_opts *o,
 		snprintf(err, errlen, "%s: tos %u: %s", us, o->tos, strerror(-rc));
 		goto free_conn;
 	}
-	rc = xrdma_resolve(c->id, NULL, (struct sockaddr *)&dst, deadline, us, err, errlen);
+	if (u->src[0]) {	/* SRC@HOST: leave from that address (its device) */
+		struct xuri su = { .scheme = u->scheme, .port = 0 };
+
+		snprintf(su.host, sizeof(su.host), "%s", u->src);
+		if ((rc = xrdma_sockaddr(&su, true, &src, err, errlen)))
+			goto free_conn;
+	}
+	rc = xrdma_resolve(c->id, u->src[0] ? (struct sockaddr *)&src : NULL,
+			   (struct sockaddr *)&dst, deadline, us, err, errlen);
 	if (rc)
 		goto free_conn;
 	rc = conn_setup(c, o, us, err, errlen);

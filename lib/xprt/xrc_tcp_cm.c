@@ -148,7 +148,29 @@ static const char *conn_errstr(int e)
 {
 	return e == ECONNREFUSED ? "connection refused" :
 	       e == ETIMEDOUT ? "timed out" :
-	       e == ECONNRESET ? "connection closed by peer" : strerror(e);
+	       e == ECONNRESET ? "connection closed by peer" :
+	       e == EADDRNOTAVAIL ? "the source address is not one of this host's" :
+	       e == EAFNOSUPPORT ? "the source and destination addresses are of different families" :
+	       strerror(e);
+}
+
+/* Binds fd to the URI's source address (SRC@HOST), port any; 0 or an
+ * errno (EAFNOSUPPORT: SRC is of another family than this destination). */
+static int bind_src(int fd, const struct xuri *u, int family)
+{
+	struct addrinfo hints = { .ai_family = family, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICHOST | AI_PASSIVE };
+	struct addrinfo *ai;
+	int e = 0;
+
+	if (!u->src[0])
+		return 0;
+	if (getaddrinfo(u->src, NULL, &hints, &ai))
+		return EAFNOSUPPORT;
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0)
+		e = errno;
+	freeaddrinfo(ai);
+	return e;
 }
 
 static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, const void *priv,
@@ -183,6 +205,11 @@ static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, c
 			continue;
 		}
 		sock_setup(fd, a->ai_family, o->tos);
+		if ((e = bind_src(fd, u, a->ai_family))) {
+			close(fd);
+			fd = -1;
+			continue;
+		}
 		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
 			break;
 		e = errno;

@@ -500,6 +500,33 @@ s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64); time.sleep(60)' "$hole" &
 	wait $bp || die "bench failed: $(cat "$T/b.err")"
 }
 
+@test "a path may name its source address (SRC@HOST), as the kernel's path=[src@]dst" {
+	local port
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	"$RTRS_CLIENT" bench -s e11 -p "tcp://127.0.0.3@127.0.0.1:$port" \
+		-p "tcp://127.0.0.4@127.0.0.1:$port" -d d1 --time 30 --rw randrw --verify --policy rr \
+		-q -o json >"$T/b.json" 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	wait_status e11 'j["activity"] == "bench" and [p["uri"] for p in j["paths"]] == ["tcp://127.0.0.3@127.0.0.1:'"$port"'", "tcp://127.0.0.4@127.0.0.1:'"$port"'"] and all(p["reads"] + p["writes"] > 0 for p in j["paths"])'
+	# the server sees the two paths coming from those addresses
+	run --separate-stderr "$RTRS_SERVER" status --ctl "$T/srv.sock" -o json
+	[ "$status" -eq 0 ] || die "server status: $stderr"
+	python3 -c 'import json, sys
+j = json.loads(sys.argv[1])
+peers = sorted(p["peer"].rsplit(":", 1)[0] for p in j["paths"] if p["session"] == "e11")
+assert peers == ["127.0.0.3", "127.0.0.4"], peers' "$output" || die "server paths: $output"
+	kill -INT $bp
+	wait $bp || die "bench failed: $(cat "$T/b.err")"
+	# an address that is not ours: one line, exit 1
+	run_clt 1 read -s e11 -p "tcp://192.0.2.1@127.0.0.1:$port" -d d1 --length 4k
+	expect_stderr_line "rtrs-client read: all paths to e11 are down: tcp://192.0.2.1@127.0.0.1:$port: the source address is not one of this host's"
+	run_clt 1 read -s e11 -p "tcp://127.0.0.1@[::1]:$port" -d d1 --length 4k
+	expect_stderr_line "rtrs-client read: all paths to e11 are down: tcp://127.0.0.1@[::1]:$port: the source and destination addresses are of different families"
+}
+
 # restart_test SERVER-OPTION...: two paths, the server killed -9 and
 # started again within the reconnect window: the device is opened again and
 # the IO that waited goes on, nothing lost.

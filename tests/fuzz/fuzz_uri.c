@@ -24,7 +24,7 @@ static void check(const char *s, uint16_t dport)
 	if (xuri_parse(canon, 0, &b, err, sizeof(err)) != 0)
 		abort();
 	if (a.scheme != b.scheme || a.port != b.port || strcmp(a.host, b.host) != 0 ||
-	    strcmp(a.name, b.name) != 0)
+	    strcmp(a.name, b.name) != 0 || strcmp(a.src, b.src) != 0)
 		abort();
 }
 

@@ -142,6 +142,40 @@ static void test_format(void **state)
 	assert_int_equal(xuri_format(&u, buf, sizeof(buf)), -EINVAL);
 }
 
+/* SRC@HOST: the local address a connection leaves from (the kernel's
+ * path=[src@]dst); it is part of the canonical form. */
+static void test_source(void **state)
+{
+	struct xuri u;
+	char buf[128], err[256];
+
+	(void)state;
+	assert_int_equal(xuri_parse("tcp://127.0.0.2@127.0.0.1:1234", 0, &u, err, sizeof(err)), 0);
+	assert_string_equal(u.src, "127.0.0.2");
+	assert_string_equal(u.host, "127.0.0.1");
+	assert_int_equal(u.port, 1234);
+	assert_int_equal(xuri_format(&u, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "tcp://127.0.0.2@127.0.0.1:1234");
+	assert_int_equal(xuri_parse("rdma://[fe80::1%eth1]@[fe80::2%eth1]", 1234, &u, err,
+				    sizeof(err)), 0);
+	assert_string_equal(u.src, "fe80::1%eth1");
+	assert_string_equal(u.host, "fe80::2%eth1");
+	assert_int_equal(xuri_format(&u, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "rdma://[fe80::1%eth1]@[fe80::2%eth1]:1234");
+	assert_int_equal(xuri_parse("10.0.0.1@server:7", 0, &u, err, sizeof(err)), 0);
+	assert_string_equal(u.src, "10.0.0.1");
+	assert_string_equal(u.host, "server");
+	/* no source: empty */
+	assert_int_equal(xuri_parse("tcp://h:1", 0, &u, err, sizeof(err)), 0);
+	assert_string_equal(u.src, "");
+	bad("tcp://myhost@h:1", 0, "the source address 'myhost' in 'tcp://myhost@h:1' is not an IP address (an IPv6 one goes in brackets)");
+	bad("tcp://::1@h:1", 0, "the source address '::1' in 'tcp://::1@h:1' is not an IP address (an IPv6 one goes in brackets)");
+	bad("tcp://1.2.3@h:1", 0, "invalid source address '1.2.3' in 'tcp://1.2.3@h:1'");
+	bad("tcp://@h:1", 0, "invalid source address in 'tcp://@h:1'");
+	bad("udp://1.2.3.4@h:1", 0, "a source address (SRC@) is for tcp:// and rdma:// only, in 'udp://1.2.3.4@h:1'");
+	bad("tcp://[zz]@h:1", 0, "invalid IPv6 source address '[zz]' in 'tcp://[zz]@h:1'");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -149,6 +183,7 @@ int main(void)
 		cmocka_unit_test(test_shm),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_format),
+		cmocka_unit_test(test_source),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
