@@ -310,6 +310,9 @@ static void handle_job(struct shmcm_conn *c, struct job *j)
 		ev.type = SHMCM_EV_CON_PKT;
 		ev.con_type = j->con_type;
 		ev.cno = j->cno;
+		/* published before the packet that it explains */
+		ev.peer_closed = atomic_load_explicit(&c->peer->last_reason, memory_order_acquire) ==
+				 SHMCM_R_CLOSED;
 		cm_event(c, &ev);
 		break;
 	case JOB_INTERNAL:

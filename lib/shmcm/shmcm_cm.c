@@ -92,9 +92,12 @@ static void handle_con_pkt(struct shmcm_cm *cm, const struct shmcm_cm_ev *ev,
 	case SHMCM_CON_ACK:
 		return;
 	case SHMCM_CON_RST:
+		/* clean only when both directions ended at both ends: ours
+		 * may have ended on our side without the peer having our
+		 * CON_FIN (it reset first: a signal, a failed output) */
 		if (ev->cno == cm->peer_cno)
-			become_disconnected(cm, out, both_done(cm) ? SHMCM_R_CLOSED : SHMCM_R_PEER_RST,
-					    false);
+			become_disconnected(cm, out, both_done(cm) && ev->peer_closed ?
+					    SHMCM_R_CLOSED : SHMCM_R_PEER_RST, false);
 		return;
 	case SHMCM_CON_FIN:
 		if (ev->cno != cm->peer_cno)

@@ -81,6 +81,9 @@ struct shmcm_cm_ev {
 	uint16_t cno;		/* SHMCM_EV_CON_PKT */
 	bool peer_activity;	/* SHMCM_EV_TICK: peer sent something since last tick */
 	bool tx_idle;		/* SHMCM_EV_TICK: peer has consumed all we sent */
+	/* SHMCM_EV_CON_PKT CON_RST: the peer recorded its reset as a clean
+	 * close (it had our CON_FIN too), in the mailbox before sending it */
+	bool peer_closed;
 };
 
 struct shmcm_cm_out {

@@ -102,7 +102,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		if (shmcm_decode(slot, len, MRU, &p) == SHMCM_OK) {
 			if (p.type == SHMCM_CON_PKT) {
 				ev = (struct shmcm_cm_ev){ .type = SHMCM_EV_CON_PKT,
-							   .con_type = p.con.type, .cno = p.con.cno };
+							   .con_type = p.con.type, .cno = p.con.cno,
+							   .peer_closed = p.con.cno & 1 };
 				feed(&cm, &ev, &r, &deliver);
 			} else if (deliver && p.u.cno == cm.peer_cno) {
 				struct shmcm_msg m;

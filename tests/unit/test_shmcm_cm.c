@@ -28,6 +28,17 @@ static struct shmcm_cm_out pkt(struct shmcm_cm *cm, uint32_t type, uint16_t cno)
 	return o;
 }
 
+/* A CON_RST; peer_closed: what the peer recorded in the mailbox. */
+static struct shmcm_cm_out rst(struct shmcm_cm *cm, uint16_t cno, bool peer_closed)
+{
+	struct shmcm_cm_ev e = { .type = SHMCM_EV_CON_PKT, .con_type = SHMCM_CON_RST,
+				 .cno = cno, .peer_closed = peer_closed };
+	struct shmcm_cm_out o;
+
+	shmcm_cm_handle(cm, &e, &o);
+	return o;
+}
+
 static struct shmcm_cm_out tick(struct shmcm_cm *cm, bool activity, bool tx_idle)
 {
 	struct shmcm_cm_ev e = { .type = SHMCM_EV_TICK, .peer_activity = activity,
@@ -427,11 +438,18 @@ static void test_fin_both_then_close(void **s)
 	connected(&cm, 1, 5);
 	pkt(&cm, SHMCM_CON_FIN, 5);
 	ev(&cm, SHMCM_EV_SHUTDOWN);
-	o = pkt(&cm, SHMCM_CON_RST, 5);
+	o = rst(&cm, 5, true);
 	assert_true(o.disconnected);
 	assert_int_equal(o.reason, SHMCM_R_CLOSED);
 	assert_int_equal(cm.last_reason, SHMCM_R_CLOSED);
 	assert_int_equal(o.nsend, 0);
+	/* the peer reset without having had our CON_FIN (its record says
+	 * so): not clean, whatever we had sent and received */
+	connected(&cm, 1, 5);
+	pkt(&cm, SHMCM_CON_FIN, 5);
+	ev(&cm, SHMCM_EV_SHUTDOWN);
+	o = rst(&cm, 5, false);
+	assert_int_equal(o.reason, SHMCM_R_PEER_RST);
 
 	connected(&cm, 1, 5);
 	ev(&cm, SHMCM_EV_SHUTDOWN);
