@@ -1,6 +1,6 @@
 /* Big- and little-endian loads and stores of 16, 32 and 64-bit fields at
  * any byte address: what every wire codec uses to read and write its
- * explicit-order fields (STYLE.md 2).  Network-order formats (SHMCM, ports,
+ * explicit-order fields, never a struct cast over a buffer.  Network-order formats (SHMCM, ports,
  * probes) use the _be helpers; the Linux kernel's RTRS and RNBD messages are
  * little-endian (__le16/__le32/__le64) and use the _le ones.  memcpy keeps
  * unaligned access legal; compilers turn each into one load or store plus,

@@ -1,5 +1,5 @@
 /* What every tool's argument parsing shares: the exit status and the one-line
- * usage errors (STYLE.md 4).  For cmd/<tool>/ only: unlike the rest of the
+ * usage errors.  For cmd/<tool>/ only: unlike the rest of the
  * library these print, to stderr, since reporting a usage error to the user
  * is all they are for. */
 #ifndef XPRT_CORE_CLI_H
@@ -45,7 +45,7 @@ void cli_stop_handlers(void);
  * descriptors); best effort. */
 void cli_raise_nofile(void);
 
-/* Table-driven subcommands (STYLE.md 4). */
+/* Table-driven subcommands: a name, its function, its usage and help. */
 struct cmd {
 	const char *name;
 	int (*fn)(int argc, char **argv);

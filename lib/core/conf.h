@@ -1,7 +1,7 @@
 /* YAML config files (libyaml's parser) into an xnode tree.
  *
  * The core is sans-I/O: xconf_parse takes the text, so the fuzzer drives it
- * directly (STYLE.md 3); xconf_load is the thin file-reading wrapper.
+ * directly (in tests too); xconf_load is the thin file-reading wrapper.
  *
  * The top level must be a mapping (an empty document is an empty map).
  * Scalars become XN_STR whatever they look like; callers convert with

@@ -1,5 +1,5 @@
 /* One entry point for every structured output: aligned text for humans,
- * YAML (libyaml's emitter) and JSON for programs (STYLE.md 9). */
+ * YAML (libyaml's emitter) and JSON for programs. */
 #ifndef XPRT_CORE_EMIT_H
 #define XPRT_CORE_EMIT_H
 

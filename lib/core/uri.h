@@ -1,4 +1,4 @@
-/* Transport addresses (DESIGN.md "Addresses are URIs"):
+/* Transport addresses, as URIs:
  *   shm://NAME  tcp://HOST:PORT  udp://HOST:PORT  rdma://HOST:PORT
  *   ud://HOST:PORT  and bare HOST:PORT (scheme AUTO: RDMA when present).
  * IPv6 literals go in brackets: tcp://[::1]:7000, [fe80::1%eth0]:7000.

@@ -1,8 +1,8 @@
-/* The GM port protocol with no I/O (DESIGN.md "Protocol engines are
- * sans-I/O"): ports, tokens, size classes, per-stream sequencing, the
- * per-priority fragment scheduler, receiver refusal (NACK) with retry and
- * timeout, stream stop/resume/drop, and the per-port queues of receive
- * events and send completions.  Time comes in as an argument (ns, any
+/* The GM port protocol with no I/O (an engine, sans-I/O): ports, tokens,
+ * size classes, per-stream sequencing, the per-priority fragment
+ * scheduler, receiver refusal (NACK) with retry and timeout, stream
+ * stop/resume/drop, and the per-port queues of receive events and send
+ * completions.  Time comes in as an argument (ns, any
  * monotonic origin).
  *
  * The I/O layer (port.c) owns the links.  For each node it

@@ -1,7 +1,7 @@
 /* RDMA device discovery and transport auto-selection; see xdev.h.
  *
- * "No RDMA" comes in several shapes (DESIGN.md "Addresses are URIs"):
- * ibv_get_device_list() returning NULL with errno ENOSYS (no
+ * "No RDMA" (which sends an address without a scheme to tcp) comes in
+ * several shapes: ibv_get_device_list() returning NULL with errno ENOSYS (no
  * /sys/class/infiniband_verbs at all), zero devices, or devices whose ports
  * are all down.  Each becomes one plain line; nothing here ever mentions a
  * resolver error. */

@@ -1,6 +1,5 @@
-/* RDMA device discovery and transport auto-selection (DESIGN.md
- * "Addresses are URIs": a bare HOST:PORT means RDMA when an active RDMA
- * device exists, sockets otherwise). */
+/* RDMA device discovery and transport auto-selection (a bare HOST:PORT
+ * means RDMA when an active RDMA device exists, sockets otherwise). */
 #ifndef XPRT_XDEV_H
 #define XPRT_XDEV_H
 

@@ -1,4 +1,4 @@
-/* Datagram (UD) service class, DESIGN.md "Transports": unreliable,
+/* Datagram (UD) service class: unreliable,
  * unordered datagrams of at most the path MTU, received into buffers the
  * endpoint keeps posted.  Backends:
  *

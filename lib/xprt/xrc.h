@@ -1,4 +1,4 @@
-/* Reliable-connection (RC) service class, DESIGN.md "Transports": the verbs
+/* Reliable-connection (RC) service class: the verbs
  * model -- post work requests, poll completions -- with two backends:
  *
  *   rdma://  real RC queue pairs set up through librdmacm (xrc_rdma.c)
@@ -6,7 +6,7 @@
  *            the receiver checks key and bounds before it applies a write
  *            or serves a read (xrc_tcp.c, framing in xrc_tcp_wire.h)
  *
- * Completion rules (seed 002, InfiniBand midlayer; DESIGN.md), in every
+ * Completion rules (seed 002, InfiniBand midlayer), in every
  * backend:
  *   - a completion is only ever returned by xrc_poll(); no post call
  *     completes anything or calls back into the caller;

@@ -4,7 +4,7 @@
  * Connection setup is rdma_cm's, unchanged: the caller's private data is
  * the REQ/REP/REJ private data, byte for byte, with no header of ours in
  * front.  That keeps rdma:// wire-compatible with kernel ULPs (RTRS puts
- * its conn_req/conn_rsp at offset 0, DESIGN.md "Wire compatibility").  Two
+ * its conn_req/conn_rsp at offset 0).  Two
  * consequences, documented in xrc(7)-to-be and relied on by the RTRS code:
  *   - the CM hands private data over padded with zeros to its fixed size
  *     (a REQ carries 56 bytes, a REP 196, a REJ 148 on IB/RoCE), so the

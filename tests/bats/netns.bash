@@ -1,6 +1,6 @@
-# Two "hosts" in network namespaces for multi-path and fault tests (issue 4
-# section 4: two veth paths in 198.18.0.0/15, cut one, shape them; issue 5:
-# drop a share of the datagrams with nftables).  Only our own namespaces
+# Two "hosts" in network namespaces for multi-path and fault tests (two veth
+# paths in 198.18.0.0/15, cut one, shape them; drop a share of the
+# datagrams with nftables).  Only our own namespaces
 # carry traffic.
 #
 #   netns_setup N          client and server namespaces joined by N veth

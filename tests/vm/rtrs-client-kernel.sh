@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Our rtrs-client against the kernel's rtrs-server + rnbd-server, over
-# rdma:// on Soft-RoCE, run inside the VM (the interop contract of issue 4):
+# rdma:// on Soft-RoCE, run inside the VM (the interop contract):
 # it writes a random pattern to a brd ram disk the kernel exports, reads it
 # back through the server and checks the server's device byte for byte,
 # with the kernel server's always_invalidate=Y (rkey_rsp after every IO)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Our rtrs-server against the Linux kernel's rnbd-client, over rdma:// on
-# Soft-RoCE, inside the VM (issue 4's contract): the kernel client maps a
+# Soft-RoCE, inside the VM (the interop contract): the kernel client maps a
 # file and a brd ram disk served by rtrs-server, writes a random pattern
 # with O_DIRECT, reads it back identical (and finds it in the server's
 # backing store), and unmaps cleanly -- with --always-invalidate on and
