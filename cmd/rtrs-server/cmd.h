@@ -23,6 +23,8 @@
 
 int cmd_serve(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_disconnect(int argc, char **argv);
+int cmd_force_close(int argc, char **argv);
 
 /* "rtrs-server [CMD]: msg" to stderr (the usage hint with a command);
  * EXIT_USAGE.  cmd NULL for the implicit serve. */

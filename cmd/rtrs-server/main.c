@@ -15,6 +15,10 @@ static const struct cmd cmds[] = {
 	  "export files and block devices until SIGINT/SIGTERM (the default command)" },
 	{ "status", cmd_status, "[--ctl PATH] [-o text|yaml|json]",
 	  "sessions, paths, counters and exports of a running server" },
+	{ "disconnect", cmd_disconnect, "SESSION [PATH] [--ctl PATH]",
+	  "close a session's paths, or one (its number or ADDR:PORT); the client reconnects" },
+	{ "force-close", cmd_force_close, "SESSION DEVICE [--ctl PATH]",
+	  "close a device (export name or id) a session has open" },
 };
 
 static const struct cli_tool tool = {

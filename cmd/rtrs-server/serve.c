@@ -26,7 +26,75 @@ struct serve_state {
 	struct srv_conf *c;
 };
 
-/* The control socket: "status [text|yaml|json]". */
+static struct rtrs_srv_sess *find_sess(struct rtrs_srv *srv, const char *name, FILE *out)
+{
+	for (struct rtrs_srv_sess *s = rtrs_srv_sess_next(srv, NULL); s;
+	     s = rtrs_srv_sess_next(srv, s))
+		if (!strcmp(rtrs_srv_sess_name(s), name))
+			return s;
+	fprintf(out, "no session '%s'\n", name);
+	return NULL;
+}
+
+/* "disconnect SESSION [PATH]": one path (its number in status, or its
+ * peer ADDR:PORT), or all of them -- the kernel's sysfs disconnect. */
+static int ctl_disconnect(struct serve_state *st, int argc, char **argv, FILE *out)
+{
+	struct rtrs_srv_sess *s = find_sess(st->srv, argv[1], out);
+	struct rtrs_srv_path_info pi;
+	unsigned n, done = 0;
+	const char *e;
+	uint64_t idx;
+
+	if (!s)
+		return EXIT_FAIL;
+	n = rtrs_srv_sess_paths(s);
+	for (unsigned i = 0; i < n; i++) {
+		if (rtrs_srv_path_get(s, i, &pi))
+			continue;
+		if (argc == 3 && strcmp(pi.peer, argv[2]) &&
+		    (xparse_u64(argv[2], 0, 1000000, &idx, &e) || idx != i))
+			continue;
+		if (rtrs_srv_path_disconnect(s, i) == 0) {
+			fprintf(out, "path %u of session %s (%s): disconnected\n", i, argv[1], pi.peer);
+			done++;
+		}
+	}
+	if (!done) {
+		fprintf(out, argc == 3 ? "session %s has no path %s to disconnect\n" :
+			"session %s has no path to disconnect\n", argv[1], argc == 3 ? argv[2] : "");
+		return EXIT_FAIL;
+	}
+	return EXIT_OK;
+}
+
+/* "force-close SESSION DEVICE": a device (export name or id) closed for
+ * that session, as the kernel's rnbd-server force_close. */
+static int ctl_force_close(struct serve_state *st, char **argv, FILE *out)
+{
+	struct rtrs_srv_sess *s = find_sess(st->srv, argv[1], out);
+	struct rnbd_dev_info di;
+	const char *e;
+	uint64_t id;
+	bool by_id;
+
+	if (!s)
+		return EXIT_FAIL;
+	by_id = !xparse_u64(argv[2], 0, UINT32_MAX, &id, &e);
+	for (unsigned i = 0; rnbd_srv_sess_dev_get(s, i, &di) == 0; i++) {
+		if (by_id ? di.device_id != id : strcmp(di.export, argv[2]))
+			continue;
+		fprintf(out, "device %u (%s) of session %s: closed\n", di.device_id, di.export,
+			argv[1]);
+		rnbd_srv_sess_dev_close(s, di.device_id);
+		return EXIT_OK;
+	}
+	fprintf(out, "session %s has no device %s open\n", argv[1], argv[2]);
+	return EXIT_FAIL;
+}
+
+/* The control socket: "status [text|yaml|json]", "disconnect SESSION
+ * [PATH]", "force-close SESSION DEVICE". */
 static int ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 {
 	struct serve_state *st = ctx;
@@ -34,8 +102,12 @@ static int ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 	struct xnode *root;
 	int rc;
 
+	if (!strcmp(argv[0], "disconnect") && (argc == 2 || argc == 3))
+		return ctl_disconnect(st, argc, argv, out);
+	if (!strcmp(argv[0], "force-close") && argc == 3)
+		return ctl_force_close(st, argv, out);
 	if (strcmp(argv[0], "status")) {
-		fprintf(out, "unknown command '%s' (status)\n", argv[0]);
+		fprintf(out, "unknown command '%s' (status, disconnect, force-close)\n", argv[0]);
 		return EXIT_USAGE;
 	}
 	if (argc > 1 && xfmt_parse(argv[1], &fmt) < 0) {

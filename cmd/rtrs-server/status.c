@@ -11,6 +11,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -215,4 +217,73 @@ int cmd_status(int argc, char **argv)
 	if (rc < 0)
 		return fail("status: %s", err);
 	return rc;
+}
+
+/* disconnect and force-close: positional arguments (min..max of them) and
+ * --ctl, sent to the running server; its one-line answer goes to stdout,
+ * or to stderr named after us when it refused. */
+static int ctl_command(int argc, char **argv, const char *cmd, int min, int max)
+{
+	static const struct option lo[] = {
+		{ "ctl", required_argument, NULL, 'C' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	char path[108] = "", err[512], *args[4], *ans = NULL;
+	size_t len = 0;
+	FILE *mem;
+	int o, rc, n;
+
+	optind = 1;
+	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (o) {
+		case 'C':
+			if (!optarg[0] || strlen(optarg) >= sizeof(path))
+				return usage_error(cmd, "--ctl: a socket path of 1 to %zu bytes",
+						   sizeof(path) - 1);
+			snprintf(path, sizeof(path), "%s", optarg);
+			break;
+		case 'h':
+			cmd_usage(stdout, cmd);
+			return EXIT_OK;
+		default:
+			return bad_option(cmd, "h", argv);
+		}
+	}
+	n = argc - optind;
+	if (n < min)
+		return usage_error(cmd, min == 2 && n == 1 ? "a device is needed (export name or id)" :
+				   "a session name is needed");
+	if (n > max)
+		return usage_error(cmd, "unexpected argument '%s'", argv[optind + max]);
+	if (!path[0] && (rc = xctl_default_path(CTL_NAME, path, sizeof(path))) < 0)
+		return fail("%s: control socket: %s", cmd, strerror(-rc));
+	args[0] = (char *)cmd;
+	for (int i = 0; i < n; i++)
+		args[1 + i] = argv[optind + i];
+	mem = open_memstream(&ans, &len);
+	if (!mem)
+		return fail("%s: out of memory", cmd);
+	rc = xctl_call(path, 1 + n, args, mem, err, sizeof(err));
+	fclose(mem);
+	if (rc == -ENOENT || rc == -ECONNREFUSED)
+		rc = fail("%s: no rtrs-server answers at %s (not running? --ctl PATH)", cmd, path);
+	else if (rc < 0)
+		rc = fail("%s: %s", cmd, err);
+	else if (rc == 0)
+		fwrite(ans, 1, len, stdout);
+	else
+		fprintf(stderr, PROG " %s: %s", cmd, ans ? ans : "\n");
+	free(ans);
+	return rc;
+}
+
+int cmd_disconnect(int argc, char **argv)
+{
+	return ctl_command(argc, argv, "disconnect", 1, 2);
+}
+
+int cmd_force_close(int argc, char **argv)
+{
+	return ctl_command(argc, argv, "force-close", 2, 2);
 }

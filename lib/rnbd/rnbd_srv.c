@@ -448,6 +448,13 @@ static int do_open(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen, 
 	return 0;
 }
 
+static void dev_close(struct sess_dev *d)
+{
+	rnbd_put_open_perm(d->mode, &d->ex->writers);
+	d->ex->opens--;
+	d->used = false;
+}
+
 static int do_close(struct rnbd_sess *rs, const void *usr, uint32_t usrlen)
 {
 	struct rnbd_close m;
@@ -456,11 +463,19 @@ static int do_close(struct rnbd_sess *rs, const void *usr, uint32_t usrlen)
 	if (rnbd_close_decode(usr, usrlen, &m) < 0)
 		return -EINVAL;
 	d = dev_get(rs, m.device_id);
+	if (d)		/* process_msg_close: an unknown id is no error */
+		dev_close(d);
+	return 0;
+}
+
+int rnbd_srv_sess_dev_close(struct rtrs_srv_sess *s, uint32_t device_id)
+{
+	struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
+	struct sess_dev *d = rs ? dev_get(rs, device_id) : NULL;
+
 	if (!d)
-		return 0;	/* process_msg_close: an unknown id is no error */
-	rnbd_put_open_perm(d->mode, &d->ex->writers);
-	d->ex->opens--;
-	d->used = false;
+		return -ENOENT;
+	dev_close(d);
 	return 0;
 }
 

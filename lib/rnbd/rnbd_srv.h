@@ -98,6 +98,9 @@ struct rnbd_dev_info {
 /* The devices session s has open (0 when it has none or is not RNBD's). */
 unsigned rnbd_srv_sess_devs(const struct rtrs_srv_sess *s);
 int rnbd_srv_sess_dev_get(const struct rtrs_srv_sess *s, unsigned idx, struct rnbd_dev_info *di);
+/* Closes device_id of session s as if the client had (the kernel's
+ * force_close): later IO for it fails on that session.  0, -ENOENT. */
+int rnbd_srv_sess_dev_close(struct rtrs_srv_sess *s, uint32_t device_id);
 /* The protocol version the session negotiated (0 before SESS_INFO). */
 uint8_t rnbd_srv_sess_ver(const struct rtrs_srv_sess *s);
 

@@ -954,6 +954,20 @@ int rtrs_srv_path_get(const struct rtrs_srv_sess *s, unsigned idx, struct rtrs_s
 	return 0;
 }
 
+int rtrs_srv_path_disconnect(struct rtrs_srv_sess *s, unsigned idx)
+{
+	struct srv_path *p = s->paths;
+
+	while (p && idx--)
+		p = p->next;
+	if (!p)
+		return -ENOENT;
+	if (p->state == RTRS_SRV_CLOSING)
+		return -EALREADY;
+	srv_path_close(p, "disconnected by request");
+	return 0;
+}
+
 void rtrs_srv_get_info(const struct rtrs_srv *srv, struct rtrs_srv_info *in)
 {
 	memset(in, 0, sizeof(*in));

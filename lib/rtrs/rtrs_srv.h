@@ -160,6 +160,10 @@ struct rtrs_srv_path_info {
 unsigned rtrs_srv_sess_paths(const struct rtrs_srv_sess *s);
 /* 0, or -ENOENT when idx is out of range. */
 int rtrs_srv_path_get(const struct rtrs_srv_sess *s, unsigned idx, struct rtrs_srv_path_info *pi);
+/* Closes path idx of s, as the kernel's sysfs disconnect: its requests
+ * are answered first, the client sees the path fail and reconnects it.
+ * 0, -ENOENT, -EALREADY (closing already).  Between polls. */
+int rtrs_srv_path_disconnect(struct rtrs_srv_sess *s, unsigned idx);
 
 struct rtrs_srv_info {
 	uint32_t queue_depth, chunk_size, max_io_size;

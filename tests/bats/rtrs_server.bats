@@ -326,3 +326,52 @@ io_threads_roundtrip() {
 	run_srv 0 status --ctl "$CTL" -o json
 	[ "$(json 'j["server"]["paths_closed"]')" -ge 1 ]
 }
+
+# clt_status EXPR: until the client session srvctl's status makes EXPR true
+# (a python expression over j; at most 20 s)
+clt_status() {
+	local i
+	for i in $(seq 1 200); do
+		run --separate-stderr "$RTRS_CLIENT" status -s srvctl -o json
+		[ "$status" -eq 0 ] && [ "$(json "$1")" = True ] && return 0
+		sleep 0.1
+	done
+	die "client status never had $1: $output $stderr"
+}
+
+@test "disconnect and force-close: a session's paths and devices closed from the server, as the kernel's sysfs" {
+	need_client
+	truncate -s 4M "$T/other.img"
+	start_server -e d=$T/disk.img -e e=$T/other.img
+	"$RTRS_CLIENT" bench -s srvctl -p "tcp://127.0.0.3@127.0.0.1:$PORT" \
+		-p "tcp://127.0.0.4@127.0.0.1:$PORT" -d d --time 30 --rw randrw --verify \
+		--reconnect-delay 100 -q -o json >"$T/b.json" 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	clt_status 'j.get("activity") == "bench" and all(p["state"] == "connected" for p in j["paths"])'
+	# one path, by its number: the client reconnects it, no IO fails
+	run_srv 0 disconnect srvctl 0 --ctl "$CTL"
+	[[ $output =~ ^path\ 0\ of\ session\ srvctl\ \(127\.0\.0\.[34]:[0-9]+\):\ disconnected$ ]] || die "$output"
+	clt_status 'sum(p["reconnects_ok"] for p in j["paths"]) == 1 and all(p["state"] == "connected" for p in j["paths"])'
+	# all of them
+	run_srv 0 disconnect --ctl "$CTL" srvctl
+	[ "$(printf '%s\n' "$output" | grep -c ': disconnected$')" -eq 2 ]
+	clt_status 'sum(p["reconnects_ok"] for p in j["paths"]) == 3 and all(p["state"] == "connected" for p in j["paths"])'
+	run_srv 1 disconnect srvctl 7 --ctl "$CTL"
+	expect_stderr_line "rtrs-server disconnect: session srvctl has no path 7 to disconnect"
+	run_srv 1 disconnect nosuch --ctl "$CTL"
+	expect_stderr_line "rtrs-server disconnect: no session 'nosuch'"
+	run_srv 1 force-close srvctl e --ctl "$CTL"
+	expect_stderr_line "rtrs-server force-close: session srvctl has no device e open"
+	run_srv 2 force-close srvctl --ctl "$CTL"
+	[[ ${stderr%%$'\n'*} == "rtrs-server force-close: a device is needed (export name or id)" ]]
+	# the device, by its export name: the client's IO on it fails
+	run_srv 0 force-close srvctl d --ctl "$CTL"
+	expect_output "device 0 (d) of session srvctl: closed"
+	local rc=0
+	wait $bp || rc=$?
+	[ "$rc" -eq 1 ] || die "bench exited $rc: $(cat "$T/b.err")"
+	grep -q "^rtrs-client bench: [0-9]* IO errors" "$T/b.err" || die "$(cat "$T/b.err")"
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json 'not any(d["session"] == "srvctl" and d["export"] == "d" for d in j["devices"])')" = True ]
+}
