@@ -56,6 +56,7 @@ struct export_spec {
 struct srv_conf {
 	struct xuri listen[MAX_LISTEN];
 	unsigned nlisten;
+	bool listen_default;		/* none given: [::], or 0.0.0.0 without IPv6 */
 	struct export_spec *exports;
 	unsigned nexports;
 	struct allow_ent allow[MAX_ALLOW];

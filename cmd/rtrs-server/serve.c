@@ -279,10 +279,13 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 				   "be a power of two of at least 8k, and queue depth x chunk size "
 				   "at most 256M (the 28-bit immediate)", c->queue_depth, c->chunk_size);
 	if (!c->nlisten) {
-		/* rdma when a device is active, else tcp, on the kernel's port */
-		c->listen[0] = (struct xuri){ .scheme = XURI_AUTO, .host = "0.0.0.0",
+		/* rdma when a device is active, else tcp, on the kernel's
+		 * port, on the IPv6 wildcard, which takes IPv4 clients too
+		 * (the kernel's rtrs-server listens the same way) */
+		c->listen[0] = (struct xuri){ .scheme = XURI_AUTO, .host = "::",
 					      .port = RTRS_DEFAULT_PORT };
 		c->nlisten = 1;
+		c->listen_default = true;
 	}
 	return EXIT_OK;
 }
@@ -345,6 +348,11 @@ static int start(struct serve_state *st, struct srv_conf *c, struct xctl **ctl)
 		if (xdev_require(&u, err, sizeof(err)) < 0)
 			return fail("%s", err);
 		rc = rtrs_srv_listen(st->srv, &u, err, sizeof(err));
+		if (rc < 0 && c->listen_default) {
+			/* a host without IPv6: the IPv4 wildcard */
+			snprintf(u.host, sizeof(u.host), "0.0.0.0");
+			rc = rtrs_srv_listen(st->srv, &u, err, sizeof(err));
+		}
 		if (rc < 0)
 			return fail("%s", err);
 		xuri_format(rtrs_srv_listener_uri(st->srv, (unsigned)rc), name, sizeof(name));

@@ -172,6 +172,12 @@ void xrdma_addr_str(const struct sockaddr *sa, char *buf, size_t len)
 	} else if (sa->sa_family == AF_INET6) {
 		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
 
+		/* an IPv4 peer of a dual-stack listener is an IPv4 address */
+		if (IN6_IS_ADDR_V4MAPPED(&s->sin6_addr)) {
+			inet_ntop(AF_INET, &s->sin6_addr.s6_addr[12], a, sizeof(a));
+			snprintf(buf, len, "%s:%u", a, ntohs(s->sin6_port));
+			return;
+		}
 		inet_ntop(AF_INET6, &s->sin6_addr, a, sizeof(a));
 		snprintf(buf, len, "[%s]:%u", a, ntohs(s->sin6_port));
 	} else {

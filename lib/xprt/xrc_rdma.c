@@ -536,6 +536,14 @@ static struct xrc_listener *rdma_listen_(const struct xuri *u, const struct xrc_
 	rc = cm_create(&l->ech, &l->id, l, us, err, errlen);
 	if (rc)
 		goto free_listener;
+	if (ss.ss_family == AF_INET6) {
+		/* [::] takes IPv4 clients too (the kernel's rtrs-server
+		 * listens on the IPv6 wildcard for both) */
+		int afonly = 0;
+
+		rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &afonly,
+				sizeof(afonly));
+	}
 	if (rdma_bind_addr(l->id, (struct sockaddr *)&ss)) {
 		rc = -errno;
 		snprintf(err, errlen, "%s: bind: %s", us, strerror(-rc));

@@ -37,11 +37,16 @@ static void sock_setup(int fd, int family, uint8_t tos)
 static void fmt_sa(const struct sockaddr *sa, socklen_t sl, char *buf, size_t len)
 {
 	char h[NI_MAXHOST], p[NI_MAXSERV];
+	const char *host = h;
 
-	if (getnameinfo(sa, sl, h, sizeof(h), p, sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV))
+	if (getnameinfo(sa, sl, h, sizeof(h), p, sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV)) {
 		snprintf(buf, len, "local");
-	else
-		snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+		return;
+	}
+	/* an IPv4 client of a dual-stack listener is an IPv4 address */
+	if (!strncmp(h, "::ffff:", 7) && strchr(h + 7, '.'))
+		host = h + 7;
+	snprintf(buf, len, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, p);
 }
 
 static void fmt_peer(int fd, char *buf, size_t len)
@@ -515,6 +520,13 @@ static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_op
 		goto out_free_listener;
 	}
 	setsockopt(l->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ai->ai_family == AF_INET6) {
+		/* [::] takes IPv4 clients too, whatever net.ipv6.bindv6only
+		 * says (as the kernel's rtrs-server listens) */
+		int off = 0;
+
+		setsockopt(l->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+	}
 	if (bind(l->lfd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->lfd, 128) < 0 ||
 	    getsockname(l->lfd, (struct sockaddr *)&ss, &sl) < 0) {
 		ERR("%s: %s", name, strerror(errno));

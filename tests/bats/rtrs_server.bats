@@ -375,3 +375,29 @@ clt_status() {
 	run_srv 0 status --ctl "$CTL" -o json
 	[ "$(json 'not any(d["session"] == "srvctl" and d["export"] == "d" for d in j["devices"])')" = True ]
 }
+
+@test "a listener on [::] takes IPv4 and IPv6 clients; an IPv4 client is shown and allowed as IPv4" {
+	need_client
+	[ -e /proc/net/if_inet6 ] || skip "no IPv6 on this host"
+	start_server -e d=$T/disk.img -l "tcp://[::]:0" --allow 127.0.0.0/8 --allow ::1 --allow v4 --allow v6
+	grep -q "^listening tcp://\[::\]:$PORT$" "$SRV_OUT" || die "$(cat "$SRV_OUT")"
+	head -c 64k /dev/urandom >"$T/pat"
+	run_limited 60 rtrs-client 0 "$RTRS_CLIENT" write -s v4 -p "tcp://127.0.0.1:$PORT" -d d <"$T/pat"
+	timeout 60 "$RTRS_CLIENT" read -s v6 -p "tcp://[::1]:$PORT" -d d --length 64k >"$T/back"
+	cmp "$T/pat" "$T/back"
+	# the IPv4 client came in as ::ffff:127.0.0.1 and is logged and matched as 127.0.0.1
+	"$RTRS_CLIENT" bench -s v4 -p "tcp://127.0.0.1:$PORT" -d d --time 10 --rw read -q \
+		>/dev/null 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	local i
+	for i in $(seq 1 100); do
+		run_srv 0 status --ctl "$CTL" -o json
+		[ "$(json 'any(p["session"] == "v4" for p in j["paths"])')" = True ] && break
+		sleep 0.1
+	done
+	[ "$(json '[p["peer"].rsplit(":", 1)[0] for p in j["paths"] if p["session"] == "v4"]')" = "['127.0.0.1']" ] ||
+		die "paths: $output"
+	kill -INT $bp
+	wait $bp || die "bench: $(cat "$T/b.err")"
+}
