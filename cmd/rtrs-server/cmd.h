@@ -65,6 +65,7 @@ struct srv_conf {
 	int always_invalidate;		/* -1 unset */
 	int io_threads;			/* -1 unset */
 	char ctl[108];
+	char search[4096];		/* --dev-search-path, "" none */
 	bool verbose;
 };
 

@@ -13,6 +13,7 @@
  *   hb_interval: 5s
  *   hb_missed: 5
  *   io_threads: 4
+ *   dev_search_path: /dev/rnbd/%SESSNAME%   # OPEN of a name that is no export
  *   ctl: /run/rtrs-server.sock */
 #include "cmd.h"
 #include "core/conf.h"
@@ -309,6 +310,13 @@ int conf_load(struct srv_conf *c, const char *cmd, const char *path)
 				rc = bad(&x, n, "%s", err);
 			else
 				c->always_invalidate = b;
+		} else if (!strcmp(key, "dev_search_path")) {
+			if (!xnode_str(n) || !xnode_str(n)[0] ||
+			    strlen(xnode_str(n)) >= sizeof(c->search))
+				rc = bad(&x, n, "dev_search_path: a directory of 1 to %zu bytes",
+					 sizeof(c->search) - 1);
+			else
+				snprintf(c->search, sizeof(c->search), "%s", xnode_str(n));
 		} else if (!strcmp(key, "ctl")) {
 			if (!xnode_str(n) || strlen(xnode_str(n)) >= sizeof(c->ctl))
 				rc = bad(&x, n, "ctl: a socket path of at most %zu bytes",
@@ -317,7 +325,8 @@ int conf_load(struct srv_conf *c, const char *cmd, const char *path)
 				snprintf(c->ctl, sizeof(c->ctl), "%s", xnode_str(n));
 		} else {
 			rc = bad(&x, n, "unknown key '%s' (listen, exports, queue_depth, chunk_size, "
-				 "always_invalidate, allow, hb_interval, hb_missed, io_threads, ctl)",
+				 "always_invalidate, allow, hb_interval, hb_missed, io_threads, "
+				 "dev_search_path, ctl)",
 				 key);
 		}
 	}

@@ -11,7 +11,8 @@ static const struct cmd cmds[] = {
 	{ "serve",  cmd_serve,
 	  "[-l URI]... [-e NAME=PATH[:ro]]... [-c CONFIG.yaml] [--queue-depth N]\n"
 	  "                     [--chunk-size SIZE] [--always-invalidate on|off] [--allow ADDR|SESSION]...\n"
-	  "                     [--hb-interval MS] [--hb-missed N] [--io-threads N] [--ctl PATH] [-v]",
+	  "                     [--hb-interval MS] [--hb-missed N] [--io-threads N]\n"
+	  "                     [--dev-search-path DIR] [--ctl PATH] [-v]",
 	  "export files and block devices until SIGINT/SIGTERM (the default command)" },
 	{ "status", cmd_status, "[--ctl PATH] [-o text|yaml|json]",
 	  "sessions, paths, counters and exports of a running server" },

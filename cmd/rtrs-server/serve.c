@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SPIN_NS		50000ull	/* busy-poll this long after the last work */
@@ -127,7 +128,7 @@ static int ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c,
 		      struct srv_conf *cl)
 {
-	enum { O_QD = 256, O_CHUNK, O_INV, O_ALLOW, O_HBI, O_HBM, O_CTL, O_IOT };
+	enum { O_QD = 256, O_CHUNK, O_INV, O_ALLOW, O_HBI, O_HBM, O_CTL, O_IOT, O_SEARCH };
 	static const struct option lo[] = {
 		{ "listen", required_argument, NULL, 'l' },
 		{ "export", required_argument, NULL, 'e' },
@@ -140,6 +141,7 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 		{ "hb-missed", required_argument, NULL, O_HBM },
 		{ "ctl", required_argument, NULL, O_CTL },
 		{ "io-threads", required_argument, NULL, O_IOT },
+		{ "dev-search-path", required_argument, NULL, O_SEARCH },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
@@ -203,6 +205,12 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 						   MAX_IO_THREADS);
 			cl->io_threads = (int)v;
 			break;
+		case O_SEARCH:
+			if (strlen(optarg) >= sizeof(cl->search) || !optarg[0])
+				return usage_error(cmd, "--dev-search-path: a directory of 1 to %zu bytes",
+						   sizeof(cl->search) - 1);
+			snprintf(cl->search, sizeof(cl->search), "%s", optarg);
+			break;
 		case O_CTL:
 			if (strlen(optarg) >= sizeof(cl->ctl) || !optarg[0])
 				return usage_error(cmd, "--ctl: a socket path of 1 to %zu bytes",
@@ -261,11 +269,13 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 		c->hb_missed = cl->hb_missed;
 	if (cl->ctl[0])
 		snprintf(c->ctl, sizeof(c->ctl), "%s", cl->ctl);
+	if (cl->search[0])
+		snprintf(c->search, sizeof(c->search), "%s", cl->search);
 	c->verbose = cl->verbose;
 	/* defaults and the checks that need everything */
-	if (!c->nexports)
-		return usage_error(cmd, "nothing to export: give -e NAME=PATH[:ro] (or exports: "
-				   "in the config)");
+	if (!c->nexports && !c->search[0])
+		return usage_error(cmd, "nothing to export: give -e NAME=PATH[:ro] or "
+				   "--dev-search-path DIR (or exports: in the config)");
 	if (!c->queue_depth)
 		c->queue_depth = RTRS_DEFAULT_QUEUE_DEPTH;
 	if (!c->chunk_size)
@@ -320,6 +330,15 @@ static int start(struct serve_state *st, struct srv_conf *c, struct xctl **ctl)
 		rc = rnbd_srv_export(st->rnbd, e->name, e->path, e->ro, err, sizeof(err));
 		if (rc < 0)
 			return fail("export %s: %s", e->name, err);
+	}
+	if (c->search[0]) {
+		struct stat sb;
+
+		if (!strstr(c->search, "%SESSNAME%") &&
+		    (stat(c->search, &sb) < 0 || !S_ISDIR(sb.st_mode)))
+			return fail("--dev-search-path %s: not a directory", c->search);
+		if (rnbd_srv_set_search_path(st->rnbd, c->search) < 0)
+			return fail("out of memory");
 	}
 	if (rnbd_srv_set_io_threads(st->rnbd, (unsigned)c->io_threads, err, sizeof(err)) < 0)
 		return fail("%s", err);

@@ -2,6 +2,7 @@
  * kernel's rnbd-srv.c over files and block devices).  See rnbd_srv.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/falloc.h>
 #include <linux/fs.h>
 #include <pthread.h>
@@ -37,6 +38,8 @@ struct export {
 	char *path;
 	int fd;
 	bool ro, blockdev, discard;
+	bool found;			/* opened through the search path: named by
+					 * its real path, not an export name */
 	uint64_t size;
 	uint32_t lbs, pbs, discard_gran;
 	unsigned opens;
@@ -79,6 +82,7 @@ struct rnbd_srv {
 	struct export **ex;		/* pointers: sessions hold them */
 	unsigned nex, cap;
 	uint32_t max_io;
+	char *search;			/* dev_search_path, or NULL: exports only */
 	struct io_pool pool;		/* n == 0: every IO on the loop's thread */
 };
 
@@ -90,6 +94,7 @@ struct sess_dev {
 
 struct rnbd_sess {
 	struct rnbd_srv *r;
+	char name[256];			/* the RTRS session's (NAME_MAX) */
 	uint8_t ver;			/* negotiated in SESS_INFO */
 	struct sess_dev *devs;		/* indexed by device_id */
 	unsigned ndevs;
@@ -143,6 +148,7 @@ void rnbd_srv_free(struct rnbd_srv *r)
 		free(r->ex[i]);
 	}
 	free(r->ex);
+	free(r->search);
 	free(r);
 }
 
@@ -180,12 +186,19 @@ int rnbd_export_parse(const char *spec, char *name, size_t namelen, char *path, 
 	return 0;
 }
 
-static struct export *export_find(struct rnbd_srv *r, const char *name)
+/* An export by its name, or (found) one of the search path's by its real
+ * path. */
+static struct export *export_lookup(struct rnbd_srv *r, const char *name, bool found)
 {
 	for (unsigned i = 0; i < r->nex; i++)
-		if (!strcmp(r->ex[i]->name, name))
+		if (r->ex[i]->found == found && !strcmp(found ? r->ex[i]->path : r->ex[i]->name, name))
 			return r->ex[i];
 	return NULL;
+}
+
+static struct export *export_find(struct rnbd_srv *r, const char *name)
+{
+	return export_lookup(r, name, false);
 }
 
 /* A sysfs number of the block device's queue, or 0. */
@@ -243,13 +256,12 @@ static int export_geometry(struct export *e, const struct stat *st, char *err, s
 	return 0;
 }
 
+static int export_add(struct rnbd_srv *r, const char *name, const char *path, bool ro,
+		      bool found, char *err, size_t errlen);
+
 int rnbd_srv_export(struct rnbd_srv *r, const char *name, const char *path, bool ro,
 		    char *err, size_t errlen)
 {
-	struct export *e;
-	struct stat st;
-	int rc;
-
 	if (!name[0] || strlen(name) >= RNBD_NAME_MAX || strchr(name, '=')) {
 		ERR("export name '%s': 1 to %u bytes, no '='", name, RNBD_NAME_MAX - 1);
 		return -EINVAL;
@@ -258,6 +270,16 @@ int rnbd_srv_export(struct rnbd_srv *r, const char *name, const char *path, bool
 		ERR("export name '%s' given twice", name);
 		return -EEXIST;
 	}
+	return export_add(r, name, path, ro, false, err, errlen);
+}
+
+static int export_add(struct rnbd_srv *r, const char *name, const char *path, bool ro,
+		      bool found, char *err, size_t errlen)
+{
+	struct export *e;
+	struct stat st;
+	int rc;
+
 	if (r->nex == r->cap) {
 		unsigned nc = r->cap ? r->cap * 2 : 8;
 		struct export **ne = realloc(r->ex, nc * sizeof(*ne));
@@ -276,6 +298,7 @@ int rnbd_srv_export(struct rnbd_srv *r, const char *name, const char *path, bool
 	}
 	snprintf(e->name, sizeof(e->name), "%s", name);
 	e->ro = ro;
+	e->found = found;
 	e->path = strdup(path);
 	if (!e->path) {
 		ERR("out of memory");
@@ -326,6 +349,7 @@ static int sess_ev(void *ctx, struct rtrs_srv_sess *s, enum rtrs_srv_ev ev)
 		if (!rs)
 			return -ENOMEM;
 		rs->r = r;
+		snprintf(rs->name, sizeof(rs->name), "%s", rtrs_srv_sess_name(s));
 		rtrs_srv_sess_set_priv(s, rs);
 		xlog_info("session '%s' up", rtrs_srv_sess_name(s));
 		return 0;
@@ -404,6 +428,68 @@ static void fill_open_rsp(const struct rnbd_srv *r, const struct export *e, uint
 	rnbd_open_rsp_encode(&m, out);
 }
 
+/* rnbd_srv_get_full_path: dev_search_path, its %SESSNAME% replaced by
+ * the session's name, then the name the client asked for.  Unlike the
+ * kernel's, the result must stay inside the search path (no "..", no
+ * symbolic link out of it): the search path is all a client may reach.
+ * What is found becomes an export under the client's name (read-only
+ * where we may not write it).  0 with *e, or -ENOENT (outside the search
+ * path too), -errno. */
+static int search_open(struct rnbd_sess *rs, const char *name, struct export **e)
+{
+	struct rnbd_srv *r = rs->r;
+	char root[PATH_MAX], path[PATH_MAX * 2], real[PATH_MAX], rroot[PATH_MAX], err[256];
+	const char *mark = strstr(r->search, "%SESSNAME%");
+	size_t n;
+	int rc;
+
+	*e = NULL;
+	if (mark)
+		snprintf(root, sizeof(root), "%.*s%s%s", (int)(mark - r->search), r->search,
+			 rs->name, mark + 10);
+	else
+		snprintf(root, sizeof(root), "%s", r->search);
+	snprintf(path, sizeof(path), "%s/%s", root, name);
+	if (!realpath(root, rroot) || !realpath(path, real))
+		return -ENOENT;
+	n = strlen(rroot);
+	if (strncmp(real, rroot, n) || (real[n] != '/' && !(n == 1 && rroot[0] == '/'))) {
+		/* to the client, as if it were not there */
+		xlog_info("OPEN of '%s': %s is outside the search path %s", name, real, rroot);
+		return -ENOENT;
+	}
+	/* one export per file, whichever session and name found it: its
+	 * writers are counted together */
+	if ((*e = export_lookup(r, real, true)))
+		return 0;
+	if (strlen(real) >= RNBD_NAME_MAX) {
+		xlog_info("OPEN of '%s': %s: path too long", name, real);
+		return -ENAMETOOLONG;
+	}
+	rc = export_add(r, real, real, false, true, err, sizeof(err));
+	if (rc == -EACCES || rc == -EROFS || rc == -EPERM)
+		rc = export_add(r, real, real, true, true, err, sizeof(err));
+	if (rc < 0) {
+		xlog_info("OPEN of '%s': %s", name, err);
+		return rc;
+	}
+	*e = export_lookup(r, real, true);
+	xlog_info("OPEN of '%s': exported %s from the search path%s", name, real,
+		  (*e)->ro ? " (read-only)" : "");
+	return 0;
+}
+
+int rnbd_srv_set_search_path(struct rnbd_srv *r, const char *dir)
+{
+	char *d = dir ? strdup(dir) : NULL;
+
+	if (dir && !d)
+		return -ENOMEM;
+	free(r->search);
+	r->search = d;
+	return 0;
+}
+
 /* process_msg_open.  The answer is the READ's data. */
 static int do_open(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen, const void *usr,
 		   uint32_t usrlen)
@@ -419,17 +505,19 @@ static int do_open(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen, 
 	rc = rnbd_open_decode(usr, usrlen, &m);
 	if (rc < 0)
 		return -EINVAL;
-	/* find_srv_sess_dev: opening a name twice gives the same device */
-	for (uint32_t i = 0; i < rs->ndevs; i++)
-		if (rs->devs[i].used && !strcmp(rs->devs[i].ex->name, m.dev_name)) {
-			fill_open_rsp(r, rs->devs[i].ex, i, data);
-			return 0;
-		}
 	e = export_find(r, m.dev_name);
+	if (!e && r->search && (rc = search_open(rs, m.dev_name, &e)) < 0)
+		return rc;
 	if (!e) {
 		xlog_info("OPEN of '%s': no such export", m.dev_name);
 		return -ENOENT;
 	}
+	/* find_srv_sess_dev: opening a device twice gives the same id */
+	for (uint32_t i = 0; i < rs->ndevs; i++)
+		if (rs->devs[i].used && rs->devs[i].ex == e) {
+			fill_open_rsp(r, e, i, data);
+			return 0;
+		}
 	if (e->ro && m.access_mode != RNBD_ACCESS_RO)
 		return -EROFS;
 	rc = rnbd_check_open_perm(m.access_mode, &e->writers);

@@ -61,6 +61,11 @@ void rnbd_srv_rtrs_ops(struct rtrs_srv_ops *ops);
 /* Starts n IO threads (0: none, IO stays synchronous).  Once, before any
  * session.  0, or -errno with err saying why. */
 int rnbd_srv_set_io_threads(struct rnbd_srv *r, unsigned n, char *err, size_t errlen);
+/* The kernel's dev_search_path: an OPEN of a name that is no export opens
+ * DIR/name (DIR's %SESSNAME% replaced by the session's name), which must
+ * lie inside DIR, and exports it under that name.  NULL: exports only
+ * (the default).  0 or -ENOMEM. */
+int rnbd_srv_set_search_path(struct rnbd_srv *r, const char *dir);
 unsigned rnbd_srv_io_threads(const struct rnbd_srv *r);
 /* Readable when workers finished IO (-1 without IO threads): wait on it
  * next to the RTRS server's fd. */

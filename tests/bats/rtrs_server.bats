@@ -401,3 +401,51 @@ clt_status() {
 	kill -INT $bp
 	wait $bp || die "bench: $(cat "$T/b.err")"
 }
+
+@test "--dev-search-path: names that are no export open below it, as the kernel's dev_search_path, never outside it" {
+	need_client
+	mkdir -p "$T/devs/sub" "$T/s1"
+	truncate -s 1M "$T/devs/a.img" "$T/devs/sub/b.img" "$T/outside.img" "$T/s1/c.img"
+	ln -s "$T/outside.img" "$T/devs/out"
+	start_server -e d=$T/disk.img --dev-search-path "$T/devs"
+	head -c 64k /dev/urandom >"$T/pat"
+	run_limited 60 rtrs-client 0 "$RTRS_CLIENT" write -s s1 -p "tcp://127.0.0.1:$PORT" -d a.img <"$T/pat"
+	cmp "$T/pat" <(head -c 64k "$T/devs/a.img")
+	run_limited 60 rtrs-client 0 "$RTRS_CLIENT" write -s s1 -p "tcp://127.0.0.1:$PORT" -d /sub/b.img <"$T/pat"
+	cmp "$T/pat" <(head -c 64k "$T/devs/sub/b.img")
+	# export names still come first
+	run_limited 60 rtrs-client 0 "$RTRS_CLIENT" read -s s1 -p "tcp://127.0.0.1:$PORT" -d d --length 4k
+	# nothing outside the search path: .., a link out of it, a missing name
+	run_limited 60 rtrs-client 1 "$RTRS_CLIENT" read -s s1 -p "tcp://127.0.0.1:$PORT" -d ../outside.img --length 4k
+	expect_stderr_line "rtrs-client read: device ../outside.img: no such export"
+	run_limited 60 rtrs-client 1 "$RTRS_CLIENT" read -s s1 -p "tcp://127.0.0.1:$PORT" -d out --length 4k
+	expect_stderr_line "rtrs-client read: device out: no such export"
+	run_limited 60 rtrs-client 1 "$RTRS_CLIENT" read -s s1 -p "tcp://127.0.0.1:$PORT" -d nosuch --length 4k
+	expect_stderr_line "rtrs-client read: device nosuch: no such export"
+	cmp "$T/outside.img" <(head -c 1M /dev/zero)
+	# one file under two names is one device: its single writer counts
+	"$RTRS_CLIENT" bench -s s1 -p "tcp://127.0.0.1:$PORT" -d a.img --time 20 --rw randwrite -q \
+		>/dev/null 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	local i
+	for i in $(seq 1 100); do
+		run_srv 0 status --ctl "$CTL" -o json
+		[ "$(json 'any(d["session"] == "s1" and d["access"] == "rw" for d in j["devices"])')" = True ] && break
+		sleep 0.1
+	done
+	run_limited 60 rtrs-client 1 "$RTRS_CLIENT" write -s s2 -p "tcp://127.0.0.1:$PORT" -d sub/../a.img <"$T/pat"
+	expect_stderr_line "rtrs-client write: device sub/../a.img: access refused (open for writing elsewhere, or read-only)"
+	kill -INT $bp
+	wait $bp || die "bench: $(cat "$T/b.err")"
+	run_srv 0 status --ctl "$CTL" -o json
+	# what the search path found is listed by its real path
+	[ "$(json 'sorted(e["name"] for e in j["exports"])')" = "['$(realpath "$T/devs")/a.img', '$(realpath "$T/devs")/sub/b.img', 'd']" ] || die "$output"
+	kill "$SRV_PID"; wait "$SRV_PID" 2>/dev/null || true
+	# %SESSNAME%: each session its own directory
+	start_server -e d=$T/disk.img --dev-search-path "$T/%SESSNAME%"
+	run_limited 60 rtrs-client 0 "$RTRS_CLIENT" write -s s1 -p "tcp://127.0.0.1:$PORT" -d c.img <"$T/pat"
+	cmp "$T/pat" <(head -c 64k "$T/s1/c.img")
+	run_limited 60 rtrs-client 1 "$RTRS_CLIENT" read -s s2 -p "tcp://127.0.0.1:$PORT" -d c.img --length 4k
+	expect_stderr_line "rtrs-client read: device c.img: no such export"
+}
