@@ -339,6 +339,23 @@ clt_status() {
 	die "client status never had $1: $output $stderr"
 }
 
+# bench_until SESSION DEVICE RW EXPR: rtrs-client bench in the background
+# (BENCH_PID; stderr in $T/b.err) until the server's status makes EXPR
+# true (a python expression over j; at most 10 s).
+bench_until() {
+	local i
+	"$RTRS_CLIENT" bench -s "$1" -p "tcp://127.0.0.1:$PORT" -d "$2" --time 20 --rw "$3" -q \
+		>/dev/null 2>"$T/b.err" &
+	BENCH_PID=$!
+	BG_PIDS+=("$BENCH_PID")
+	for i in $(seq 1 100); do
+		run_srv 0 status --ctl "$CTL" -o json
+		[ "$(json "$4")" = True ] && return 0
+		sleep 0.1
+	done
+	die "server status never had $4: $output"
+}
+
 @test "disconnect and force-close: a session's paths and devices closed from the server, as the kernel's sysfs" {
 	need_client
 	truncate -s 4M "$T/other.img"
@@ -386,16 +403,8 @@ clt_status() {
 	timeout 60 "$RTRS_CLIENT" read -s v6 -p "tcp://[::1]:$PORT" -d d --length 64k >"$T/back"
 	cmp "$T/pat" "$T/back"
 	# the IPv4 client came in as ::ffff:127.0.0.1 and is logged and matched as 127.0.0.1
-	"$RTRS_CLIENT" bench -s v4 -p "tcp://127.0.0.1:$PORT" -d d --time 10 --rw read -q \
-		>/dev/null 2>"$T/b.err" &
-	local bp=$!
-	BG_PIDS+=($bp)
-	local i
-	for i in $(seq 1 100); do
-		run_srv 0 status --ctl "$CTL" -o json
-		[ "$(json 'any(p["session"] == "v4" for p in j["paths"])')" = True ] && break
-		sleep 0.1
-	done
+	bench_until v4 d read 'any(p["session"] == "v4" for p in j["paths"])'
+	local bp=$BENCH_PID
 	[ "$(json '[p["peer"].rsplit(":", 1)[0] for p in j["paths"] if p["session"] == "v4"]')" = "['127.0.0.1']" ] ||
 		die "paths: $output"
 	kill -INT $bp
@@ -424,16 +433,8 @@ clt_status() {
 	expect_stderr_line "rtrs-client read: device nosuch: no such export"
 	cmp "$T/outside.img" <(head -c 1M /dev/zero)
 	# one file under two names is one device: its single writer counts
-	"$RTRS_CLIENT" bench -s s1 -p "tcp://127.0.0.1:$PORT" -d a.img --time 20 --rw randwrite -q \
-		>/dev/null 2>"$T/b.err" &
-	local bp=$!
-	BG_PIDS+=($bp)
-	local i
-	for i in $(seq 1 100); do
-		run_srv 0 status --ctl "$CTL" -o json
-		[ "$(json 'any(d["session"] == "s1" and d["access"] == "rw" for d in j["devices"])')" = True ] && break
-		sleep 0.1
-	done
+	bench_until s1 a.img randwrite 'any(d["session"] == "s1" and d["access"] == "rw" for d in j["devices"])'
+	local bp=$BENCH_PID
 	run_limited 60 rtrs-client 1 "$RTRS_CLIENT" write -s s2 -p "tcp://127.0.0.1:$PORT" -d sub/../a.img <"$T/pat"
 	expect_stderr_line "rtrs-client write: device sub/../a.img: access refused (open for writing elsewhere, or read-only)"
 	kill -INT $bp
