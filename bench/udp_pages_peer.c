@@ -1,5 +1,5 @@
-/* The peer ibcache's UDP transfer is measured against (reference/peers.md,
- * "UDP 4 KiB pages, tuned"): the best plain-socket way to move a file's
+/* The peer ibcache's UDP transfer is measured against ("UDP 4 KiB pages,
+ * tuned"): the best plain-socket way to move a file's
  * 4 KiB pages -- one page per datagram (8-byte page number + the page),
  * sendmmsg batches of 64, recvmmsg batches of 64, and the simplest flow
  * control that loses nothing: the receiver grants credit every 64 pages,

@@ -1,5 +1,5 @@
 /* ibcache wire formats: Gfarm's gfcc rpc2 request/response (seed 004
- * section 3.2.1; gfsk_ccib.c, reference/gfcc-ud-facts.md) and xprt's
+ * section 3.2.1; gfarm's gfsk_ccib.c) and xprt's
  * extensions for the UDP flavour.
  *
  * Byte order.  Gfarm sends its structs as they lie in kernel memory: host

@@ -1,5 +1,5 @@
-/* GM-style ports (seed 001, "Programming Model"; GM facts in
- * reference/shmcm-gm-ipc-facts.md section 2).
+/* GM-style ports (seed 001, "Programming Model"; Myricom GM's gm.h
+ * semantics).
  *
  * A process runs one host (struct xp_host): it listens on zero or more
  * addresses and keeps ONE reliable connection per peer host -- shm://,

@@ -3,7 +3,7 @@
  *   - SESS_INFO and OPEN are RTRS READs on the service connection whose
  *     answers (SESS_INFO_RSP, OPEN_RSP) the server writes into our
  *     buffer; CLOSE is an RTRS WRITE without data -- byte for byte what
- *     the kernel sends (reference/rnbd-wire/);
+ *     the kernel sends (test_rnbd_wire.c holds captured bytes);
  *   - IO: READ as an RTRS READ, WRITE / FLUSH / DISCARD / WRITE_ZEROES as
  *     RTRS WRITEs; a request longer than the device takes in one go is
  *     split at min(the session's max_io, max_hw_sectors), discards at

@@ -1,7 +1,7 @@
 /* RNBD protocol 2.0 wire codec: byte-exact with the Linux kernel's
  * rnbd-client / rnbd-server (drivers/block/rnbd/rnbd-proto.h as of linux
- * 6.1), sans I/O.  Facts: ../shared/reference/rtrs-facts.md and the decoded
- * kernel traffic in ../shared/reference/rnbd-wire/.
+ * 6.1), sans I/O; checked against captured kernel traffic, whose bytes
+ * tests/unit/test_rnbd_wire.c carries.
  *
  * RNBD rides on RTRS as the "user header" of an RTRS request (see
  * rtrs_wire.h): every message starts with {le16 type, le16 pad}.

@@ -6,7 +6,7 @@
  * connect failure), so every rule here is unit-tested with a fake
  * transport (tests/unit/test_rtrs_clt.c).
  *
- * Rules (facts: reference/rtrs-facts.md, the kernel's rtrs-clt.c):
+ * Rules (the kernel's rtrs-clt.c):
  *   - permits are session-wide: buffer id i names chunk i on every path,
  *     and the lowest free id is handed out (find_first_zero_bit);
  *   - a request goes to a CONNECTED path chosen by the policy, trying each

@@ -1,6 +1,7 @@
 /* RTRS protocol 2.0 wire codec: byte-exact with the Linux kernel's
  * rtrs-client / rtrs-server (drivers/infiniband/ulp/rtrs/rtrs-pri.h), sans
- * I/O.  Facts: ../shared/reference/rtrs-facts.md; seed 002 (the rtrs README).
+ * I/O.  Seed 002 (the kernel's RTRS README); captured kernel traffic in
+ * tests/unit/test_rtrs_wire.c.
  *
  * Byte order.  Every multi-byte message field is little-endian (the
  * kernel's __le16/__le32/__le64); uuids are 16 raw bytes as printed.  The

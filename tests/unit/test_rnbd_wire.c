@@ -1,6 +1,6 @@
 /* RNBD 2.0 codec: the exact bytes of real kernel traffic (rnbd-client <->
- * rnbd-server, linux, mapping /dev/loop0; copied from the pcaps in
- * ../shared/reference/rnbd-wire/), every decoder rule, and the server's
+ * rnbd-server, linux 6.1 over Soft-RoCE, mapping /dev/loop0; copied from
+ * packet captures), every decoder rule, and the server's
  * access-mode and device-path rules. */
 #include <stdarg.h>
 #include <stddef.h>

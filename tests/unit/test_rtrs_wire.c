@@ -1,7 +1,7 @@
-/* RTRS 2.0 codec: the exact bytes of real kernel traffic (decoded in
- * ../shared/reference/rnbd-wire/, linux rtrs-client <-> rtrs-server over
- * Soft-RoCE, queue depth 512, 128 KiB chunks; the vectors below are copied
- * from those pcaps), and every rule the decoders check. */
+/* RTRS 2.0 codec: the exact bytes of real kernel traffic (linux
+ * rtrs-client <-> rtrs-server over Soft-RoCE, queue depth 512, 128 KiB
+ * chunks; the vectors below are copied from packet captures), and every
+ * rule the decoders check. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
