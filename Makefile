@@ -56,6 +56,13 @@ else
 Q := @
 endif
 
+# --version: git describe of this checkout, else the VERSION file (a release
+# tarball, a package build), else "unknown".  A stamp named after it
+# rebuilds version.o when it changes.
+XPRT_VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || \
+		  cat VERSION 2>/dev/null || echo unknown)
+VERSION_STAMP := $(B)/.version-$(subst /,_,$(XPRT_VERSION))
+
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
 LIB       := $(B)/libxprt.a
@@ -86,6 +93,13 @@ $(B)/%.o: %.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
+
+$(VERSION_STAMP):
+	@mkdir -p $(@D)
+	@rm -f $(B)/.version-*
+	@touch $@
+$(B)/lib/core/version.o: $(VERSION_STAMP)
+$(B)/lib/core/version.o: CPPFLAGS += -DXPRT_VERSION='"$(XPRT_VERSION)"'
 
 $(LIB): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR      $@")

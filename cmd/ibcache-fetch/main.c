@@ -187,6 +187,8 @@ int main(int argc, char **argv)
 	int c, rc = EXIT_FAIL;
 
 	xlog_init(PROG);
+	if (argc == 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")))
+		return cli_version(PROG, "gfcc rpc2 over UD and UDP, extensions version 1");
 	opterr = 0;
 	ibc_dir_init(&dir);
 	while ((c = getopt_long(argc, argv, os, lo, NULL)) != -1) {

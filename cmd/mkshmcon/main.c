@@ -22,7 +22,8 @@ static const struct cmd cmds[] = {
 };
 
 static const struct cli_tool tool = {
-	"mkshmcon", cmds, sizeof(cmds) / sizeof(cmds[0]), 8, 10, "\nSee mkshmcon(8).\n"
+	"mkshmcon", cmds, sizeof(cmds) / sizeof(cmds[0]), 8, 10, "\nSee mkshmcon(8).\n",
+	"SHMCM over mailbox version 1, with CON_FIN",
 };
 
 void cmd_usage(FILE *f, const char *name)
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
 
 	if (strcmp(prog, "rmshmcon") == 0) {
 		xlog_init("rmshmcon");
+		if (argc == 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")))
+			return cli_version("rmshmcon", tool.protocols);
 		opterr = 0;
 		return cmd_rm(argc, argv);
 	}

@@ -41,7 +41,8 @@ static const struct cli_tool tool = {
 	"  --timeout DURATION   --down-timeout DURATION (-1: forever)\n"
 	"  -c CONFIG.yaml   --ctl PATH   --progress   -q   -v\n"
 	"URI: rdma://HOST[:PORT] or tcp://HOST[:PORT], default port 1234.\n"
-	"See rtrs-client(8).\n"
+	"See rtrs-client(8).\n",
+	"RTRS 2.0, RNBD 2",
 };
 
 void cmd_usage(FILE *f, const char *name)

@@ -26,7 +26,8 @@ static const struct cli_tool tool = {
 	PROG, cmds, sizeof(cmds) / sizeof(cmds[0]), 6, 18,
 	"\nWithout a command, the options are serve's: rtrs-server -e disk=/dev/ram0.\n"
 	"URI: rdma://HOST[:PORT] tcp://HOST[:PORT] or HOST[:PORT] (auto); port 1234.\n"
-	"See rtrs-server(8).\n"
+	"See rtrs-server(8).\n",
+	"RTRS 2.0, RNBD 2",
 };
 
 void cmd_usage(FILE *f, const char *name)
@@ -48,6 +49,8 @@ int main(int argc, char **argv)
 {
 	xlog_init(PROG);
 	cli_raise_nofile();
+	if (argc == 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")))
+		return cli_version(PROG, tool.protocols);
 	/* serve is the default: options straight after the program name */
 	if (argc >= 2 && argv[1][0] == '-' && strcmp(argv[1], "-h") && strcmp(argv[1], "--help"))
 		return cmd_serve(argc, argv);

@@ -26,7 +26,8 @@ static const struct cmd cmds[] = {
 static const struct cli_tool tool = {
 	"xprobe", cmds, sizeof(cmds) / sizeof(cmds[0]), 7, 9,
 	"\nURI: shm://NAME tcp://HOST:PORT udp://HOST:PORT rdma://HOST:PORT "
-	"ud://HOST:PORT or HOST:PORT (auto)\nSee xprobe(1).\n"
+	"ud://HOST:PORT or HOST:PORT (auto)\nSee xprobe(1).\n",
+	"GM-style ports version 2, xprobe messages version 1",
 };
 
 void cmd_usage(FILE *f, const char *name)

@@ -78,6 +78,8 @@ int cli_main(const struct cli_tool *t, int argc, char **argv)
 		cli_usage(t, stdout, NULL);
 		return EXIT_OK;
 	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))
+		return cli_version(t->prog, t->protocols);
 	for (size_t i = 0; i < t->ncmds; i++)
 		if (strcmp(argv[1], t->cmds[i].name) == 0)
 			return t->cmds[i].fn(argc - 1, argv + 1);

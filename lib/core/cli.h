@@ -60,7 +60,13 @@ struct cli_tool {
 	int name_width;		/* command name column */
 	int help_indent;	/* where a command's help line starts */
 	const char *footer;	/* after the list in the full usage */
+	const char *protocols;	/* what --version names besides the version */
 };
+
+/* xprt's version (version.c) and "PROG VERSION (PROTOCOLS)" on stdout, the
+ * answer to --version and -V; EXIT_OK. */
+extern const char xprt_version[];
+int cli_version(const char *prog, const char *protocols);
 
 /* The usage of every command, or of `name` only, to f. */
 void cli_usage(const struct cli_tool *t, FILE *f, const char *name);
