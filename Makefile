@@ -2,11 +2,12 @@
 #   make            build lib/libxprt.a and every tool into $(B)/
 #   make check      unit tests, bats, short fuzz runs, man lint, ASan+UBSan tests
 #   make bench      benchmarks side by side with the peer tools
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (COMPLETIONS= for bash completion)
 #   make SAN=1      build with ASan+UBSan into build-san/
 #   make TSAN=1     build with TSan into build-tsan/
 
 PREFIX  ?= /usr/local
+COMPLETIONS ?= $(PREFIX)/share/bash-completion/completions
 DESTDIR ?=
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -162,10 +163,15 @@ install: tools
 	for m in $(MANPAGES); do s=$${m##*.}; install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
 	  install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s/; done
 	ln -sf mkshmcon.8 $(DESTDIR)$(PREFIX)/share/man/man8/rmshmcon.8
+	install -d $(DESTDIR)$(COMPLETIONS)
+	install -m 644 completions/xprt.bash $(DESTDIR)$(COMPLETIONS)/mkshmcon
+	for t in $(filter-out mkshmcon,$(TOOLS)) rmshmcon; do \
+	  ln -sf mkshmcon $(DESTDIR)$(COMPLETIONS)/$$t; done
 
 uninstall:
 	rm -f $(TOOLS:%=$(DESTDIR)$(PREFIX)/bin/%) $(DESTDIR)$(PREFIX)/bin/rmshmcon \
-	      $(DESTDIR)$(PREFIX)/share/man/man8/rmshmcon.8
+	      $(DESTDIR)$(PREFIX)/share/man/man8/rmshmcon.8 \
+	      $(TOOLS:%=$(DESTDIR)$(COMPLETIONS)/%) $(DESTDIR)$(COMPLETIONS)/rmshmcon
 	for m in $(MANPAGES); do s=$${m##*.}; rm -f $(DESTDIR)$(PREFIX)/share/man/man$$s/$${m##*/}; done
 
 clean:
