@@ -8,6 +8,8 @@
 
 PREFIX  ?= /usr/local
 COMPLETIONS ?= $(PREFIX)/share/bash-completion/completions
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+DOCDIR  ?= $(PREFIX)/share/doc/xprt
 DESTDIR ?=
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -167,11 +169,18 @@ install: tools
 	install -m 644 completions/xprt.bash $(DESTDIR)$(COMPLETIONS)/mkshmcon
 	for t in $(filter-out mkshmcon,$(TOOLS)) rmshmcon; do \
 	  ln -sf mkshmcon $(DESTDIR)$(COMPLETIONS)/$$t; done
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples
+	for u in systemd/*.service.in; do n=$${u##*/}; \
+	  sed 's|@BINDIR@|$(PREFIX)/bin|g' $$u > $(DESTDIR)$(UNITDIR)/$${n%.in}; \
+	  chmod 644 $(DESTDIR)$(UNITDIR)/$${n%.in}; done
+	install -m 644 examples/* $(DESTDIR)$(DOCDIR)/examples/
 
 uninstall:
 	rm -f $(TOOLS:%=$(DESTDIR)$(PREFIX)/bin/%) $(DESTDIR)$(PREFIX)/bin/rmshmcon \
 	      $(DESTDIR)$(PREFIX)/share/man/man8/rmshmcon.8 \
-	      $(TOOLS:%=$(DESTDIR)$(COMPLETIONS)/%) $(DESTDIR)$(COMPLETIONS)/rmshmcon
+	      $(TOOLS:%=$(DESTDIR)$(COMPLETIONS)/%) $(DESTDIR)$(COMPLETIONS)/rmshmcon \
+	      $(patsubst systemd/%.in,$(DESTDIR)$(UNITDIR)/%,$(wildcard systemd/*.service.in))
+	rm -rf $(DESTDIR)$(DOCDIR)/examples
 	for m in $(MANPAGES); do s=$${m##*.}; rm -f $(DESTDIR)$(PREFIX)/share/man/man$$s/$${m##*/}; done
 
 clean:
