@@ -7,6 +7,16 @@ die() {
 	return 1
 }
 
+# kill_bg: every process a test started in the background (BG_PIDS), killed
+# and reaped; for teardown().
+kill_bg() {
+	local pid
+	for pid in "${BG_PIDS[@]}"; do
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+}
+
 # run_limited SECONDS LABEL EXPECTED_RC PROG ARGS...: runs PROG ARGS under
 # timeout; $output/$stderr/$status as bats sets them; stdin is the caller's.
 run_limited() {

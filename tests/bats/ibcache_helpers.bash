@@ -25,10 +25,7 @@ setup() {
 }
 
 teardown() {
-	local pid
-	for pid in "${BG_PIDS[@]}"; do
-		kill -KILL "$pid" 2>/dev/null || true
-	done
+	kill_bg
 	[ "$(type -t netns_teardown)" = function ] && netns_teardown
 	return 0
 }

@@ -37,11 +37,7 @@ setup() {
 }
 
 teardown() {
-	local pid
-	for pid in "${BG_PIDS[@]}"; do
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
+	kill_bg
 	[ "${NS_PATHS:-0}" -gt 0 ] && netns_teardown
 	return 0
 }

@@ -24,11 +24,9 @@ setup() {
 }
 
 teardown() {
-	local pid f
+	local f
 
-	for pid in "${BG_PIDS[@]}"; do
-		kill -KILL "$pid" 2>/dev/null || true
-	done
+	kill_bg
 	for f in /dev/shm/xprt-shmcm-"$SHM"*; do
 		[ -e "$f" ] && rm -f "$f"
 	done
