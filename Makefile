@@ -60,11 +60,10 @@ Q := @
 endif
 
 # --version: git describe of this checkout, else the VERSION file (a release
-# tarball, a package build), else "unknown".  A stamp named after it
-# rebuilds version.o when it changes.
+# tarball, a package build), else "unknown".  $(B)/version.txt holds it and
+# changes (rebuilding version.o) only when it does.
 XPRT_VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || \
 		  cat VERSION 2>/dev/null || echo unknown)
-VERSION_STAMP := $(B)/.version-$(subst /,_,$(XPRT_VERSION))
 
 LIB_SRC   := $(sort $(wildcard lib/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
@@ -84,7 +83,7 @@ FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 
 MANPAGES  := $(wildcard man/*.[1-8])
 
-.PHONY: all demo tools tests benches fuzz check check-unit check-bats check-fuzz \
+.PHONY: FORCE all demo tools tests benches fuzz check check-unit check-bats check-fuzz \
         check-man check-san check-tsan bench install uninstall clean
 
 all: tools
@@ -97,12 +96,12 @@ $(B)/%.o: %.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
 
-$(VERSION_STAMP):
+$(B)/version.txt: FORCE
 	@mkdir -p $(@D)
-	@rm -f $(B)/.version-*
-	@touch $@
-$(B)/lib/core/version.o: $(VERSION_STAMP)
+	@echo '$(XPRT_VERSION)' | cmp -s - $@ || echo '$(XPRT_VERSION)' > $@
+$(B)/lib/core/version.o: $(B)/version.txt
 $(B)/lib/core/version.o: CPPFLAGS += -DXPRT_VERSION='"$(XPRT_VERSION)"'
+FORCE:
 
 $(LIB): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR      $@")
