@@ -7,11 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "core/parse.h"
 #include "core/xtime.h"
 #include "ibcache/ibc_fetch.h"
-
-#define ERR(...) snprintf(err, errlen, __VA_ARGS__)
 
 enum { P_NEED = 0, P_FLIGHT = 1, P_DONE = 2 };
 #define TRIES_MAX	3	/* asks of one peer for a page before the next */
@@ -65,7 +64,7 @@ int ibc_pages_parse(const char *s, uint64_t **out, uint32_t *n, uint32_t max, ch
 	const char *es;
 
 	if (!dup) {
-		ERR("out of memory");
+		xerr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -76,17 +75,17 @@ int ibc_pages_parse(const char *s, uint64_t **out, uint32_t *n, uint32_t max, ch
 			*dash = 0;
 		if (xparse_u64(tok, 0, UINT64_MAX / 65536, &a, &es) < 0 ||
 		    (dash && xparse_u64(dash + 1, 0, UINT64_MAX / 65536, &b, &es) < 0)) {
-			ERR("'%s': not a page number or range N-M (%s)", s, es);
+			xerr(err, errlen, "'%s': not a page number or range N-M (%s)", s, es);
 			goto bad;
 		}
 		if (!dash)
 			b = a;
 		if (b < a || (cnt && a < next)) {
-			ERR("'%s': pages must be ascending, without overlaps", s);
+			xerr(err, errlen, "'%s': pages must be ascending, without overlaps", s);
 			goto bad;
 		}
 		if (b - a >= max || cnt + (b - a) >= max) {
-			ERR("'%s': more than %u pages", s, max);
+			xerr(err, errlen, "'%s': more than %u pages", s, max);
 			goto bad;
 		}
 		for (uint64_t p = a; p <= b; p++) {
@@ -95,7 +94,7 @@ int ibc_pages_parse(const char *s, uint64_t **out, uint32_t *n, uint32_t max, ch
 
 				cap = cap ? 2 * cap : 64;
 				if (!(nv = realloc(v, cap * sizeof(*v)))) {
-					ERR("out of memory");
+					xerr(err, errlen, "out of memory");
 					goto bad;
 				}
 				v = nv;
@@ -106,7 +105,7 @@ int ibc_pages_parse(const char *s, uint64_t **out, uint32_t *n, uint32_t max, ch
 	}
 	free(dup);
 	if (!cnt) {
-		ERR("'%s': no pages", s);
+		xerr(err, errlen, "'%s': no pages", s);
 		free(v);
 		return -EINVAL;
 	}
@@ -135,13 +134,13 @@ static int open_copy(const char *path, struct stat *st, char *err, size_t errlen
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0 || fstat(fd, st) < 0) {
-		ERR("%s: %s", path, strerror(errno));
+		xerr(err, errlen, "%s: %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return -1;
 	}
 	if (!S_ISREG(st->st_mode)) {
-		ERR("%s: not a regular file", path);
+		xerr(err, errlen, "%s: not a regular file", path);
 		close(fd);
 		return -1;
 	}
@@ -162,8 +161,8 @@ static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_
 		f->size = st.st_size;
 		if (!f->have_gen) {
 			if ((rc = ibc_gen_fd(f->origin_fd, &st, &f->gen, &xa))) {
-				ERR("%s: %s: %s", origin, IBC_GEN_XATTR,
-				    rc == -EINVAL ? "not a decimal number" : strerror(-rc));
+				xerr(err, errlen, "%s: %s: %s", origin, IBC_GEN_XATTR,
+				     rc == -EINVAL ? "not a decimal number" : strerror(-rc));
 				return rc;
 			}
 			f->have_gen = true;
@@ -200,7 +199,7 @@ static int add_peers(struct ibc_fetch *f, const struct ibc_dir *dir, const uint1
 		int id = ibc_req_add_peer(f->rq, &p->u, why, sizeof(why));
 
 		if (id == -ENOMEM) {
-			ERR("out of memory");
+			xerr(err, errlen, "out of memory");
 			return id;
 		}
 		if (id < 0) {
@@ -223,9 +222,10 @@ static int set_range(struct ibc_fetch *f, char *err, size_t errlen, bool *usage)
 
 	if (o->pages) {
 		if (f->size >= 0 && o->pages[o->npages - 1] >= ((uint64_t)f->size + f->psize - 1) / f->psize) {
-			ERR("--pages: page %llu is past the end of %s (%lld bytes, %llu pages)",
-			    (unsigned long long)o->pages[o->npages - 1], f->path, (long long)f->size,
-			    (unsigned long long)(((uint64_t)f->size + f->psize - 1) / f->psize));
+			xerr(err, errlen,
+			     "--pages: page %llu is past the end of %s (%lld bytes, %llu pages)",
+			     (unsigned long long)o->pages[o->npages - 1], f->path, (long long)f->size,
+			     (unsigned long long)(((uint64_t)f->size + f->psize - 1) / f->psize));
 			*usage = true;
 			return -EINVAL;
 		}
@@ -233,14 +233,15 @@ static int set_range(struct ibc_fetch *f, char *err, size_t errlen, bool *usage)
 		return 0;
 	}
 	if (!o->length_set && f->size < 0) {
-		ERR("the size of %s is unknown without --origin or --local: give --length or --pages",
-		    f->path);
+		xerr(err, errlen,
+		     "the size of %s is unknown without --origin or --local: give --length or --pages",
+		     f->path);
 		*usage = true;
 		return -EINVAL;
 	}
 	f->off = o->offset;
 	if (o->length_set && o->offset > UINT64_MAX - o->length) {
-		ERR("--offset + --length overflow");
+		xerr(err, errlen, "--offset + --length overflow");
 		*usage = true;
 		return -EINVAL;
 	}
@@ -263,7 +264,7 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 
 	*usage = false;
 	if (!f) {
-		ERR("out of memory");
+		xerr(err, errlen, "out of memory");
 		return NULL;
 	}
 	f->o = *o;
@@ -285,7 +286,8 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	if (open_copies(f, o->origin ? o->origin : origin, err, errlen))
 		goto fail;
 	if (np && !f->have_gen) {
-		ERR("peers need the generation of %s: give --origin, --local or --gen", f->path);
+		xerr(err, errlen,
+		     "peers need the generation of %s: give --origin, --local or --gen", f->path);
 		*usage = true;
 		goto fail;
 	}
@@ -315,7 +317,7 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	free(origin);
 	return f;
 nomem:
-	ERR("out of memory");
+	xerr(err, errlen, "out of memory");
 fail:
 	free(origin);
 	ibc_fetch_free(f);
@@ -550,15 +552,17 @@ static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen
 			continue;
 		}
 		if (f->origin_fd < 0) {
-			ERR("page %llu of %s: in no peer's cache%s, and no --origin given",
-			    (unsigned long long)f->pg[i], f->path, f->o.local ? " nor the local copy" : "");
+			xerr(err, errlen,
+			     "page %llu of %s: in no peer's cache%s, and no --origin given",
+			     (unsigned long long)f->pg[i], f->path, f->o.local ? " nor the local copy" : "");
 			return -ENOENT;
 		}
 		while (i + run < n && f->state[i + run] != P_DONE && f->pg[i + run] == f->pg[i] + run)
 			run++;
 		if (ibc_pages_read(f->origin_fd, (uint64_t)f->size, f->psize, f->pg[i], run,
 				   page_buf(f, i))) {
-			ERR("%s: read: %s", f->o.origin ? f->o.origin : "origin", strerror(errno));
+			xerr(err, errlen,
+			     "%s: read: %s", f->o.origin ? f->o.origin : "origin", strerror(errno));
 			return -EIO;
 		}
 		f->st.origin_pages += run;
@@ -608,17 +612,17 @@ int ibc_fetch_run(struct ibc_fetch *f, ibc_write_fn out, void *octx, char *err, 
 			f->state[i] = P_NEED;
 		}
 		if (f->local_fd >= 0 && (rc = fill_local(f, n))) {
-			ERR("%s: %s", f->o.local, strerror(-rc));
+			xerr(err, errlen, "%s: %s", f->o.local, strerror(-rc));
 			return rc;
 		}
 		if (f->npeers && (rc = fill_peers(f, n))) {
-			ERR("%s", strerror(-rc));
+			xerr(err, errlen, "%s", strerror(-rc));
 			return rc;
 		}
 		if ((rc = fill_origin(f, n, err, errlen)))
 			return rc;
 		if ((rc = write_chunk(f, n, out, octx))) {
-			ERR("write: %s", strerror(-rc));
+			xerr(err, errlen, "write: %s", strerror(-rc));
 			return rc;
 		}
 		done += n;

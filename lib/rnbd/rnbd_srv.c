@@ -22,8 +22,6 @@
 #include "rnbd/rnbd_srv.h"
 #include "rnbd/rnbd_wire.h"
 
-#define ERR(...) snprintf(err, errlen, __VA_ARGS__)
-
 /* What OPEN_RSP announces beyond the device's own geometry. */
 #define RNBD_SRV_MAX_SEGMENTS	128u	/* rtrs-clt.c RTRS_MAX_SEGMENTS, as the kernel server sends */
 #define RNBD_SRV_MAX_DISCARD	(UINT32_MAX >> 9)	/* bi_size is 32 bits of bytes */
@@ -105,7 +103,7 @@ struct rnbd_srv *rnbd_srv_new(uint32_t max_io_size, char *err, size_t errlen)
 	struct rnbd_srv *r = calloc(1, sizeof(*r));
 
 	if (!r) {
-		ERR("out of memory");
+		xerr(err, errlen, "out of memory");
 		return NULL;
 	}
 	r->max_io = max_io_size;
@@ -161,12 +159,12 @@ int rnbd_export_parse(const char *spec, char *name, size_t namelen, char *path, 
 	size_t n, pl;
 
 	if (!eq) {
-		ERR("'%s' is not NAME=PATH[:ro]", spec);
+		xerr(err, errlen, "'%s' is not NAME=PATH[:ro]", spec);
 		return -EINVAL;
 	}
 	n = (size_t)(eq - spec);
 	if (n == 0 || n >= RNBD_NAME_MAX || n >= namelen) {
-		ERR("'%s': the name must be 1 to %u bytes", spec, RNBD_NAME_MAX - 1);
+		xerr(err, errlen, "'%s': the name must be 1 to %u bytes", spec, RNBD_NAME_MAX - 1);
 		return -EINVAL;
 	}
 	memcpy(name, spec, n);
@@ -178,7 +176,7 @@ int rnbd_export_parse(const char *spec, char *name, size_t namelen, char *path, 
 		pl -= 3;
 	}
 	if (pl == 0 || pl >= pathlen) {
-		ERR("'%s': %s", spec, pl ? "path too long" : "no path");
+		xerr(err, errlen, "'%s': %s", spec, pl ? "path too long" : "no path");
 		return -EINVAL;
 	}
 	memcpy(path, eq + 1, pl);
@@ -226,7 +224,7 @@ static int export_geometry(struct export *e, const struct stat *st, char *err, s
 
 		e->blockdev = true;
 		if (ioctl(e->fd, BLKGETSIZE64, &e->size) < 0) {
-			ERR("%s: BLKGETSIZE64: %s", e->path, strerror(errno));
+			xerr(err, errlen, "%s: BLKGETSIZE64: %s", e->path, strerror(errno));
 			return -errno;
 		}
 		if (ioctl(e->fd, BLKSSZGET, &lbs) < 0 || lbs < 512 || lbs > 32768)
@@ -242,7 +240,7 @@ static int export_geometry(struct export *e, const struct stat *st, char *err, s
 		return 0;
 	}
 	if (!S_ISREG(st->st_mode)) {
-		ERR("%s: not a regular file or a block device", e->path);
+		xerr(err, errlen, "%s: not a regular file or a block device", e->path);
 		return -EINVAL;
 	}
 	e->size = (uint64_t)st->st_size;
@@ -263,11 +261,12 @@ int rnbd_srv_export(struct rnbd_srv *r, const char *name, const char *path, bool
 		    char *err, size_t errlen)
 {
 	if (!name[0] || strlen(name) >= RNBD_NAME_MAX || strchr(name, '=')) {
-		ERR("export name '%s': 1 to %u bytes, no '='", name, RNBD_NAME_MAX - 1);
+		xerr(err, errlen,
+		     "export name '%s': 1 to %u bytes, no '='", name, RNBD_NAME_MAX - 1);
 		return -EINVAL;
 	}
 	if (export_find(r, name)) {
-		ERR("export name '%s' given twice", name);
+		xerr(err, errlen, "export name '%s' given twice", name);
 		return -EEXIST;
 	}
 	return export_add(r, name, path, ro, false, err, errlen);
@@ -285,7 +284,7 @@ static int export_add(struct rnbd_srv *r, const char *name, const char *path, bo
 		struct export **ne = realloc(r->ex, nc * sizeof(*ne));
 
 		if (!ne) {
-			ERR("out of memory");
+			xerr(err, errlen, "out of memory");
 			return -ENOMEM;
 		}
 		r->ex = ne;
@@ -293,7 +292,7 @@ static int export_add(struct rnbd_srv *r, const char *name, const char *path, bo
 	}
 	e = calloc(1, sizeof(*e));
 	if (!e) {
-		ERR("out of memory");
+		xerr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	snprintf(e->name, sizeof(e->name), "%s", name);
@@ -301,7 +300,7 @@ static int export_add(struct rnbd_srv *r, const char *name, const char *path, bo
 	e->found = found;
 	e->path = strdup(path);
 	if (!e->path) {
-		ERR("out of memory");
+		xerr(err, errlen, "out of memory");
 		rc = -ENOMEM;
 		goto out_free;
 	}
@@ -309,19 +308,19 @@ static int export_add(struct rnbd_srv *r, const char *name, const char *path, bo
 	e->fd = open(path, (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC);
 	if (e->fd < 0) {
 		rc = -errno;
-		ERR("%s: %s", path, strerror(errno));
+		xerr(err, errlen, "%s: %s", path, strerror(errno));
 		goto out_free_path;
 	}
 	if (fstat(e->fd, &st) < 0) {
 		rc = -errno;
-		ERR("%s: %s", path, strerror(errno));
+		xerr(err, errlen, "%s: %s", path, strerror(errno));
 		goto out_close;
 	}
 	rc = export_geometry(e, &st, err, errlen);
 	if (rc < 0)
 		goto out_close;
 	if (e->size < 512) {
-		ERR("%s: empty (a device needs at least one 512-byte sector)", path);
+		xerr(err, errlen, "%s: empty (a device needs at least one 512-byte sector)", path);
 		rc = -EINVAL;
 		goto out_close;
 	}
@@ -782,7 +781,7 @@ int rnbd_srv_set_io_threads(struct rnbd_srv *r, unsigned n, char *err, size_t er
 	struct io_pool *pl = &r->pool;
 
 	if (pl->n) {
-		ERR("the IO threads are running already");
+		xerr(err, errlen, "the IO threads are running already");
 		return -EBUSY;
 	}
 	if (!n)
@@ -790,7 +789,7 @@ int rnbd_srv_set_io_threads(struct rnbd_srv *r, unsigned n, char *err, size_t er
 	pl->th = calloc(n, sizeof(*pl->th));
 	pl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (!pl->th || pl->efd < 0) {
-		ERR("IO threads: %s", pl->th ? strerror(errno) : "out of memory");
+		xerr(err, errlen, "IO threads: %s", pl->th ? strerror(errno) : "out of memory");
 		free(pl->th);
 		if (pl->efd >= 0)
 			close(pl->efd);
@@ -810,7 +809,7 @@ int rnbd_srv_set_io_threads(struct rnbd_srv *r, unsigned n, char *err, size_t er
 		if (rc) {
 			pl->n = i;
 			pool_stop(pl);
-			ERR("IO threads: %s", strerror(rc));
+			xerr(err, errlen, "IO threads: %s", strerror(rc));
 			return -rc;
 		}
 		pl->n = i + 1;

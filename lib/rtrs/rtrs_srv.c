@@ -14,8 +14,6 @@
 #include "core/xtime.h"
 #include "rtrs/rtrs_srv_pri.h"
 
-#define ERR(...) snprintf(err, errlen, __VA_ARGS__)
-
 static const char hex[] = "0123456789abcdef";
 
 /* "xxxxxxxx-xxxx-..." for the log: uuids are raw bytes on the wire. */
@@ -67,13 +65,13 @@ struct rtrs_srv *rtrs_srv_new(const struct rtrs_srv_opts *o, const struct rtrs_s
 	struct rtrs_srv *srv;
 
 	if (!ops || !ops->rdma_ev) {
-		ERR("no request handler");
+		xerr(err, errlen, "no request handler");
 		errno = EINVAL;
 		return NULL;
 	}
 	srv = calloc(1, sizeof(*srv));
 	if (!srv) {
-		ERR("out of memory");
+		xerr(err, errlen, "out of memory");
 		return NULL;
 	}
 	if (o)
@@ -85,9 +83,10 @@ struct rtrs_srv *rtrs_srv_new(const struct rtrs_srv_opts *o, const struct rtrs_s
 	if (!srv->o.chunk_size)
 		srv->o.chunk_size = RTRS_DEFAULT_CHUNK_SIZE;
 	if (rtrs_check_geometry(srv->o.queue_depth, srv->o.chunk_size) < 0) {
-		ERR("queue depth %u with chunk size %u: not a geometry RTRS can address "
-		    "(depth 1..65535, chunk a power of two >= 8192, depth x chunk <= 256 MiB)",
-		    srv->o.queue_depth, srv->o.chunk_size);
+		xerr(err, errlen,
+		     "queue depth %u with chunk size %u: not a geometry RTRS can address "
+		     "(depth 1..65535, chunk a power of two >= 8192, depth x chunk <= 256 MiB)",
+		     srv->o.queue_depth, srv->o.chunk_size);
 		free(srv);
 		errno = EINVAL;
 		return NULL;
@@ -96,7 +95,7 @@ struct rtrs_srv *rtrs_srv_new(const struct rtrs_srv_opts *o, const struct rtrs_s
 	srv->ctx = ctx;
 	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (srv->epfd < 0) {
-		ERR("epoll: %s", strerror(errno));
+		xerr(err, errlen, "epoll: %s", strerror(errno));
 		free(srv);
 		return NULL;
 	}
@@ -111,11 +110,12 @@ int rtrs_srv_listen(struct rtrs_srv *srv, const struct xuri *u, char *err, size_
 	struct xrc_opts xo = { .timeout_ns = 5000000000ull };
 
 	if (srv->nlsn >= SRV_MAX_LISTENERS) {
-		ERR("at most %d listeners", SRV_MAX_LISTENERS);
+		xerr(err, errlen, "at most %d listeners", SRV_MAX_LISTENERS);
 		return -ENOSPC;
 	}
 	if (u->scheme != XURI_TCP && u->scheme != XURI_RDMA) {
-		ERR("%s://: RTRS runs over rdma:// or tcp://", xuri_scheme_name(u->scheme));
+		xerr(err, errlen,
+		     "%s://: RTRS runs over rdma:// or tcp://", xuri_scheme_name(u->scheme));
 		return -EPROTONOSUPPORT;
 	}
 	sl = &srv->lsn[srv->nlsn];
@@ -128,7 +128,7 @@ int rtrs_srv_listen(struct rtrs_srv *srv, const struct xuri *u, char *err, size_
 	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, xrc_listener_fd(sl->l), &ev) < 0) {
 		int e = errno;
 
-		ERR("epoll: %s", strerror(e));
+		xerr(err, errlen, "epoll: %s", strerror(e));
 		xrc_listener_close(sl->l);
 		return -e;
 	}
@@ -297,7 +297,7 @@ static int path_mem(struct srv_path *p, struct xrc_dom *d, char *err, size_t err
 	p->ctl_len = RTRS_INFO_REQ_LEN + p->info_len;
 	p->ctl = calloc(1, p->ctl_len);
 	if (!p->ctl) {
-		ERR("out of memory");
+		xerr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	p->ctl_mr = xrc_reg(d, p->ctl, p->ctl_len, XRC_ACCESS_LOCAL_WRITE, err, errlen);
@@ -309,7 +309,7 @@ static int path_mem(struct srv_path *p, struct xrc_dom *d, char *err, size_t err
 	}
 	p->keys = calloc(qd, sizeof(*p->keys));
 	if (!p->keys) {
-		ERR("out of memory");
+		xerr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < qd; i++) {

@@ -1,4 +1,5 @@
 #include "xprt/mbox.h"
+#include "core/log.h"
 #include "xprt/futex.h"
 #include "core/xtime.h"
 
@@ -15,8 +16,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define ERR(...) (snprintf(err, errlen, __VA_ARGS__))
-
 static const char *side_name(int side)
 {
 	return side == MBOX_SIDE_A ? "a" : "b";
@@ -27,7 +26,8 @@ int mbox_check_name(const char *name, char *err, size_t errlen)
 	size_t n = strlen(name);
 
 	if (n == 0 || n > MBOX_NAME_MAX) {
-		ERR("invalid connection name '%s': 1 to %d characters", name, MBOX_NAME_MAX);
+		xerr(err, errlen,
+		     "invalid connection name '%s': 1 to %d characters", name, MBOX_NAME_MAX);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -35,7 +35,8 @@ int mbox_check_name(const char *name, char *err, size_t errlen)
 		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 			  (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
 		if (!ok || (i == 0 && (c == '.' || c == '-'))) {
-			ERR("invalid connection name '%s': use letters, digits, '.', '_', '-'", name);
+			xerr(err, errlen,
+			     "invalid connection name '%s': use letters, digits, '.', '_', '-'", name);
 			return -EINVAL;
 		}
 	}
@@ -46,26 +47,30 @@ int mbox_check_cfg(const struct mbox_cfg *c, char *err, size_t errlen)
 {
 	if (c->nslots < MBOX_SLOTS_MIN || c->nslots > MBOX_SLOTS_MAX ||
 	    (c->nslots & (c->nslots - 1))) {
-		ERR("slot count %" PRIu32 " out of range: a power of two from %u to %u",
-		    c->nslots, MBOX_SLOTS_MIN, MBOX_SLOTS_MAX);
+		xerr(err, errlen,
+		     "slot count %" PRIu32 " out of range: a power of two from %u to %u",
+		     c->nslots, MBOX_SLOTS_MIN, MBOX_SLOTS_MAX);
 		return -EINVAL;
 	}
 	if (c->mtu < 36 || c->mtu > (16u << 20)) {
-		ERR("MTU %" PRIu32 " out of range: 36 to 16777216 bytes", c->mtu);
+		xerr(err, errlen, "MTU %" PRIu32 " out of range: 36 to 16777216 bytes", c->mtu);
 		return -EINVAL;
 	}
 	if (c->con_tmo_ms < 100 || c->con_tmo_ms > 3600000) {
-		ERR("connection timeout %" PRIu32 " ms out of range: 100 ms to 1 hour", c->con_tmo_ms);
+		xerr(err, errlen,
+		     "connection timeout %" PRIu32 " ms out of range: 100 ms to 1 hour", c->con_tmo_ms);
 		return -EINVAL;
 	}
 	if (c->defq_max > 1000000) {
-		ERR("deferred queue limit %" PRIu32 " out of range: 0 to 1000000 packets", c->defq_max);
+		xerr(err, errlen,
+		     "deferred queue limit %" PRIu32 " out of range: 0 to 1000000 packets", c->defq_max);
 		return -EINVAL;
 	}
 	uint64_t slot = ((uint64_t)c->mtu + MBOX_SLOT_HDR + MBOX_CL - 1) & ~(uint64_t)(MBOX_CL - 1);
 	if (slot * c->nslots * 2 > MBOX_SEG_MAX) {
-		ERR("mailbox too large: %" PRIu32 " slots of %" PRIu32 " bytes in each direction exceed 4 GiB",
-		    c->nslots, c->mtu);
+		xerr(err, errlen,
+		     "mailbox too large: %" PRIu32 " slots of %" PRIu32 " bytes in each direction exceed 4 GiB",
+		     c->nslots, c->mtu);
 		return -EINVAL;
 	}
 	return 0;
@@ -163,24 +168,27 @@ static int validate(const struct mbox_hdr *h, uint64_t st_size, const char *name
 	uint64_t off[2], total;
 
 	if (h->magic != MBOX_MAGIC) {
-		ERR("connection '%s': not an xprt mailbox (bad magic 0x%08" PRIx32 ")", name, h->magic);
+		xerr(err, errlen,
+		     "connection '%s': not an xprt mailbox (bad magic 0x%08" PRIx32 ")", name, h->magic);
 		return -EPROTO;
 	}
 	if (h->version != MBOX_VERSION || h->hdr_size != sizeof(*h)) {
-		ERR("connection '%s': mailbox version %u (header %u bytes), this mkshmcon speaks version %u",
-		    name, h->version, h->hdr_size, MBOX_VERSION);
+		xerr(err, errlen,
+		     "connection '%s': mailbox version %u (header %u bytes), this mkshmcon speaks version %u",
+		     name, h->version, h->hdr_size, MBOX_VERSION);
 		return -EPROTO;
 	}
 	c = (struct mbox_cfg){ h->nslots, h->mtu, h->con_tmo_ms, h->defq_max };
 	char why[160];
 	if (mbox_check_cfg(&c, why, sizeof(why)) < 0) {
-		ERR("connection '%s': corrupted header: %s", name, why);
+		xerr(err, errlen, "connection '%s': corrupted header: %s", name, why);
 		return -EPROTO;
 	}
 	layout(&c, &slot_size, off, &total);
 	if (h->slot_size != slot_size || h->ring_off[0] != off[0] ||
 	    h->ring_off[1] != off[1] || h->seg_size != total || st_size != total) {
-		ERR("connection '%s': corrupted header: layout does not match its size", name);
+		xerr(err, errlen,
+		     "connection '%s': corrupted header: layout does not match its size", name);
 		return -EPROTO;
 	}
 	return 0;
@@ -201,26 +209,26 @@ static int map_existing(const char *name, struct mbox **out, bool check,
 	if (fd < 0) {
 		rc = -errno;
 		if (rc == -ENOENT)
-			ERR("no such connection '%s'", name);
+			xerr(err, errlen, "no such connection '%s'", name);
 		else
-			ERR("connection '%s': %s", name, strerror(-rc));
+			xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
 		return rc;
 	}
 	if (fstat(fd, &st) < 0) {
 		rc = -errno;
-		ERR("connection '%s': %s", name, strerror(-rc));
+		xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
 		goto out_close;
 	}
 	if ((uint64_t)st.st_size < sizeof(struct mbox_hdr)) {
-		ERR("connection '%s': corrupted mailbox (%lld bytes, too small)",
-		    name, (long long)st.st_size);
+		xerr(err, errlen, "connection '%s': corrupted mailbox (%lld bytes, too small)",
+		     name, (long long)st.st_size);
 		rc = -EPROTO;
 		goto out_close;
 	}
 	p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		rc = -errno;
-		ERR("connection '%s': mmap: %s", name, strerror(-rc));
+		xerr(err, errlen, "connection '%s': mmap: %s", name, strerror(-rc));
 		goto out_close;
 	}
 	struct mbox_hdr snap;
@@ -233,7 +241,7 @@ static int map_existing(const char *name, struct mbox **out, bool check,
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		rc = -ENOMEM;
-		ERR("out of memory");
+		xerr(err, errlen, "out of memory");
 		goto out_unmap;
 	}
 	if (check) {
@@ -304,14 +312,14 @@ static int format_fd(int fd, const struct mbox_cfg *c, const char *name,
 	/* shrink to zero first so no stale slot content survives */
 	if (ftruncate(fd, 0) < 0 || ftruncate(fd, (off_t)total) < 0) {
 		rc = -errno;
-		ERR("connection '%s': cannot size mailbox to %" PRIu64 " bytes: %s",
-		    name, total, strerror(-rc));
+		xerr(err, errlen, "connection '%s': cannot size mailbox to %" PRIu64 " bytes: %s",
+		     name, total, strerror(-rc));
 		return rc;
 	}
 	p = mmap(NULL, sizeof(struct mbox_hdr), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		rc = -errno;
-		ERR("connection '%s': mmap: %s", name, strerror(-rc));
+		xerr(err, errlen, "connection '%s': mmap: %s", name, strerror(-rc));
 		return rc;
 	}
 	init_header(p, c);
@@ -341,7 +349,7 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 	}
 	if (errno != EEXIST) {
 		rc = -errno;
-		ERR("cannot create connection '%s': %s", name, strerror(-rc));
+		xerr(err, errlen, "cannot create connection '%s': %s", name, strerror(-rc));
 		return rc;
 	}
 
@@ -355,7 +363,8 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 		fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
 		if (fd < 0) {
 			rc = -errno;
-			ERR("cannot re-create connection '%s': %s", name, strerror(-rc));
+			xerr(err, errlen,
+			     "cannot re-create connection '%s': %s", name, strerror(-rc));
 			return rc;
 		}
 		rc = format_fd(fd, c, name, err, errlen);
@@ -377,8 +386,9 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 		for (int s = 0; s < 2; s++) {
 			pid_t pid = mbox_side_pid(old->h, s);
 			if (pid) {
-				ERR("connection '%s' exists and side %s is in use by pid %d",
-				    name, side_name(s), (int)pid);
+				xerr(err, errlen,
+				     "connection '%s' exists and side %s is in use by pid %d",
+				     name, side_name(s), (int)pid);
 				rc = -EBUSY;
 				goto out;
 			}
@@ -403,8 +413,8 @@ int mbox_claim(struct mbox *m, int side, char *err, size_t errlen)
 		if (cur == mine)
 			break;
 		if (owner_alive(cur)) {
-			ERR("side %s of connection '%s' is in use by pid %d",
-			    side_name(side), m->name, (int)(cur >> 32));
+			xerr(err, errlen, "side %s of connection '%s' is in use by pid %d",
+			     side_name(side), m->name, (int)(cur >> 32));
 			return -EBUSY;
 		}
 		/* free, or its owner is dead: take it over in one step */
@@ -467,8 +477,9 @@ int mbox_unlink(const char *name, bool force, char *err, size_t errlen)
 		for (int s = 0; s < 2; s++) {
 			pid_t pid = mbox_side_pid(m->h, s);
 			if (pid) {
-				ERR("connection '%s' is in use: side %s by pid %d (use -f to remove anyway)",
-				    name, side_name(s), (int)pid);
+				xerr(err, errlen,
+				     "connection '%s' is in use: side %s by pid %d (use -f to remove anyway)",
+				     name, side_name(s), (int)pid);
 				mbox_close(m);
 				return -EBUSY;
 			}
@@ -479,7 +490,7 @@ unlink:
 	shm_path(name, path, sizeof(path));
 	if (shm_unlink(path) < 0) {
 		rc = -errno;
-		ERR("cannot remove connection '%s': %s", name, strerror(-rc));
+		xerr(err, errlen, "cannot remove connection '%s': %s", name, strerror(-rc));
 		return rc;
 	}
 	return 0;

@@ -16,6 +16,7 @@
  * for how long one names the same sender.  xdg_resolve() results are pinned
  * and never recycled. */
 #include "xprt/xdg_pri.h"
+#include "core/log.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -27,8 +28,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-#define ERR(...) (snprintf(err, errlen, __VA_ARGS__))
 
 #define UDP_MTU_DEFAULT	4096u
 #define UDP_MTU_MAX	65507u		/* 65535 - 8 (UDP) - 20 (IPv4) */
@@ -191,15 +190,15 @@ static struct xdg_addr *udp_resolve(struct xdg *d, const struct xuri *peer, char
 	snprintf(port, sizeof(port), "%u", peer->port);
 	rc = getaddrinfo(peer->host, port, &hints, &ai);
 	if (rc) {
-		ERR("udp://%s:%u: cannot resolve: %s", peer->host, peer->port,
-		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		xerr(err, errlen, "udp://%s:%u: cannot resolve: %s", peer->host, peer->port,
+		     rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 		errno = rc == EAI_SYSTEM ? errno : EHOSTUNREACH;
 		return NULL;
 	}
 	a = addr_get(e, ai->ai_addr, ai->ai_addrlen);
 	freeaddrinfo(ai);
 	if (!a) {
-		ERR("udp://%s:%u: out of memory", peer->host, peer->port);
+		xerr(err, errlen, "udp://%s:%u: out of memory", peer->host, peer->port);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -215,13 +214,13 @@ static struct xdg_addr *udp_import(struct xdg *d, const struct xdg_addr *from, c
 	struct udp_addr *a;
 
 	if (f->sa.ss_family != e->family) {
-		ERR("%s: another address family than this endpoint's", f->base.str);
+		xerr(err, errlen, "%s: another address family than this endpoint's", f->base.str);
 		errno = EAFNOSUPPORT;
 		return NULL;
 	}
 	a = addr_get(e, (const struct sockaddr *)&f->sa, f->sl);
 	if (!a) {
-		ERR("%s: out of memory", f->base.str);
+		xerr(err, errlen, "%s: out of memory", f->base.str);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -523,22 +522,24 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 	uint32_t mtu = o->mtu ? o->mtu : UDP_MTU_DEFAULT, rd = o->rx_depth, td = o->tx_depth;
 
 	if (o->user_rx) {
-		ERR("udp://%s:%u: caller-posted receive buffers are a ud:// feature", u->host,
-		    u->port);
+		xerr(err, errlen,
+		     "udp://%s:%u: caller-posted receive buffers are a ud:// feature", u->host,
+		     u->port);
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
 	if (mtu > UDP_MTU_MAX || rd > 65536 || td > 65536) {
-		ERR("udp://%s:%u: mtu over %u or rx/tx depth over 65536", u->host, u->port,
-		    UDP_MTU_MAX);
+		xerr(err, errlen,
+		     "udp://%s:%u: mtu over %u or rx/tx depth over 65536", u->host, u->port,
+		     UDP_MTU_MAX);
 		errno = EINVAL;
 		return NULL;
 	}
 	snprintf(port, sizeof(port), "%u", u->port);
 	rc = getaddrinfo(u->host, port, &hints, &ai);
 	if (rc) {
-		ERR("udp://%s:%u: cannot resolve: %s", u->host, u->port,
-		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		xerr(err, errlen, "udp://%s:%u: cannot resolve: %s", u->host, u->port,
+		     rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 		errno = rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
 		return NULL;
 	}
@@ -566,7 +567,7 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 	e->fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (e->fd < 0 || bind(e->fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
 	    getsockname(e->fd, (struct sockaddr *)&ss, &sl) < 0) {
-		ERR("udp://%s:%u: %s", u->host, u->port, strerror(errno));
+		xerr(err, errlen, "udp://%s:%u: %s", u->host, u->port, strerror(errno));
 		goto out_close;
 	}
 	setsockopt(e->fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
@@ -578,7 +579,7 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 	return &e->base;
 
 out_nomem:
-	ERR("udp://%s:%u: out of memory", u->host, u->port);
+	xerr(err, errlen, "udp://%s:%u: out of memory", u->host, u->port);
 	errno = ENOMEM;
 out_close:
 	rc = errno;

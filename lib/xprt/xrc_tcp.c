@@ -156,14 +156,14 @@ static struct xrc_mr *tcp_reg(struct xrc_dom *d, void *addr, size_t len, unsigne
 	struct tcp_mr *m = calloc(1, sizeof(*m));
 
 	if (!m) {
-		ERR("register: out of memory");
+		xerr(err, errlen, "register: out of memory");
 		errno = ENOMEM;
 		return NULL;
 	}
 	m->k = (struct tkey){ .valid = true, .addr = addr, .len = len, .access = access };
 	if (key_add(&m->k)) {
 		free(m);
-		ERR("register: too many regions");
+		xerr(err, errlen, "register: too many regions");
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -193,7 +193,7 @@ static struct xrc_win *tcp_win_new(struct xrc_dom *d, unsigned flags, char *err,
 	struct tcp_win *w = calloc(1, sizeof(*w));
 
 	if (!w) {
-		ERR("window: out of memory");
+		xerr(err, errlen, "window: out of memory");
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -201,7 +201,7 @@ static struct xrc_win *tcp_win_new(struct xrc_dom *d, unsigned flags, char *err,
 	w->k.win = &w->base;
 	if (key_add(&w->k)) {
 		free(w);
-		ERR("window: too many regions and windows");
+		xerr(err, errlen, "window: too many regions and windows");
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -1171,7 +1171,7 @@ out_free_conn:
 	tcp_close(&c->base);
 out_close_fd:
 	close(fd);
-	ERR("%s: out of memory", peer);
+	xerr(err, errlen, "%s: out of memory", peer);
 	errno = ENOMEM;
 	return NULL;
 }

@@ -65,8 +65,9 @@ static int check_opts(const struct xrc_opts *o, const char *who, char *err, size
 	/* What we announce must pass the peer's decoder (xtcp_decode). */
 	if (o->sq_depth > XTCP_MAX_DEPTH || o->rq_depth > XTCP_MAX_DEPTH ||
 	    o->max_send > XTCP_MAX_SEND || o->max_inline > 65536) {
-		ERR("%s: sq_depth/rq_depth over %u, max_send over %u or max_inline over 65536",
-		    who, XTCP_MAX_DEPTH, XTCP_MAX_SEND);
+		xerr(err, errlen,
+		     "%s: sq_depth/rq_depth over %u, max_send over %u or max_inline over 65536",
+		     who, XTCP_MAX_DEPTH, XTCP_MAX_SEND);
 		return -EINVAL;
 	}
 	return 0;
@@ -196,8 +197,8 @@ static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, c
 	snprintf(port, sizeof(port), "%u", u->port);
 	rc = getaddrinfo(u->host, port, &hints, &ai);
 	if (rc) {
-		ERR("%s: cannot resolve '%s': %s", name, u->host,
-		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		xerr(err, errlen, "%s: cannot resolve '%s': %s", name, u->host,
+		     rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 		errno = rc == EAI_SYSTEM ? errno : EHOSTUNREACH;
 		return NULL;
 	}
@@ -229,7 +230,7 @@ static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, c
 	}
 	freeaddrinfo(ai);
 	if (fd < 0) {
-		ERR("%s: %s", name, conn_errstr(e));
+		xerr(err, errlen, "%s: %s", name, conn_errstr(e));
 		errno = e;
 		return NULL;
 	}
@@ -240,15 +241,15 @@ static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, c
 	if (!rc) {
 		rc = xtcp_decode(buf, XTCP_HDR_MAX, 0, &f);
 		if (rc < 0 || (f.type != XTCP_CONN_ACC && f.type != XTCP_CONN_REJ)) {
-			ERR("%s: not an xrc tcp peer (%s)", name,
-			    rc < 0 ? xtcp_strerror(rc) : "unexpected frame");
+			xerr(err, errlen, "%s: not an xrc tcp peer (%s)", name,
+			     rc < 0 ? xtcp_strerror(rc) : "unexpected frame");
 			errno = EPROTO;
 			goto out_close;
 		}
 		rc = io_exact(fd, buf + XTCP_HDR_MAX, f.len, false, deadline);
 	}
 	if (rc) {
-		ERR("%s: %s", name, conn_errstr(-rc));
+		xerr(err, errlen, "%s: %s", name, conn_errstr(-rc));
 		errno = -rc;
 		goto out_close;
 	}
@@ -257,7 +258,7 @@ static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, c
 	if (replen)
 		*replen = f.len;
 	if (f.type == XTCP_CONN_REJ) {
-		ERR("%s: rejected by peer", name);
+		xerr(err, errlen, "%s: rejected by peer", name);
 		errno = ECONNREFUSED;
 		goto out_close;
 	}
@@ -402,7 +403,7 @@ static struct xrc_req *tcp_get_request(struct xrc_listener *xl, char *err, size_
 			pend_drop(l, &l->pend[i]);
 	n = epoll_wait(l->efd, ev, 16, 0);
 	if (n < 0 && errno != EINTR) {
-		ERR("listener: epoll_wait: %s", strerror(errno));
+		xerr(err, errlen, "listener: epoll_wait: %s", strerror(errno));
 		return NULL;
 	}
 	for (int i = 0; i < n; i++) {
@@ -432,7 +433,7 @@ static struct xrc *tcp_accept(struct xrc_req *xr, const void *priv, size_t privl
 			      xtime_ns() + o->timeout_ns);
 	if (rc) {
 		if (rc != -EINVAL)
-			ERR("accept %s: %s", r->base.peer, conn_errstr(-rc));
+			xerr(err, errlen, "accept %s: %s", r->base.peer, conn_errstr(-rc));
 		close(r->fd);
 		errno = -rc;
 	} else {
@@ -499,13 +500,13 @@ static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_op
 	snprintf(port, sizeof(port), "%u", u->port);
 	rc = getaddrinfo(u->host, port, &hints, &ai);
 	if (rc) {
-		ERR("%s: cannot resolve '%s': %s", name, u->host,
-		    rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		xerr(err, errlen, "%s: cannot resolve '%s': %s", name, u->host,
+		     rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 		errno = rc == EAI_SYSTEM ? errno : EADDRNOTAVAIL;
 		return NULL;
 	}
 	if (!(l = calloc(1, sizeof(*l)))) {
-		ERR("%s: out of memory", name);
+		xerr(err, errlen, "%s: out of memory", name);
 		errno = ENOMEM;
 		goto out_free_ai;
 	}
@@ -516,7 +517,7 @@ static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_op
 		l->pend[i].fd = -1;
 	l->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->lfd < 0) {
-		ERR("%s: socket: %s", name, strerror(errno));
+		xerr(err, errlen, "%s: socket: %s", name, strerror(errno));
 		goto out_free_listener;
 	}
 	setsockopt(l->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -529,14 +530,14 @@ static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_op
 	}
 	if (bind(l->lfd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->lfd, 128) < 0 ||
 	    getsockname(l->lfd, (struct sockaddr *)&ss, &sl) < 0) {
-		ERR("%s: %s", name, strerror(errno));
+		xerr(err, errlen, "%s: %s", name, strerror(errno));
 		goto out_close_socket;
 	}
 	l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 						 : ((struct sockaddr_in *)&ss)->sin_port);
 	l->efd = epoll_create1(EPOLL_CLOEXEC);
 	if (l->efd < 0 || epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) < 0) {
-		ERR("%s: epoll: %s", name, strerror(errno));
+		xerr(err, errlen, "%s: epoll: %s", name, strerror(errno));
 		goto out_close_socket;
 	}
 	freeaddrinfo(ai);

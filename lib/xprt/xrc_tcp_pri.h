@@ -8,9 +8,9 @@
 #include <stdio.h>
 
 #include "xprt/xrc_pri.h"
+#include "core/log.h"
 
 /* Fills the caller's error buffer (every function here has err, errlen). */
-#define ERR(...) (snprintf(err, errlen, __VA_ARGS__))
 
 /* A connection, XRC_UP, over a socket whose setup frames are exchanged:
  * the socket is made non-blocking and owned from here on (closed on
