@@ -367,7 +367,7 @@ static int start(struct serve_state *st, struct srv_conf *c, struct xctl **ctl)
 		if (xdev_require(&u, err, sizeof(err)) < 0)
 			return fail("%s", err);
 		rc = rtrs_srv_listen(st->srv, &u, err, sizeof(err));
-		if (rc < 0 && c->listen_default) {
+		if ((rc == -EAFNOSUPPORT || rc == -EADDRNOTAVAIL) && c->listen_default) {
 			/* a host without IPv6: the IPv4 wildcard */
 			snprintf(u.host, sizeof(u.host), "0.0.0.0");
 			rc = rtrs_srv_listen(st->srv, &u, err, sizeof(err));

@@ -94,12 +94,17 @@ start_end() {
 		mv "$d/rc.tmp" "$d/rc"
 	) 3>&- &
 	BG_PIDS+=($!)
+	wait_end_started "$id"
+}
+
+# wait_end_started ID: until the end's pid file is written (at most 5 s).
+wait_end_started() {
 	local i
 	for ((i = 0; i < 500; i++)); do
-		[ -s "$d/pid" ] && return 0
+		[ -s "$ENDS/$1/pid" ] && return 0
 		sleep 0.01
 	done
-	die "end $id did not start"
+	die "end $1 did not start"
 }
 
 end_pid() {

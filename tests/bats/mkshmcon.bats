@@ -432,12 +432,7 @@ start_end_to() {
 		mv "$d/rc.tmp" "$d/rc"
 	) 3>&- &
 	BG_PIDS+=($!)
-	local i
-	for ((i = 0; i < 500; i++)); do
-		[ -s "$d/pid" ] && return 0
-		sleep 0.01
-	done
-	die "end $id did not start"
+	wait_end_started "$id"
 }
 
 @test "connect: both directions at once, different sizes; both exit 0" {
@@ -463,9 +458,8 @@ start_end_to() {
 	printf hello >"$t/req"
 	random_file "$t/resp" $((4 * 1024 * 1024))
 	create_conn "$CONN"
-	# a's input ends after 5 bytes; b's 4 MB must still all reach a
-	# (the end of a's input used to close the connection: a got part of
-	# the reply or none of it, and both exited 0)
+	# a's input ends after 5 bytes; b's 4 MB must still all reach a (a
+	# close at a's end of input would cut the reply short)
 	start_end A "$CONN" a "$t/req"
 	start_end B "$CONN" b "$t/resp"
 	expect_end A 0 ""
