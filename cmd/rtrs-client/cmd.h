@@ -26,6 +26,7 @@ int cmd_status(int argc, char **argv);
 int cmd_path(int argc, char **argv);
 int cmd_set(int argc, char **argv);
 int cmd_reset_stats(int argc, char **argv);
+int cmd_nbd(int argc, char **argv);
 
 #define usage_error(cmd, ...) cli_usage_error(PROG, (cmd), __VA_ARGS__)
 /* getopt's '?': one line naming the unknown option or the one missing its
@@ -101,7 +102,15 @@ struct sess {
 	/* what `status` shows of the command's own progress */
 	const char *activity;
 	uint64_t done_bytes, total_bytes;
+	/* the command's own fds in the loop (registered on epfd with any
+	 * data.u64 but the SESS_TAG_ values): sess_run() hands their events
+	 * to on_fd, in busy rounds too */
+	void (*on_fd)(void *ctx, uint64_t tag, uint32_t events);
+	void *on_fd_ctx;
+	void (*status_extra)(void *ctx, struct xnode *m);	/* more for `status` */
 };
+#define SESS_TAG_CLT 0		/* the session's fd */
+#define SESS_TAG_CTL 1		/* the control socket */
 
 /* Opens the session, the device and the control socket.  EXIT_OK, or
  * EXIT_FAIL (printed: "all paths to SESSION are down: ...", "device NAME:

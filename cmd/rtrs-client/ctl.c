@@ -72,6 +72,8 @@ struct xnode *sess_status_node(const struct sess *ss)
 		if (ss->total_bytes)
 			xnode_set_u64(m, "total_bytes", ss->total_bytes);
 	}
+	if (ss->status_extra)
+		ss->status_extra(ss->on_fd_ctx, m);
 	sess_paths_node(ss, xnode_set_list(m, "paths"));
 	return m;
 }

@@ -21,6 +21,8 @@ static const struct cmd cmds[] = {
 	  " [--rwmixread PCT]\n"
 	  "                     [--verify] [-o text|yaml|json]",
 	  "measure IOPS, bandwidth and latency; --verify checks every read" },
+	{ "nbd",    cmd_nbd,    COMMON " [-l tcp://HOST[:PORT]]... [--socket PATH]...",
+	  "serve the device as an NBD export (nbdinfo, nbdcopy, qemu, nbd-client)" },
 	{ "status", cmd_status, "-s SESSION [--ctl PATH] [-o text|yaml|json]",
 	  "show a running session: paths, states, counters" },
 	{ "path",   cmd_path,   "add|remove|disconnect|reconnect -s SESSION URI|N [--ctl PATH]",
@@ -34,7 +36,7 @@ static const struct cmd cmds[] = {
 
 static const struct cli_tool tool = {
 	PROG, cmds, sizeof(cmds) / sizeof(cmds[0]), 6, 9,
-	"\nSession options of read, write and bench:\n"
+	"\nSession options of read, write, bench and nbd:\n"
 	"  --policy rr|min-inflight|min-latency   --reconnect-delay MS\n"
 	"  --max-reconnect-attempts N (-1: forever)   --connections N\n"
 	"  --hb-interval MS   --hb-missed N   --access ro|rw|migration\n"

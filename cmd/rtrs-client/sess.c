@@ -443,7 +443,7 @@ int sess_open(struct sess *ss, const char *cmd, struct sess_opts *o)
 			fprintf(stderr, PROG " %s: no control socket: %s\n", cmd,
 				rc ? strerror(-rc) : err);
 	} else {
-		ev.data.u64 = 1;
+		ev.data.u64 = SESS_TAG_CTL;
 		epoll_ctl(ss->epfd, EPOLL_CTL_ADD, xctl_fd(ss->ctl), &ev);
 	}
 	return EXIT_OK;
@@ -466,8 +466,9 @@ void sess_close(struct sess *ss)
 
 int sess_run(struct sess *ss, uint64_t max_wait_ns)
 {
-	struct epoll_event evs[4];
+	struct epoll_event evs[32];
 	uint64_t now = xtime_ns(), t;
+	bool busy;
 	int n, ms;
 
 	/* what the caller waits for may have happened in this poll: then it
@@ -482,21 +483,28 @@ int sess_run(struct sess *ss, uint64_t max_wait_ns)
 		ss->ctl_ns = now;
 		xctl_poll(ss->ctl, sess_ctl_handler, ss);
 	}
-	if (n > 0 || rtrs_clt_arm(ss->clt))
+	busy = n > 0 || rtrs_clt_arm(ss->clt);
+	/* the caller's own fds are looked at in a busy round too */
+	if (busy && !ss->on_fd)
 		return 0;
 	t = rtrs_clt_next_timer(ss->clt);
 	now = xtime_ns();
-	if (t != UINT64_MAX && t > now && t - now < max_wait_ns)
-		max_wait_ns = t - now;
-	else if (t != UINT64_MAX && t <= now)
+	if (busy || (t != UINT64_MAX && t <= now))
 		max_wait_ns = 0;
+	else if (t != UINT64_MAX && t - now < max_wait_ns)
+		max_wait_ns = t - now;
 	ms = (int)((max_wait_ns + 999999) / 1000000);
-	n = epoll_wait(ss->epfd, evs, 4, ms);
+	n = epoll_wait(ss->epfd, evs, 32, ms);
 	if (n < 0)
 		return errno == EINTR ? -EINTR : 0;
-	for (int i = 0; i < n; i++)
-		if (evs[i].data.u64 == 1 && ss->ctl)
-			xctl_poll(ss->ctl, sess_ctl_handler, ss);
+	for (int i = 0; i < n; i++) {
+		if (evs[i].data.u64 == SESS_TAG_CTL) {
+			if (ss->ctl)
+				xctl_poll(ss->ctl, sess_ctl_handler, ss);
+		} else if (evs[i].data.u64 != SESS_TAG_CLT && ss->on_fd) {
+			ss->on_fd(ss->on_fd_ctx, evs[i].data.u64, evs[i].events);
+		}
+	}
 	return 0;
 }
 

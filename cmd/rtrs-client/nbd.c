@@ -1,0 +1,1097 @@
+/* rtrs-client nbd: the RNBD device as an NBD export, for nbdinfo, nbdcopy,
+ * qemu, fio's nbd engine, nbd-client and the kernel's nbd driver.
+ *
+ * One RTRS session and one open RNBD device serve every NBD connection:
+ * each NBD request becomes one rnbd_clt_submit() (which splits it at the
+ * device's limits and queues what finds no free permit), and its reply
+ * goes back when the RNBD IO completes -- out of order, as NBD allows.
+ * Data buffers come from one arena registered with the session
+ * (rtrs_clt_add_mem); a WRITE's payload is read from the socket straight
+ * into its buffer and a READ's reply is sent from it.  A connection that
+ * has too much in flight, or whose request finds the arena full, is not
+ * read until that changes: the client's socket backs up, nothing is
+ * buffered without bound.  A connection that breaks the protocol or goes
+ * away is closed alone; its requests already at the server complete into
+ * buffers that stay ours until then. */
+#include "cmd.h"
+#include "core/log.h"
+#include "core/parse.h"
+#include "core/xtime.h"
+#include "nbd/nbd_srv.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define PAGE		4096u
+#define ARENA_BYTES	(64u << 20)
+#define ARENA_PAGES	(ARENA_BYTES / PAGE)
+#define MAX_BLOCK	(32u << 20)	/* NBD's customary largest request */
+#define CONN_INFLIGHT	512u		/* requests one connection may have open */
+#define INBUF		(64u << 10)
+#define MAX_LISTEN	8
+#define IOV_BATCH	64
+
+_Static_assert(INBUF >= NBD_SRV_INBUF, "an option fits in the input buffer");
+_Static_assert(ARENA_BYTES >= 2 * MAX_BLOCK, "the largest request always fits eventually");
+
+/* --- the data arena: first fit over 4 KiB pages -------------------------- */
+
+struct arena {
+	uint8_t *mem;
+	uint64_t map[ARENA_PAGES / 64];	/* 1: page in use */
+	uint32_t used;
+};
+
+static bool page_used(const struct arena *a, uint32_t i)
+{
+	return a->map[i / 64] >> (i % 64) & 1;
+}
+
+static void mark(struct arena *a, uint32_t first, uint32_t n, bool used)
+{
+	for (uint32_t i = first; i < first + n; i++) {
+		if (used)
+			a->map[i / 64] |= 1ull << (i % 64);
+		else
+			a->map[i / 64] &= ~(1ull << (i % 64));
+	}
+	a->used = used ? a->used + n : a->used - n;
+}
+
+/* A run of n free pages, or NULL. */
+static uint8_t *arena_get(struct arena *a, uint32_t n)
+{
+	uint32_t run = 0;
+
+	if (ARENA_PAGES - a->used < n)
+		return NULL;
+	for (uint32_t i = 0; i < ARENA_PAGES; i++) {
+		if (!run && (i % 64) == 0 && a->map[i / 64] == ~0ull) {
+			i += 63;	/* a full word: skip it */
+			continue;
+		}
+		if (page_used(a, i)) {
+			run = 0;
+			continue;
+		}
+		if (++run == n) {
+			mark(a, i + 1 - n, n, true);
+			return a->mem + (size_t)(i + 1 - n) * PAGE;
+		}
+	}
+	return NULL;
+}
+
+static void arena_put(struct arena *a, uint8_t *p, uint32_t n)
+{
+	if (p)
+		mark(a, (uint32_t)((p - a->mem) / PAGE), n, false);
+}
+
+static uint32_t pages(uint32_t len)
+{
+	return (len + PAGE - 1) / PAGE;
+}
+
+/* --- connections and requests --------------------------------------------- */
+
+struct srv;
+struct conn;
+
+struct nreq {
+	struct nreq *next;		/* reply queue, free list */
+	struct conn *c;
+	uint64_t cookie, off;
+	uint16_t type, flags;
+	uint32_t len;
+	uint8_t *buf;			/* arena: READ, WRITE */
+	uint32_t npages;
+	uint32_t sent;			/* bytes of hdr (+ data) sent */
+	uint32_t err;			/* NBD error */
+	uint8_t hdr[NBD_REPLY_LEN];
+};
+
+struct conn {
+	struct conn *next, *prev;	/* srv->conns */
+	struct conn *stall_next;	/* srv's queue of those waiting for the arena */
+	struct conn *flush_next;	/* srv's list of those with replies to send */
+	struct srv *srv;
+	int fd;
+	unsigned id;
+	char peer[80];
+	uint32_t events;		/* registered with epoll */
+	uint8_t *in;
+	size_t inoff, inlen;
+	struct nreq *wr;		/* WRITE whose payload is coming in */
+	uint32_t wr_got;
+	uint32_t drop;			/* payload bytes of a refused WRITE to drop */
+	struct nbd_req pend;		/* parsed, waiting for arena pages */
+	bool have_pend, stalled, flushing;
+	struct nreq *rq_head, *rq_tail;	/* replies to send */
+	unsigned inflight;		/* nreqs of this connection */
+	bool eof, disc, closing, dead;
+	uint64_t reqs, bytes_in, bytes_out;
+	struct nbd_srv nbd;
+};
+
+struct listener {
+	int fd;
+	bool unix_sock;
+	char path[108];			/* unix: removed at exit */
+	char desc[300];
+};
+
+struct srv {
+	struct sess *ss;
+	struct nbd_export exp;
+	struct arena arena;
+	struct listener lis[MAX_LISTEN];
+	unsigned nlis;
+	struct conn *conns;
+	struct conn *stall_head, *stall_tail;
+	struct conn *flush_head;
+	struct nreq *free_reqs;
+	unsigned nconns, next_id;
+	uint64_t accepted, proto_errors;
+	bool verbose, quiet;
+};
+
+static void conn_pump(struct conn *c);
+static void conn_flush(struct conn *c);
+
+static void logc(const struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logc(const struct conn *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, PROG " nbd: connection %u (%s): ", c->id, c->peer);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static struct nreq *req_new(struct conn *c)
+{
+	struct srv *s = c->srv;
+	struct nreq *r = s->free_reqs;
+
+	if (r)
+		s->free_reqs = r->next;
+	else if (!(r = malloc(sizeof(*r))))
+		return NULL;
+	memset(r, 0, offsetof(struct nreq, hdr));
+	r->c = c;
+	c->inflight++;
+	return r;
+}
+
+static void req_free(struct nreq *r)
+{
+	struct conn *c = r->c;
+	struct srv *s = c->srv;
+
+	arena_put(&s->arena, r->buf, r->npages);
+	r->next = s->free_reqs;
+	s->free_reqs = r;
+	c->inflight--;
+}
+
+static void set_events(struct conn *c)
+{
+	uint32_t want = 0;
+	struct epoll_event ev;
+
+	if (c->dead)
+		return;
+	if (!c->eof && !c->disc && !c->closing && !c->stalled && c->inflight < CONN_INFLIGHT &&
+	    c->nbd.phase != NBD_PH_DONE)
+		want |= EPOLLIN;
+	if (c->nbd.outlen || c->rq_head)
+		want |= EPOLLOUT;
+	if (want == c->events)
+		return;
+	ev.events = want;
+	ev.data.ptr = c;
+	epoll_ctl(c->srv->ss->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+	c->events = want;
+}
+
+/* The connection goes: its socket now, its memory when its last request
+ * (still at the server) comes back. */
+static void conn_kill(struct conn *c)
+{
+	struct srv *s = c->srv;
+
+	if (c->dead)
+		return;
+	c->dead = true;
+	epoll_ctl(s->ss->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	s->nconns--;
+	if (s->verbose)
+		logc(c, "closed after %llu requests", (unsigned long long)c->reqs);
+	/* unsent replies and a half-received WRITE are ours to free */
+	while (c->rq_head) {
+		struct nreq *r = c->rq_head;
+
+		c->rq_head = r->next;
+		req_free(r);
+	}
+	c->rq_tail = NULL;
+	if (c->wr) {
+		struct nreq *r = c->wr;
+
+		c->wr = NULL;
+		req_free(r);
+	}
+}
+
+/* Memory of dead connections goes only between rounds of the loop (an
+ * event for one may still sit in the batch epoll_wait returned). */
+static void srv_reap(struct srv *s)
+{
+	struct conn *c = s->conns, *next;
+
+	for (; c; c = next) {
+		next = c->next;
+		if (!c->dead || c->inflight || c->stalled || c->flushing)
+			continue;
+		if (c->prev)
+			c->prev->next = c->next;
+		else
+			s->conns = c->next;
+		if (c->next)
+			c->next->prev = c->prev;
+		free(c->in);
+		free(c);
+	}
+}
+
+/* A connection that has said goodbye (DISC, EOF, ABORT) closes once its
+ * replies are out. */
+static void conn_maybe_close(struct conn *c)
+{
+	if (!c->dead && (c->disc || c->eof || c->closing) && !c->inflight && !c->nbd.outlen &&
+	    !c->wr && !c->have_pend)
+		conn_kill(c);
+}
+
+static void want_flush(struct conn *c)
+{
+	struct srv *s = c->srv;
+
+	if (c->flushing || c->dead)
+		return;
+	c->flushing = true;
+	c->flush_next = s->flush_head;
+	s->flush_head = c;
+}
+
+static void queue_reply(struct nreq *r)
+{
+	struct conn *c = r->c;
+
+	if (c->dead) {
+		req_free(r);
+		return;
+	}
+	nbd_reply_hdr(r->hdr, r->err, r->cookie);
+	/* a READ's data goes only with success */
+	if (r->type != NBD_CMD_READ || r->err)
+		r->len = 0;
+	/* a WRITE's pages are done with now */
+	if (r->type != NBD_CMD_READ) {
+		arena_put(&c->srv->arena, r->buf, r->npages);
+		r->buf = NULL;
+	}
+	r->next = NULL;
+	if (c->rq_tail)
+		c->rq_tail->next = r;
+	else
+		c->rq_head = r;
+	c->rq_tail = r;
+	want_flush(c);
+}
+
+static void req_done(void *priv, int err)
+{
+	struct nreq *r = priv;
+
+	r->err = nbd_errno(err);
+	queue_reply(r);
+}
+
+static unsigned rnbd_op_of(unsigned type)
+{
+	switch (type) {
+	case NBD_CMD_READ:
+		return RNBD_OP_READ;
+	case NBD_CMD_WRITE:
+		return RNBD_OP_WRITE;
+	case NBD_CMD_FLUSH:
+		return RNBD_OP_FLUSH;
+	case NBD_CMD_TRIM:
+		return RNBD_OP_DISCARD;
+	default:
+		return RNBD_OP_WRITE_ZEROES;
+	}
+}
+
+static void submit(struct nreq *r)
+{
+	struct srv *s = r->c->srv;
+	unsigned op = rnbd_op_of(r->type);
+	uint32_t rf = r->flags & NBD_CMD_FLAG_FUA ? RNBD_F_FUA : 0;
+	int rc;
+
+	rc = rnbd_clt_submit(s->ss->dev, op, rf, op == RNBD_OP_FLUSH ? 0 : r->off,
+			     op == RNBD_OP_READ || op == RNBD_OP_WRITE ? r->buf : NULL,
+			     op == RNBD_OP_FLUSH ? 0 : r->len, req_done, r);
+	if (rc)
+		req_done(r, rc);
+}
+
+/* The connection waits for arena pages, behind those already waiting:
+ * first come, first served, so a large request is not starved by small
+ * ones. */
+static void stall(struct conn *c)
+{
+	struct srv *s = c->srv;
+
+	if (c->stalled)
+		return;
+	c->stalled = true;
+	c->stall_next = NULL;
+	if (s->stall_tail)
+		s->stall_tail->stall_next = c;
+	else
+		s->stall_head = c;
+	s->stall_tail = c;
+}
+
+/* Starts the parsed request c->pend: false when it must wait for pages. */
+static bool start(struct conn *c)
+{
+	struct srv *s = c->srv;
+	struct nbd_req *q = &c->pend;
+	struct nreq *r;
+
+	if (!q->err && (q->type == NBD_CMD_READ || q->type == NBD_CMD_WRITE)) {
+		uint32_t np = pages(q->len);
+		uint8_t *buf;
+
+		if ((s->stall_head && s->stall_head != c) || !(buf = arena_get(&s->arena, np))) {
+			stall(c);
+			return false;
+		}
+		if (!(r = req_new(c))) {
+			arena_put(&s->arena, buf, np);
+			goto nomem;
+		}
+		r->buf = buf;
+		r->npages = np;
+	} else if (!(r = req_new(c))) {
+		goto nomem;
+	}
+	c->have_pend = false;
+	c->reqs++;
+	r->cookie = q->cookie;
+	r->type = q->type;
+	r->flags = q->flags;
+	r->off = q->off;
+	r->len = q->len;
+	if (q->err) {
+		c->drop = q->payload;
+		r->err = q->err;
+		queue_reply(r);
+		return true;
+	}
+	if (q->type == NBD_CMD_WRITE) {
+		c->wr = r;
+		c->wr_got = 0;
+		return true;
+	}
+	submit(r);
+	return true;
+nomem:
+	/* no memory for the bookkeeping: try again when something frees */
+	stall(c);
+	return false;
+}
+
+static void srv_unstall(struct srv *s)
+{
+	while (s->stall_head) {
+		struct conn *c = s->stall_head;
+
+		if (!c->dead && c->have_pend && !start(c))
+			return;	/* still no room: it stays first */
+		s->stall_head = c->stall_next;
+		if (!s->stall_head)
+			s->stall_tail = NULL;
+		c->stalled = false;
+		if (!c->dead)
+			conn_pump(c);
+	}
+}
+
+/* Reads into the input buffer: 1 read something, 0 would block, -1 the
+ * connection ended (eof set, or killed). */
+static int fill_in(struct conn *c)
+{
+	ssize_t n;
+
+	if (c->eof)
+		goto ended;
+	if (c->inoff) {
+		memmove(c->in, c->in + c->inoff, c->inlen - c->inoff);
+		c->inlen -= c->inoff;
+		c->inoff = 0;
+	}
+	if (c->inlen == INBUF)
+		return 1;	/* full: the parser takes some first */
+	n = read(c->fd, c->in + c->inlen, INBUF - c->inlen);
+	if (n > 0) {
+		c->inlen += (size_t)n;
+		c->bytes_in += (uint64_t)n;
+		return 1;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n < 0 && !c->srv->quiet)
+		logc(c, "%s", strerror(errno));
+	if (n == 0 && (c->wr || c->drop || c->inlen) && !c->srv->quiet)
+		logc(c, "the client went away in the middle of a request");
+	c->eof = true;
+ended:
+	if (c->wr) {	/* a write whose data never came is not done */
+		struct nreq *r = c->wr;
+
+		c->wr = NULL;
+		req_free(r);
+	}
+	return -1;
+}
+
+/* A WRITE's payload: from the input buffer, then straight from the
+ * socket into its pages.  1 done, 0 would block, -1 ended. */
+static int take_payload(struct conn *c)
+{
+	struct nreq *r = c->wr;
+	size_t have = c->inlen - c->inoff, need = r->len - c->wr_got, k = have < need ? have : need;
+	ssize_t n;
+
+	memcpy(r->buf + c->wr_got, c->in + c->inoff, k);
+	c->inoff += k;
+	c->wr_got += (uint32_t)k;
+	while (c->wr_got < r->len) {
+		n = read(c->fd, r->buf + c->wr_got, r->len - c->wr_got);
+		if (n > 0) {
+			c->wr_got += (uint32_t)n;
+			c->bytes_in += (uint64_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return 0;
+		return fill_in(c);	/* says why, frees the write */
+	}
+	c->wr = NULL;
+	submit(r);
+	return 1;
+}
+
+static int drop_payload(struct conn *c)
+{
+	while (c->drop) {
+		size_t have = c->inlen - c->inoff, k = have < c->drop ? have : c->drop;
+		int rc;
+
+		c->inoff += k;
+		c->drop -= (uint32_t)k;
+		if (c->drop && (rc = fill_in(c)) <= 0)
+			return rc;
+	}
+	return 1;
+}
+
+/* Takes what the client sent, as far as it may: until the socket is
+ * empty, or the connection must wait (arena, in-flight limit, output). */
+static void conn_pump(struct conn *c)
+{
+	struct srv *s = c->srv;
+	struct nbd_req q;
+	enum nbd_ev ev;
+	size_t used, before;
+
+	while (!c->dead) {
+		if (c->wr) {
+			if (take_payload(c) <= 0)
+				break;
+			continue;
+		}
+		if (c->drop) {
+			if (drop_payload(c) <= 0)
+				break;
+			continue;
+		}
+		if (c->have_pend) {
+			if (c->stalled || !start(c))
+				break;
+			continue;
+		}
+		if (c->disc || c->closing || c->nbd.phase == NBD_PH_DONE ||
+		    c->inflight >= CONN_INFLIGHT)
+			break;
+		used = nbd_srv_input(&c->nbd, c->in + c->inoff, c->inlen - c->inoff, &ev, &q);
+		c->inoff += used;
+		switch (ev) {
+		case NBD_EV_MORE:
+			/* after EOF what is buffered is still served (a client
+			 * may shut down its sending side and wait for replies) */
+			if (!used && (c->eof || fill_in(c) <= 0))
+				goto out;
+			continue;
+		case NBD_EV_BLOCKED:
+			before = c->nbd.outlen;
+			conn_flush(c);
+			if (c->dead || c->nbd.outlen == before)
+				goto out;
+			continue;
+		case NBD_EV_OPT:
+			continue;
+		case NBD_EV_READY:
+			if (s->verbose)
+				logc(c, "export %s: transmission", s->exp.name);
+			continue;
+		case NBD_EV_REQ:
+			c->pend = q;
+			c->have_pend = true;
+			continue;
+		case NBD_EV_DISC:
+			c->disc = true;
+			goto out;
+		case NBD_EV_CLOSE:
+			c->closing = true;
+			goto out;
+		case NBD_EV_ERROR:
+			s->proto_errors++;
+			if (!s->quiet)
+				logc(c, "closed: %s", nbd_srv_why(&c->nbd));
+			conn_kill(c);
+			return;
+		}
+	}
+out:
+	if (c->dead)
+		return;
+	if (c->nbd.outlen)
+		want_flush(c);
+	conn_maybe_close(c);
+	set_events(c);
+}
+
+/* Sends the handshake's output, then the queued replies, as much as the
+ * socket takes; a reply's pages go back to the arena once it is out. */
+static void conn_flush(struct conn *c)
+{
+	struct iovec iov[IOV_BATCH];
+	struct msghdr mh = { .msg_iov = iov };
+	ssize_t w;
+
+	while (!c->dead && (c->nbd.outlen || c->rq_head)) {
+		size_t n = 0, total = 0, sent;
+
+		if (c->nbd.outlen) {
+			iov[n++] = (struct iovec){ c->nbd.out, c->nbd.outlen };
+			total += c->nbd.outlen;
+		}
+		for (struct nreq *r = c->rq_head; r && n + 2 <= IOV_BATCH; r = r->next) {
+			uint32_t hs = r->sent < NBD_REPLY_LEN ? r->sent : NBD_REPLY_LEN;
+			uint32_t ds = r->sent - hs;
+
+			if (hs < NBD_REPLY_LEN)
+				iov[n++] = (struct iovec){ r->hdr + hs, NBD_REPLY_LEN - hs };
+			if (r->len)
+				iov[n++] = (struct iovec){ r->buf + ds, r->len - ds };
+			total += NBD_REPLY_LEN + r->len - r->sent;
+		}
+		mh.msg_iovlen = n;
+		w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				break;
+			if (c->srv->verbose || (errno != EPIPE && errno != ECONNRESET))
+				logc(c, "%s", strerror(errno));
+			conn_kill(c);
+			return;
+		}
+		c->bytes_out += (uint64_t)w;
+		sent = (size_t)w;
+		if (c->nbd.outlen) {
+			size_t k = (size_t)w < c->nbd.outlen ? (size_t)w : c->nbd.outlen;
+
+			nbd_srv_sent(&c->nbd, k);
+			w -= (ssize_t)k;
+		}
+		while (w > 0 && c->rq_head) {
+			struct nreq *r = c->rq_head;
+			uint32_t left = NBD_REPLY_LEN + r->len - r->sent;
+
+			if ((size_t)w < left) {
+				r->sent += (uint32_t)w;
+				break;
+			}
+			w -= left;
+			c->rq_head = r->next;
+			if (!c->rq_head)
+				c->rq_tail = NULL;
+			req_free(r);
+		}
+		if (sent < total)
+			break;	/* the socket is full: EPOLLOUT says when to go on */
+	}
+	if (c->dead)
+		return;
+	conn_maybe_close(c);
+	set_events(c);
+}
+
+/* After each round of the loop: replies out, waiting connections on,
+ * dead ones freed. */
+static void srv_after_round(struct srv *s)
+{
+	do {
+		while (s->flush_head) {
+			struct conn *c = s->flush_head;
+
+			s->flush_head = c->flush_next;
+			c->flushing = false;
+			conn_flush(c);
+		}
+		srv_unstall(s);
+	} while (s->flush_head);
+	srv_reap(s);
+}
+
+static void srv_accept(struct srv *s, struct listener *l)
+{
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof(sa);
+	struct epoll_event ev = { .events = 0 };
+	struct conn *c;
+	int fd, one = 1;
+
+	while ((fd = accept4(l->fd, (struct sockaddr *)&sa, &sl,
+			     SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+		c = calloc(1, sizeof(*c));
+		if (c)
+			c->in = malloc(INBUF);
+		if (!c || !c->in) {
+			if (c)
+				free(c);
+			close(fd);
+			if (!s->quiet)
+				fprintf(stderr, PROG " nbd: out of memory for a connection\n");
+			return;
+		}
+		c->srv = s;
+		c->fd = fd;
+		c->id = ++s->next_id;
+		if (l->unix_sock) {
+			snprintf(c->peer, sizeof(c->peer), "unix");
+		} else {
+			char h[INET6_ADDRSTRLEN], p[8];
+
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			if (getnameinfo((struct sockaddr *)&sa, sl, h, sizeof(h), p, sizeof(p),
+					NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+				snprintf(c->peer, sizeof(c->peer), "%s%s%s:%s",
+					 strchr(h, ':') ? "[" : "", h, strchr(h, ':') ? "]" : "", p);
+		}
+		nbd_srv_init(&c->nbd, &s->exp, false);
+		ev.data.ptr = c;
+		if (epoll_ctl(s->ss->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			close(fd);
+			free(c->in);
+			free(c);
+			continue;
+		}
+		c->next = s->conns;
+		if (s->conns)
+			s->conns->prev = c;
+		s->conns = c;
+		s->nconns++;
+		s->accepted++;
+		if (s->verbose)
+			logc(c, "connected");
+		conn_flush(c);	/* the greeting */
+		sl = sizeof(sa);
+	}
+	if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED && !s->quiet)
+		fprintf(stderr, PROG " nbd: accept on %s: %s\n", l->desc, strerror(errno));
+}
+
+static void srv_on_fd(void *ctx, uint64_t tag, uint32_t events)
+{
+	struct srv *s = ctx;
+	struct conn *c;
+
+	if (tag < 2 + MAX_LISTEN) {
+		srv_accept(s, &s->lis[tag - 2]);
+		return;
+	}
+	c = (struct conn *)(uintptr_t)tag;
+	if (c->dead)
+		return;
+	/* hung up both ways, or an error: nobody is left to answer */
+	if (events & (EPOLLHUP | EPOLLERR)) {
+		if (c->wr && !s->quiet)
+			logc(c, "the client hung up in the middle of a write's data (not written)");
+		else if (c->inflight && !s->quiet)
+			logc(c, "the client hung up with %u request(s) in flight", c->inflight);
+		else if (s->verbose)
+			logc(c, "the client hung up");
+		conn_kill(c);
+		return;
+	}
+	if (events & EPOLLOUT)
+		conn_flush(c);
+	if (!c->dead && (events & EPOLLIN))
+		conn_pump(c);
+}
+
+static void srv_status(void *ctx, struct xnode *m)
+{
+	struct srv *s = ctx;
+	struct xnode *n = xnode_set_map(m, "nbd"), *l = xnode_set_list(n, "listen");
+
+	xnode_set_str(n, "export", s->exp.name);
+	for (unsigned i = 0; i < s->nlis; i++)
+		xnode_push_str(l, s->lis[i].desc);
+	xnode_set_u64(n, "connections", s->nconns);
+	xnode_set_u64(n, "accepted", s->accepted);
+	xnode_set_u64(n, "protocol_errors", s->proto_errors);
+	xnode_set_u64(n, "buffer_bytes_used", (uint64_t)s->arena.used * PAGE);
+}
+
+/* --- listeners ----------------------------------------------------------- */
+
+/* An NBD URI's export part: unreserved characters and '/' as they are,
+ * the rest %XX. */
+static void uri_export(const char *name, char *buf, size_t len)
+{
+	size_t o = 0;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p && o + 4 < len; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		    strchr("-._~/", *p))
+			buf[o++] = (char)*p;
+		else
+			o += (size_t)snprintf(buf + o, len - o, "%%%02X", *p);
+	}
+	buf[o] = 0;
+}
+
+static int listen_tcp(struct listener *l, const struct xuri *u, const char *exp, char *err,
+		      size_t errlen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char port[8], e[NBD_NAME_MAX * 3 + 1];
+	int one = 1, off = 0, rc;
+	uint16_t p;
+
+	snprintf(port, sizeof(port), "%u", u->port);
+	rc = getaddrinfo(u->host, port, &hints, &ai);
+	if (rc) {
+		snprintf(err, errlen, "cannot resolve '%s': %s", u->host,
+			 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return -1;
+	}
+	l->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->fd < 0)
+		goto fail;
+	setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ai->ai_family == AF_INET6)
+		setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+	if (bind(l->fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->fd, 128) < 0 ||
+	    getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0)
+		goto fail;
+	freeaddrinfo(ai);
+	p = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+					   : ((struct sockaddr_in *)&ss)->sin_port);
+	uri_export(exp, e, sizeof(e));
+	snprintf(l->desc, sizeof(l->desc), "nbd://%s%s%s:%u/%s", strchr(u->host, ':') ? "[" : "",
+		 u->host, strchr(u->host, ':') ? "]" : "", p, e);
+	return 0;
+fail:
+	snprintf(err, errlen, "listen on tcp://%s%s%s:%u: %s", strchr(u->host, ':') ? "[" : "",
+		 u->host, strchr(u->host, ':') ? "]" : "", u->port, strerror(errno));
+	freeaddrinfo(ai);
+	if (l->fd >= 0)
+		close(l->fd);
+	l->fd = -1;
+	return -1;
+}
+
+static int listen_unix(struct listener *l, const char *path, const char *exp, char *err,
+		       size_t errlen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char e[NBD_NAME_MAX * 3 + 1];
+	int fd;
+
+	if (strlen(path) >= sizeof(a.sun_path)) {
+		snprintf(err, errlen, "--socket %s: path too long", path);
+		return -1;
+	}
+	strcpy(a.sun_path, path);
+	/* a socket file nobody answers on is left by a dead process */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+		close(fd);
+		snprintf(err, errlen, "--socket %s: in use by a running process", path);
+		return -1;
+	}
+	if (fd >= 0 && errno == ECONNREFUSED)
+		unlink(path);
+	if (fd >= 0)
+		close(fd);
+	l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    listen(l->fd, 128) < 0) {
+		snprintf(err, errlen, "--socket %s: %s", path, strerror(errno));
+		if (l->fd >= 0)
+			close(l->fd);
+		l->fd = -1;
+		return -1;
+	}
+	l->unix_sock = true;
+	snprintf(l->path, sizeof(l->path), "%s", path);
+	uri_export(exp, e, sizeof(e));
+	snprintf(l->desc, sizeof(l->desc), "nbd+unix:///%s?socket=%s", e, path);
+	return 0;
+}
+
+static void srv_close_listeners(struct srv *s)
+{
+	for (unsigned i = 0; i < s->nlis; i++) {
+		struct listener *l = &s->lis[i];
+
+		if (l->fd < 0)
+			continue;
+		epoll_ctl(s->ss->epfd, EPOLL_CTL_DEL, l->fd, NULL);
+		close(l->fd);
+		l->fd = -1;
+		if (l->unix_sock)
+			unlink(l->path);
+	}
+}
+
+/* --- the command --------------------------------------------------------- */
+
+enum { OPT_SOCKET = 0x200 };
+
+struct nbd_opts {
+	struct sess_opts so;
+	struct xuri tcp[MAX_LISTEN];
+	const char *sock[MAX_LISTEN];
+	unsigned ntcp, nsock;
+};
+
+static int nbd_opts(int argc, char **argv, struct nbd_opts *o)
+{
+	static const struct option lo[] = {
+		SESS_LONGOPTS,
+		{ "listen", required_argument, NULL, 'l' },
+		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char err[300];
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, SESS_SHORTOPTS "l:h", lo, NULL)) != -1) {
+		rc = sess_opt("nbd", c, optarg, &o->so);
+		if (rc == 1)
+			continue;
+		if (rc)
+			return rc;
+		switch (c) {
+		case 'l':
+			if (o->ntcp + o->nsock >= MAX_LISTEN)
+				return usage_error("nbd", "at most %d listeners", MAX_LISTEN);
+			if (xuri_parse(optarg, NBD_DEFAULT_PORT, &o->tcp[o->ntcp], err, sizeof(err)))
+				return usage_error("nbd", "-l: %s", err);
+			if (o->tcp[o->ntcp].scheme != XURI_TCP)
+				return usage_error("nbd", "-l: '%s' is not tcp://HOST[:PORT]"
+						   " (--socket PATH listens on a unix socket)", optarg);
+			o->ntcp++;
+			break;
+		case OPT_SOCKET:
+			if (o->ntcp + o->nsock >= MAX_LISTEN)
+				return usage_error("nbd", "at most %d listeners", MAX_LISTEN);
+			if (!*optarg)
+				return usage_error("nbd", "--socket: an empty path");
+			o->sock[o->nsock++] = optarg;
+			break;
+		case 'h':
+			cmd_usage(stdout, "nbd");
+			return -1;
+		default:
+			return bad_option("nbd", SESS_SHORTOPTS "l:h", argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error("nbd", "unexpected argument '%s'", argv[optind]);
+	return sess_opts_finish("nbd", &o->so, true);
+}
+
+static void srv_export(struct srv *s, const struct sess_opts *o, char *desc, size_t desclen)
+{
+	const struct rnbd_clt_geom *g = rnbd_clt_geom(s->ss->dev);
+	uint16_t f = NBD_FLAG_CAN_MULTI_CONN;
+
+	/* what the kernel's rnbd-client tells its block layer
+	 * (blk_queue_write_cache from cache_policy; discard and write-zeroes
+	 * limits), as NBD flags */
+	if (g->cache_policy & RNBD_WRITEBACK)
+		f |= NBD_FLAG_SEND_FLUSH;
+	if (g->cache_policy & RNBD_FUA)
+		f |= NBD_FLAG_SEND_FUA;
+	if (g->max_discard_sectors)
+		f |= NBD_FLAG_SEND_TRIM;
+	if (g->max_write_zeroes_sectors)
+		f |= NBD_FLAG_SEND_WRITE_ZEROES;
+	if (o->access == RNBD_ACCESS_RO)
+		f |= NBD_FLAG_READ_ONLY;
+	snprintf(desc, desclen, "RNBD device %s over RTRS session %s", o->device, o->session);
+	s->exp = (struct nbd_export){
+		.name = o->device,
+		.description = desc,
+		.size = g->size,
+		.tflags = f,
+		.min_block = g->logical_block_size >= 512 ? g->logical_block_size : 512,
+		.pref_block = g->physical_block_size > 4096 ? g->physical_block_size : 4096,
+		.max_block = MAX_BLOCK,
+	};
+}
+
+int cmd_nbd(int argc, char **argv)
+{
+	struct nbd_opts o = { 0 };
+	struct sess ss;
+	struct srv *s;
+	char err[512], desc[600], defpath[256];
+	struct epoll_event ev = { .events = EPOLLIN };
+	uint64_t t0;
+	int rc;
+
+	sess_opts_init(&o.so);
+	rc = nbd_opts(argc, argv, &o);
+	if (rc)
+		return rc < 0 ? EXIT_OK : rc;
+	if (!o.ntcp && !o.nsock) {
+		char name[300];
+
+		snprintf(name, sizeof(name), PROG "-%s-nbd", o.so.session);
+		if ((rc = xctl_default_path(name, defpath, sizeof(defpath))))
+			return fail("nbd", "no default socket path: %s (say --socket PATH)",
+				    strerror(-rc));
+		o.sock[o.nsock++] = defpath;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s || !(s->arena.mem = aligned_alloc(PAGE, ARENA_BYTES))) {
+		free(s);
+		return fail("nbd", "out of memory");
+	}
+	s->verbose = o.so.verbose;
+	s->quiet = o.so.quiet;
+	cli_stop_handlers();
+	if ((rc = sess_open(&ss, "nbd", &o.so)))
+		goto out_free;
+	s->ss = &ss;
+	if ((rc = sess_add_mem(&ss, s->arena.mem, ARENA_BYTES)))
+		goto out_close;
+	srv_export(s, &o.so, desc, sizeof(desc));
+	for (unsigned i = 0; i < o.ntcp + o.nsock; i++) {
+		struct listener *l = &s->lis[s->nlis];
+
+		l->fd = -1;
+		if (i < o.ntcp ? listen_tcp(l, &o.tcp[i], s->exp.name, err, sizeof(err))
+			       : listen_unix(l, o.sock[i - o.ntcp], s->exp.name, err, sizeof(err))) {
+			rc = fail("nbd", "%s", err);
+			goto out_listeners;
+		}
+		ev.data.u64 = 2 + s->nlis++;
+		epoll_ctl(ss.epfd, EPOLL_CTL_ADD, l->fd, &ev);
+	}
+	ss.on_fd = srv_on_fd;
+	ss.on_fd_ctx = s;
+	ss.status_extra = srv_status;
+	ss.activity = "nbd";
+	/* the URIs, one per line, once every listener takes connections:
+	 * scripts wait for them */
+	for (unsigned i = 0; i < s->nlis; i++)
+		printf("%s\n", s->lis[i].desc);
+	fflush(stdout);
+	rc = EXIT_OK;
+	while (sess_run(&ss, 1000000000ull) != -EINTR) {
+		srv_after_round(s);
+		if (!rtrs_clt_alive(ss.clt)) {
+			rc = fail("nbd", "all paths to %s are down: no more reconnect attempts",
+				  o.so.session);
+			break;
+		}
+	}
+	srv_after_round(s);
+out_listeners:
+	srv_close_listeners(s);
+	for (struct conn *c = s->conns; c; c = c->next)
+		conn_kill(c);
+	/* requests at the server write into the arena: they come back (or
+	 * fail) before it goes */
+	t0 = xtime_ns();
+	for (;;) {
+		bool busy = false;
+
+		for (struct conn *c = s->conns; c; c = c->next)
+			busy |= c->inflight > 0;
+		if (!busy || xtime_ns() - t0 > 5000000000ull || !rtrs_clt_alive(ss.clt))
+			break;
+		sess_run(&ss, 100000000ull);
+		srv_after_round(s);
+	}
+	srv_reap(s);
+	if (s->conns) {
+		/* still in flight: the memory stays (we are exiting) */
+		ss.on_fd = NULL;
+		sess_close(&ss);
+		return rc;
+	}
+out_close:
+	sess_close(&ss);
+out_free:
+	while (s->free_reqs) {
+		struct nreq *r = s->free_reqs;
+
+		s->free_reqs = r->next;
+		free(r);
+	}
+	free(s->arena.mem);
+	free(s);
+	return rc;
+}

@@ -1,0 +1,258 @@
+#!/usr/bin/env bats
+# rtrs-client nbd: an RNBD device served as an NBD export, used by the NBD
+# tools people use (nbdinfo, nbdcopy, qemu-img, fio's nbd engine) over
+# rtrs tcp:// to rtrs-server on a file; then abused: garbage, a client that
+# hangs up mid-request, refused requests, a read-only export, the server
+# killed under IO, a path cut under IO, a signal.  Random choices print
+# their seed.  Needs libnbd-bin, nbdkit's neighbours qemu-utils and fio
+# (scripts/install-deps).
+
+bats_require_minimum_version 1.5.0
+
+# shellcheck source=rtrs_helpers.bash
+load rtrs_helpers
+
+ABUSE=$BATS_TEST_DIRNAME/../nbd-abuse
+
+need() {
+	local t
+	for t in "$@"; do
+		command -v "$t" >/dev/null || skip "$t is not installed (scripts/install-deps)"
+	done
+}
+
+# start_nbd SESSION ARGS...: rtrs-client nbd in the background; waits for
+# the URIs it prints.  Sets NBD_PID, NBD_URI (the first one), NBD_OUT.
+start_nbd() {
+	local i s=$1
+	shift
+	NBD_OUT=$T/nbd-$s.out
+	"$RTRS_CLIENT" nbd -s "$s" "$@" >"$NBD_OUT" 2>"$T/nbd-$s.err" &
+	NBD_PID=$!
+	BG_PIDS+=("$NBD_PID")
+	for i in $(seq 1 200); do
+		if [ -s "$NBD_OUT" ]; then
+			NBD_URI=$(head -1 "$NBD_OUT")
+			return 0
+		fi
+		kill -0 "$NBD_PID" 2>/dev/null || die "rtrs-client nbd died: $(cat "$T/nbd-$s.err")"
+		sleep 0.05
+	done
+	die "rtrs-client nbd did not start: $(cat "$T/nbd-$s.err")"
+}
+
+# nbd_info EXPR: a python expression over e, nbdinfo --json's export
+nbd_info() {
+	nbdinfo --json "$NBD_URI" | python3 -c "import json,sys; e=json.load(sys.stdin)['exports'][0]; print($1)"
+}
+
+disk() {
+	truncate -s "${2:-16M}" "$T/$1"
+}
+
+@test "nbd: usage errors and an unreachable server, one line each" {
+	run_clt 2 nbd -s n1 -p tcp://127.0.0.1
+	[[ ${stderr%%$'\n'*} == "rtrs-client nbd: a device is needed (-d DEVICE)" ]]
+	run_clt 2 nbd -s n1 -p tcp://127.0.0.1 -d d1 -l rdma://127.0.0.1
+	[[ ${stderr%%$'\n'*} == "rtrs-client nbd: -l: 'rdma://127.0.0.1' is not tcp://HOST[:PORT] (--socket PATH listens on a unix socket)" ]]
+	run_clt 2 nbd -s n1 -p tcp://127.0.0.1 -d d1 -l tcp://127.0.0.1:99999
+	[[ $stderr == "rtrs-client nbd: -l: "*port* ]]
+	run_clt 2 nbd -s n1 -p tcp://127.0.0.1 -d d1 --socket ''
+	[[ ${stderr%%$'\n'*} == "rtrs-client nbd: --socket: an empty path" ]]
+	run_clt 1 nbd -s n1 -p "tcp://127.0.0.1:$(free_port)" -d d1 --socket "$T/s"
+	[[ $stderr == "rtrs-client nbd: all paths to n1 are down: "* ]]
+	[ ! -e "$T/s" ]
+	run_clt 0 nbd --help
+	[[ $output == *"rtrs-client nbd"*"--socket PATH"* ]]
+}
+
+@test "nbdinfo: size, flags and block sizes; --access ro exports read-only; a taken socket is refused" {
+	need nbdinfo
+	local port
+	port=$(free_port)
+	disk disk.img 8M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock" -l tcp://127.0.0.1:0
+	# one URI per listener: tcp ones first
+	[[ $NBD_URI =~ ^nbd://127\.0\.0\.1:[0-9]+/d1$ ]]
+	[ "$(sed -n 2p "$NBD_OUT")" = "nbd+unix:///d1?socket=$T/n1.sock" ]
+	[ "$(nbd_info 'e["export-size"], e["is_read_only"], e["can_flush"], e["can_fua"], e["can_trim"], e["can_zero"], e["can_multi_conn"]')" = \
+		"8388608 False True True True True True" ]
+	[ "$(nbd_info 'e["block_size_minimum"], e["block_size_preferred"], e["block_size_maximum"]')" = \
+		"512 4096 33554432" ]
+	# the same export over the unix socket
+	NBD_URI=$(sed -n 2p "$NBD_OUT")
+	[ "$(nbd_info 'e["export-size"]')" = 8388608 ]
+	# a second server on the same socket path: refused, the first goes on
+	run_clt 1 nbd -s n9 -p "tcp://127.0.0.1:$port" -d d1 --access ro --socket "$T/n1.sock"
+	expect_stderr_line "rtrs-client nbd: --socket $T/n1.sock: in use by a running process"
+	start_nbd n2 -p "tcp://127.0.0.1:$port" -d d1 --access ro --socket "$T/n2.sock"
+	[ "$(nbd_info 'e["is_read_only"]')" = True ]
+}
+
+@test "nbdcopy writes a random image and reads it back byte for byte; qemu-img compares it with the file" {
+	need nbdcopy qemu-img
+	local port
+	port=$(free_port)
+	disk disk.img 24M
+	head -c 24M /dev/urandom >"$T/img"
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	run_limited 60 nbdcopy 0 nbdcopy "$T/img" "$NBD_URI"
+	run_limited 60 nbdcopy 0 nbdcopy "$NBD_URI" "$T/back"
+	cmp "$T/img" "$T/back"
+	cmp "$T/img" "$T/disk.img"
+	run_limited 60 qemu-img 0 qemu-img compare -f raw -F raw "$NBD_URI" "$T/disk.img"
+	# a change behind the export's back: qemu-img sees it through the export
+	printf 'x' | dd of="$T/disk.img" bs=1 seek=12345 conv=notrunc status=none
+	run_limited 60 qemu-img 1 qemu-img compare -f raw -F raw "$NBD_URI" "$T/img"
+	[[ $output == *"Content mismatch at offset 12288"* ]]
+}
+
+@test "two clients at once: fio writers on the two halves verify every block, nbdinfo in between" {
+	need fio nbdinfo
+	local port a b
+	port=$(free_port)
+	disk disk.img 16M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 -l tcp://127.0.0.1:0
+	NBD_URI=$(head -1 "$NBD_OUT")
+	for h in 0 1; do
+		fio --name="half$h" --ioengine=nbd --uri="$NBD_URI" --rw=randwrite --bs=4k --iodepth=32 \
+			--offset=$((h * 8))M --size=8M --verify=crc32c --verify_fatal=1 \
+			--output="$T/fio$h.out" &
+		eval "p$h=\$!"
+	done
+	nbdinfo "$NBD_URI" >/dev/null
+	a=0 b=0
+	wait "$p0" || a=$?
+	wait "$p1" || b=$?
+	[ "$a" -eq 0 ] && [ "$b" -eq 0 ] || die "fio: $a $b: $(cat "$T"/fio*.out)"
+	grep -q "err= 0" "$T/fio0.out" && grep -q "err= 0" "$T/fio1.out"
+}
+
+@test "garbage, hang-ups mid-request and refused requests do not disturb a client at work" {
+	need fio
+	local port i seed
+	port=$(free_port)
+	disk disk.img 8M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	# fio works on the upper half; the first MiB must stay zero
+	fio --name=work --ioengine=nbd --uri="$NBD_URI" --rw=randwrite --bs=4k --iodepth=16 \
+		--offset=4M --size=4M --verify=crc32c --verify_backlog=256 --time_based --runtime=4 \
+		--verify_fatal=1 --output="$T/fio.out" &
+	local fp=$!
+	seed=${NBD_SEED:-$RANDOM}
+	echo "# seeds from $seed" >&3
+	for i in $(seq 0 29); do
+		timeout 20 "$ABUSE" "unix:$T/n1.sock" d1 garbage $((seed + i)) >/dev/null ||
+			die "garbage seed $((seed + i)) did not end"
+	done
+	timeout 20 "$ABUSE" "unix:$T/n1.sock" d1 half-write
+	timeout 20 "$ABUSE" "unix:$T/n1.sock" d1 read-close
+	run_limited 20 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 errors
+	expect_output "unaligned 22
+past-end 22
+write-past-end 28
+zero-length 22
+too-long 22
+unknown-command 22
+bad-flags 22
+good 0"
+	local rc=0
+	wait $fp || rc=$?
+	[ "$rc" -eq 0 ] || die "fio: $(cat "$T/fio.out")"
+	grep -q "err= 0" "$T/fio.out"
+	# the half-sent write was not done
+	cmp <(head -c 1M "$T/disk.img") <(head -c 1M /dev/zero)
+	# still serving, one line per bad connection, none for the good ones
+	kill -0 "$NBD_PID"
+	grep -q "closed: \(bad\|unknown\)" "$T/nbd-n1.err"
+	grep -q "hung up in the middle of a write's data (not written)" "$T/nbd-n1.err"
+	run_clt 0 status -s n1 -o json
+	[ "$(json 'j["nbd"]["protocol_errors"] >= 1 and j["nbd"]["accepted"] >= 33')" = True ]
+}
+
+@test "a read-only export refuses writes with EPERM and keeps the data" {
+	need nbdcopy
+	local port
+	port=$(free_port)
+	disk disk.img 4M
+	head -c 4M /dev/urandom >"$T/disk.img"
+	cp "$T/disk.img" "$T/orig"
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --access ro --socket "$T/n1.sock"
+	run_limited 20 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 write-ro
+	expect_output "write 1 read 0"
+	head -c 4M /dev/zero >"$T/zeros"
+	run_limited 60 nbdcopy 1 nbdcopy "$T/zeros" "$NBD_URI"
+	cmp "$T/disk.img" "$T/orig"
+	run_limited 60 nbdcopy 0 nbdcopy "$NBD_URI" "$T/back"
+	cmp "$T/back" "$T/orig"
+}
+
+@test "the server killed: NBD IO fails after --down-timeout instead of hanging, and works again once it is back" {
+	need nbdcopy
+	local port t0 secs rc=0
+	port=$(free_port)
+	disk disk.img 8M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock" --down-timeout 2 \
+		--reconnect-delay 200 --hb-interval 200 --hb-missed 2
+	kill -9 "$SRV_PID"
+	wait "$SRV_PID" 2>/dev/null || true
+	t0=$(date +%s.%N)
+	timeout 60 nbdcopy "$NBD_URI" "$T/out" 2>"$T/copy.err" || rc=$?
+	secs=$(python3 -c "import sys,time; print(time.time() - float(sys.argv[1]))" "$t0")
+	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || die "nbdcopy exited $rc after $secs s"
+	grep -q "Input/output error" "$T/copy.err" || die "$(cat "$T/copy.err")"
+	python3 -c 'import sys; s = float(sys.argv[1]); assert s < 15, s' "$secs"
+	kill -0 "$NBD_PID"
+	grep -q "all paths to n1 are down" "$T/nbd-n1.err"
+	head -c 8M /dev/urandom >"$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	wait_status n1 'j["paths"][0]["state"] == "connected"'
+	run_limited 60 nbdcopy 0 nbdcopy "$NBD_URI" "$T/out"
+	cmp "$T/out" "$T/disk.img"
+}
+
+@test "one of two paths cut under fio with verify: no error, the path comes back" {
+	need fio
+	local port rc=0
+	port=$(free_port)
+	disk disk.img 16M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -p "tcp://127.0.0.2:$port" -d d1 --policy rr \
+		--reconnect-delay 100 --socket "$T/n1.sock"
+	fio --name=cut --ioengine=nbd --uri="$NBD_URI" --rw=randwrite --bs=16k --iodepth=32 \
+		--size=16M --verify=crc32c --verify_backlog=128 --verify_fatal=1 --time_based \
+		--runtime=6 --output="$T/fio.out" &
+	local fp=$!
+	wait_status n1 'all(p["inflight"] > 0 for p in j["paths"])'
+	run_clt 0 path disconnect -s n1 1
+	# IO goes on over path 0 alone
+	wait_status n1 'j["paths"][1]["state"] != "connected"'
+	run_clt 0 status -s n1 -o json
+	local w0
+	w0=$(json 'j["paths"][0]["writes"]')
+	wait_status n1 "j['paths'][0]['writes'] > $w0 + 100"
+	run_clt 0 path reconnect -s n1 1
+	wait_status n1 'j["paths"][1]["state"] == "connected"'
+	wait $fp || rc=$?
+	[ "$rc" -eq 0 ] || die "fio: $(cat "$T/fio.out")"
+	grep -q "err= 0" "$T/fio.out"
+}
+
+@test "SIGTERM: the export closes, its socket file goes, exit 0" {
+	local port rc=0
+	port=$(free_port)
+	disk disk.img 4M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	[ -S "$T/n1.sock" ]
+	kill -TERM "$NBD_PID"
+	wait "$NBD_PID" || rc=$?
+	[ "$rc" -eq 0 ] || die "exit $rc: $(cat "$T/nbd-n1.err")"
+	[ ! -e "$T/n1.sock" ]
+}
