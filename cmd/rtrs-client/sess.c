@@ -495,8 +495,10 @@ int sess_run(struct sess *ss, uint64_t max_wait_ns)
 		max_wait_ns = t - now;
 	ms = (int)((max_wait_ns + 999999) / 1000000);
 	n = epoll_wait(ss->epfd, evs, 32, ms);
+	/* EINTR without a stop request is a stop signal and SIGCONT (^Z,
+	 * fg) or a debugger: epoll_wait is never restarted after those */
 	if (n < 0)
-		return errno == EINTR ? -EINTR : 0;
+		return cli_stop_requested ? -EINTR : 0;
 	for (int i = 0; i < n; i++) {
 		if (evs[i].data.u64 == SESS_TAG_CTL) {
 			if (ss->ctl)

@@ -251,6 +251,25 @@ Try 'rtrs-client read --help'."
 	expect_stderr_line "rtrs-client read: offset 9437184 is beyond the end of device d1 (8388608 bytes)"
 }
 
+@test "a read stopped and continued (^Z, fg) goes on to the end, byte for byte" {
+	local port rc=0 i
+	port=$(free_port)
+	head -c 512M /dev/urandom >"$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	"$RTRS_CLIENT" read -s z1 -p "tcp://127.0.0.1:$port" -d d1 -q >"$T/back" 2>"$T/r.err" &
+	local rp=$!
+	BG_PIDS+=($rp)
+	for i in $(seq 1 20); do
+		kill -STOP $rp 2>/dev/null || break
+		sleep 0.01
+		kill -CONT $rp 2>/dev/null || break
+		sleep 0.02
+	done
+	wait $rp || rc=$?
+	[ "$rc" -eq 0 ] || die "read exited $rc: $(cat "$T/r.err")"
+	cmp "$T/back" "$T/disk.img"
+}
+
 @test "a missing export and a read-only export: one line, exit 1" {
 	local port
 	port=$(free_port)

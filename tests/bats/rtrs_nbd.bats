@@ -244,6 +244,29 @@ good 0"
 	grep -q "err= 0" "$T/fio.out"
 }
 
+@test "stopped and continued (^Z, fg) under fio: it goes on serving, no error" {
+	need fio
+	local port rc=0 i
+	port=$(free_port)
+	disk disk.img 8M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	fio --name=stop --ioengine=nbd --uri="$NBD_URI" --rw=randwrite --bs=4k --iodepth=16 \
+		--size=8M --verify=crc32c --verify_backlog=64 --verify_fatal=1 --time_based \
+		--runtime=4 --output="$T/fio.out" &
+	local fp=$!
+	sleep 0.5
+	for i in 1 2 3; do
+		kill -STOP "$NBD_PID"
+		sleep 0.2
+		kill -CONT "$NBD_PID"
+		sleep 0.3
+	done
+	wait $fp || rc=$?
+	[ "$rc" -eq 0 ] || die "fio: $(cat "$T/fio.out") $(cat "$T/nbd-n1.err")"
+	kill -0 "$NBD_PID" || die "it exited: $(cat "$T/nbd-n1.err")"
+}
+
 @test "SIGTERM: the export closes, its socket file goes, exit 0" {
 	local port rc=0
 	port=$(free_port)
