@@ -113,6 +113,13 @@ $(TOOL_BINS): $(B)/%: $$(addprefix $(B)/,$$(subst .c,.o,$$(wildcard cmd/$$*/*.c)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
 
+# rtrs-client map talks to the kernel's nbd driver over generic netlink
+# through libnl (as nbd-client does)
+NL_CFLAGS := $(shell pkg-config --cflags libnl-genl-3.0 2>/dev/null || echo -I/usr/include/libnl3)
+NL_LIBS   := $(shell pkg-config --libs libnl-genl-3.0 2>/dev/null || echo -lnl-genl-3 -lnl-3)
+$(B)/cmd/rtrs-client/map.o: CPPFLAGS += $(NL_CFLAGS)
+$(B)/rtrs-client: LDLIBS += $(NL_LIBS)
+
 $(B)/tests/%: $(B)/tests/unit/%.o $(LIB)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")

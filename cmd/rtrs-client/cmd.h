@@ -27,6 +27,9 @@ int cmd_path(int argc, char **argv);
 int cmd_set(int argc, char **argv);
 int cmd_reset_stats(int argc, char **argv);
 int cmd_nbd(int argc, char **argv);
+int cmd_map(int argc, char **argv);
+int cmd_unmap(int argc, char **argv);
+int cmd_list_mapped(int argc, char **argv);
 
 #define usage_error(cmd, ...) cli_usage_error(PROG, (cmd), __VA_ARGS__)
 /* getopt's '?': one line naming the unknown option or the one missing its
@@ -129,6 +132,30 @@ const char *sess_strerror(const struct sess *ss, int err, char *buf, size_t len)
 
 /* Progress on stderr: a terminal (or --progress), unless -q. */
 bool want_progress(const struct sess_opts *o);
+
+/* --- the NBD serving core (nbd.c): nbd's listeners, map's sockets ------- */
+
+struct nbdx;
+struct nbd_export;
+/* Serves ss's device: the export (size, flags, block sizes from the
+ * device), a data arena registered with the session, the hooks into
+ * sess_run().  NULL (printed). */
+struct nbdx *nbdx_open(struct sess *ss);
+const struct nbd_export *nbdx_export(const struct nbdx *x);
+/* Listens on tcp (a tcp:// URI) or else the unix socket path.  EXIT_OK
+ * or EXIT_FAIL (printed). */
+int nbdx_listen(struct nbdx *x, const struct xuri *tcp, const char *path);
+/* The i-th listener's NBD URI; NULL past the last. */
+const char *nbdx_uri(const struct nbdx *x, unsigned i);
+/* Serves a connected socket in the transmission phase (no handshake: the
+ * kernel's nbd driver, handed the other end).  0 or -errno. */
+int nbdx_adopt(struct nbdx *x, int fd, const char *peer);
+unsigned nbdx_nconns(const struct nbdx *x);
+/* After each sess_run(): replies out, waiting connections on. */
+void nbdx_after_round(struct nbdx *x);
+/* Closes listeners and connections, lets what is at the server come back
+ * (5 s at most), frees x.  Before sess_close(). */
+void nbdx_close(struct nbdx *x);
 
 /* Status of a running session as a tree (ctl.c). */
 struct xnode *sess_status_node(const struct sess *ss);

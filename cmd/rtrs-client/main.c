@@ -23,6 +23,13 @@ static const struct cmd cmds[] = {
 	  "measure IOPS, bandwidth and latency; --verify checks every read" },
 	{ "nbd",    cmd_nbd,    COMMON " [-l tcp://HOST[:PORT]]... [--socket PATH]...",
 	  "serve the device as an NBD export (nbdinfo, nbdcopy, qemu, nbd-client)" },
+	{ "map",    cmd_map,    COMMON " [--nbd-device /dev/nbdN]\n"
+	  "                     [--nbd-connections N] [--foreground]",
+	  "map the device as a kernel block device /dev/nbdN; prints its name" },
+	{ "unmap",  cmd_unmap,  "/dev/nbdN|SESSION [--force]",
+	  "unmap it (a mounted device only with --force)" },
+	{ "list-mapped", cmd_list_mapped, "[-o text|yaml|json]",
+	  "the devices mapped: device, session, export, size, pid, paths" },
 	{ "status", cmd_status, "-s SESSION [--ctl PATH] [-o text|yaml|json]",
 	  "show a running session: paths, states, counters" },
 	{ "path",   cmd_path,   "add|remove|disconnect|reconnect -s SESSION URI|N [--ctl PATH]",
@@ -36,7 +43,7 @@ static const struct cmd cmds[] = {
 
 static const struct cli_tool tool = {
 	PROG, cmds, sizeof(cmds) / sizeof(cmds[0]), 6, 9,
-	"\nSession options of read, write, bench and nbd:\n"
+	"\nSession options of read, write, bench, nbd and map:\n"
 	"  --policy rr|min-inflight|min-latency   --reconnect-delay MS\n"
 	"  --max-reconnect-attempts N (-1: forever)   --connections N\n"
 	"  --hb-interval MS   --hb-missed N   --access ro|rw|migration\n"

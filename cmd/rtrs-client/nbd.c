@@ -105,7 +105,7 @@ static uint32_t pages(uint32_t len)
 
 /* --- connections and requests --------------------------------------------- */
 
-struct srv;
+struct nbdx;
 struct conn;
 
 struct nreq {
@@ -125,7 +125,7 @@ struct conn {
 	struct conn *next, *prev;	/* srv->conns */
 	struct conn *stall_next;	/* srv's queue of those waiting for the arena */
 	struct conn *flush_next;	/* srv's list of those with replies to send */
-	struct srv *srv;
+	struct nbdx *srv;
 	int fd;
 	unsigned id;
 	char peer[80];
@@ -151,7 +151,7 @@ struct listener {
 	char desc[300];
 };
 
-struct srv {
+struct nbdx {
 	struct sess *ss;
 	struct nbd_export exp;
 	struct arena arena;
@@ -164,6 +164,7 @@ struct srv {
 	unsigned nconns, next_id;
 	uint64_t accepted, proto_errors;
 	bool verbose, quiet;
+	char desc[RNBD_NAME_MAX + RTRS_NAME_MAX + 64];
 };
 
 static void conn_pump(struct conn *c);
@@ -183,7 +184,7 @@ static void logc(const struct conn *c, const char *fmt, ...)
 
 static struct nreq *req_new(struct conn *c)
 {
-	struct srv *s = c->srv;
+	struct nbdx *s = c->srv;
 	struct nreq *r = s->free_reqs;
 
 	if (r)
@@ -199,7 +200,7 @@ static struct nreq *req_new(struct conn *c)
 static void req_free(struct nreq *r)
 {
 	struct conn *c = r->c;
-	struct srv *s = c->srv;
+	struct nbdx *s = c->srv;
 
 	arena_put(&s->arena, r->buf, r->npages);
 	r->next = s->free_reqs;
@@ -231,7 +232,7 @@ static void set_events(struct conn *c)
  * (still at the server) comes back. */
 static void conn_kill(struct conn *c)
 {
-	struct srv *s = c->srv;
+	struct nbdx *s = c->srv;
 
 	if (c->dead)
 		return;
@@ -260,7 +261,7 @@ static void conn_kill(struct conn *c)
 
 /* Memory of dead connections goes only between rounds of the loop (an
  * event for one may still sit in the batch epoll_wait returned). */
-static void srv_reap(struct srv *s)
+static void srv_reap(struct nbdx *s)
 {
 	struct conn *c = s->conns, *next;
 
@@ -290,7 +291,7 @@ static void conn_maybe_close(struct conn *c)
 
 static void want_flush(struct conn *c)
 {
-	struct srv *s = c->srv;
+	struct nbdx *s = c->srv;
 
 	if (c->flushing || c->dead)
 		return;
@@ -351,7 +352,7 @@ static unsigned rnbd_op_of(unsigned type)
 
 static void submit(struct nreq *r)
 {
-	struct srv *s = r->c->srv;
+	struct nbdx *s = r->c->srv;
 	unsigned op = rnbd_op_of(r->type);
 	uint32_t rf = r->flags & NBD_CMD_FLAG_FUA ? RNBD_F_FUA : 0;
 	int rc;
@@ -368,7 +369,7 @@ static void submit(struct nreq *r)
  * ones. */
 static void stall(struct conn *c)
 {
-	struct srv *s = c->srv;
+	struct nbdx *s = c->srv;
 
 	if (c->stalled)
 		return;
@@ -384,7 +385,7 @@ static void stall(struct conn *c)
 /* Starts the parsed request c->pend: false when it must wait for pages. */
 static bool start(struct conn *c)
 {
-	struct srv *s = c->srv;
+	struct nbdx *s = c->srv;
 	struct nbd_req *q = &c->pend;
 	struct nreq *r;
 
@@ -431,7 +432,7 @@ nomem:
 	return false;
 }
 
-static void srv_unstall(struct srv *s)
+static void srv_unstall(struct nbdx *s)
 {
 	while (s->stall_head) {
 		struct conn *c = s->stall_head;
@@ -530,7 +531,7 @@ static int drop_payload(struct conn *c)
  * empty, or the connection must wait (arena, in-flight limit, output). */
 static void conn_pump(struct conn *c)
 {
-	struct srv *s = c->srv;
+	struct nbdx *s = c->srv;
 	struct nbd_req q;
 	enum nbd_ev ev;
 	size_t used, before;
@@ -670,7 +671,7 @@ static void conn_flush(struct conn *c)
 
 /* After each round of the loop: replies out, waiting connections on,
  * dead ones freed. */
-static void srv_after_round(struct srv *s)
+static void srv_after_round(struct nbdx *s)
 {
 	do {
 		while (s->flush_head) {
@@ -685,7 +686,7 @@ static void srv_after_round(struct srv *s)
 	srv_reap(s);
 }
 
-static void srv_accept(struct srv *s, struct listener *l)
+static void srv_accept(struct nbdx *s, struct listener *l)
 {
 	struct sockaddr_storage sa;
 	socklen_t sl = sizeof(sa);
@@ -745,7 +746,7 @@ static void srv_accept(struct srv *s, struct listener *l)
 
 static void srv_on_fd(void *ctx, uint64_t tag, uint32_t events)
 {
-	struct srv *s = ctx;
+	struct nbdx *s = ctx;
 	struct conn *c;
 
 	if (tag < 2 + MAX_LISTEN) {
@@ -774,7 +775,7 @@ static void srv_on_fd(void *ctx, uint64_t tag, uint32_t events)
 
 static void srv_status(void *ctx, struct xnode *m)
 {
-	struct srv *s = ctx;
+	struct nbdx *s = ctx;
 	struct xnode *n = xnode_set_map(m, "nbd"), *l = xnode_set_list(n, "listen");
 
 	xnode_set_str(n, "export", s->exp.name);
@@ -886,7 +887,7 @@ static int listen_unix(struct listener *l, const char *path, const char *exp, ch
 	return 0;
 }
 
-static void srv_close_listeners(struct srv *s)
+static void srv_close_listeners(struct nbdx *s)
 {
 	for (unsigned i = 0; i < s->nlis; i++) {
 		struct listener *l = &s->lis[i];
@@ -901,7 +902,170 @@ static void srv_close_listeners(struct srv *s)
 	}
 }
 
-/* --- the command --------------------------------------------------------- */
+/* --- the serving core's interface (cmd.h) -------------------------------- */
+
+static void nbdx_make_export(struct nbdx *s, const struct sess_opts *o)
+{
+	const struct rnbd_clt_geom *g = rnbd_clt_geom(s->ss->dev);
+	uint16_t f = NBD_FLAG_CAN_MULTI_CONN;
+
+	/* what the kernel's rnbd-client tells its block layer
+	 * (blk_queue_write_cache from cache_policy; discard and write-zeroes
+	 * limits), as NBD flags */
+	if (g->cache_policy & RNBD_WRITEBACK)
+		f |= NBD_FLAG_SEND_FLUSH;
+	if (g->cache_policy & RNBD_FUA)
+		f |= NBD_FLAG_SEND_FUA;
+	if (g->max_discard_sectors)
+		f |= NBD_FLAG_SEND_TRIM;
+	if (g->max_write_zeroes_sectors)
+		f |= NBD_FLAG_SEND_WRITE_ZEROES;
+	if (o->access == RNBD_ACCESS_RO)
+		f |= NBD_FLAG_READ_ONLY;
+	snprintf(s->desc, sizeof(s->desc), "RNBD device %s over RTRS session %s", o->device,
+		 o->session);
+	s->exp = (struct nbd_export){
+		.name = o->device,
+		.description = s->desc,
+		.size = g->size,
+		.tflags = f,
+		.min_block = g->logical_block_size >= 512 ? g->logical_block_size : 512,
+		.pref_block = g->physical_block_size > 4096 ? g->physical_block_size : 4096,
+		.max_block = MAX_BLOCK,
+	};
+}
+
+struct nbdx *nbdx_open(struct sess *ss)
+{
+	struct nbdx *s = calloc(1, sizeof(*s));
+
+	if (!s || !(s->arena.mem = aligned_alloc(PAGE, ARENA_BYTES))) {
+		free(s);
+		fail(ss->cmd, "out of memory");
+		return NULL;
+	}
+	s->ss = ss;
+	s->verbose = ss->o->verbose;
+	s->quiet = ss->o->quiet;
+	if (sess_add_mem(ss, s->arena.mem, ARENA_BYTES)) {
+		free(s->arena.mem);
+		free(s);
+		return NULL;
+	}
+	nbdx_make_export(s, ss->o);
+	ss->on_fd = srv_on_fd;
+	ss->on_fd_ctx = s;
+	ss->status_extra = srv_status;
+	return s;
+}
+
+const struct nbd_export *nbdx_export(const struct nbdx *s)
+{
+	return &s->exp;
+}
+
+int nbdx_listen(struct nbdx *s, const struct xuri *tcp, const char *path)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct listener *l = &s->lis[s->nlis];
+	char err[512];
+
+	if (s->nlis == MAX_LISTEN)
+		return fail(s->ss->cmd, "at most %d listeners", MAX_LISTEN);
+	l->fd = -1;
+	if (tcp ? listen_tcp(l, tcp, s->exp.name, err, sizeof(err))
+		: listen_unix(l, path, s->exp.name, err, sizeof(err)))
+		return fail(s->ss->cmd, "%s", err);
+	ev.data.u64 = 2 + s->nlis++;
+	epoll_ctl(s->ss->epfd, EPOLL_CTL_ADD, l->fd, &ev);
+	return EXIT_OK;
+}
+
+const char *nbdx_uri(const struct nbdx *s, unsigned i)
+{
+	return i < s->nlis ? s->lis[i].desc : NULL;
+}
+
+int nbdx_adopt(struct nbdx *s, int fd, const char *peer)
+{
+	struct epoll_event ev = { .events = 0 };
+	struct conn *c = calloc(1, sizeof(*c));
+
+	if (!c || !(c->in = malloc(INBUF))) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->srv = s;
+	c->fd = fd;
+	c->id = ++s->next_id;
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	nbd_srv_init(&c->nbd, &s->exp, true);
+	ev.data.ptr = c;
+	if (epoll_ctl(s->ss->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		int rc = -errno;
+
+		free(c->in);
+		free(c);
+		return rc;
+	}
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->nconns++;
+	set_events(c);
+	return 0;
+}
+
+unsigned nbdx_nconns(const struct nbdx *s)
+{
+	return s->nconns;
+}
+
+void nbdx_after_round(struct nbdx *s)
+{
+	srv_after_round(s);
+}
+
+void nbdx_close(struct nbdx *s)
+{
+	struct sess *ss = s->ss;
+	uint64_t t0;
+
+	srv_after_round(s);
+	srv_close_listeners(s);
+	for (struct conn *c = s->conns; c; c = c->next)
+		conn_kill(c);
+	/* requests at the server write into the arena: they come back (or
+	 * fail) before it goes */
+	t0 = xtime_ns();
+	for (;;) {
+		bool busy = false;
+
+		for (struct conn *c = s->conns; c; c = c->next)
+			busy |= c->inflight > 0;
+		if (!busy || xtime_ns() - t0 > 5000000000ull || !rtrs_clt_alive(ss->clt))
+			break;
+		sess_run(ss, 100000000ull);
+		srv_after_round(s);
+	}
+	srv_reap(s);
+	ss->on_fd = NULL;
+	ss->status_extra = NULL;
+	if (s->conns)
+		return;	/* still in flight: the memory stays (we are exiting) */
+	rtrs_clt_del_mem(ss->clt, s->arena.mem);
+	while (s->free_reqs) {
+		struct nreq *r = s->free_reqs;
+
+		s->free_reqs = r->next;
+		free(r);
+	}
+	free(s->arena.mem);
+	free(s);
+}
+
+/* --- rtrs-client nbd ------------------------------------------------------ */
 
 enum { OPT_SOCKET = 0x200 };
 
@@ -960,44 +1124,12 @@ static int nbd_opts(int argc, char **argv, struct nbd_opts *o)
 	return sess_opts_finish("nbd", &o->so, true);
 }
 
-static void srv_export(struct srv *s, const struct sess_opts *o, char *desc, size_t desclen)
-{
-	const struct rnbd_clt_geom *g = rnbd_clt_geom(s->ss->dev);
-	uint16_t f = NBD_FLAG_CAN_MULTI_CONN;
-
-	/* what the kernel's rnbd-client tells its block layer
-	 * (blk_queue_write_cache from cache_policy; discard and write-zeroes
-	 * limits), as NBD flags */
-	if (g->cache_policy & RNBD_WRITEBACK)
-		f |= NBD_FLAG_SEND_FLUSH;
-	if (g->cache_policy & RNBD_FUA)
-		f |= NBD_FLAG_SEND_FUA;
-	if (g->max_discard_sectors)
-		f |= NBD_FLAG_SEND_TRIM;
-	if (g->max_write_zeroes_sectors)
-		f |= NBD_FLAG_SEND_WRITE_ZEROES;
-	if (o->access == RNBD_ACCESS_RO)
-		f |= NBD_FLAG_READ_ONLY;
-	snprintf(desc, desclen, "RNBD device %s over RTRS session %s", o->device, o->session);
-	s->exp = (struct nbd_export){
-		.name = o->device,
-		.description = desc,
-		.size = g->size,
-		.tflags = f,
-		.min_block = g->logical_block_size >= 512 ? g->logical_block_size : 512,
-		.pref_block = g->physical_block_size > 4096 ? g->physical_block_size : 4096,
-		.max_block = MAX_BLOCK,
-	};
-}
-
 int cmd_nbd(int argc, char **argv)
 {
 	struct nbd_opts o = { 0 };
 	struct sess ss;
-	struct srv *s;
-	char err[512], desc[600], defpath[256];
-	struct epoll_event ev = { .events = EPOLLIN };
-	uint64_t t0;
+	struct nbdx *x;
+	char defpath[256];
 	int rc;
 
 	sess_opts_init(&o.so);
@@ -1013,85 +1145,35 @@ int cmd_nbd(int argc, char **argv)
 				    strerror(-rc));
 		o.sock[o.nsock++] = defpath;
 	}
-	s = calloc(1, sizeof(*s));
-	if (!s || !(s->arena.mem = aligned_alloc(PAGE, ARENA_BYTES))) {
-		free(s);
-		return fail("nbd", "out of memory");
-	}
-	s->verbose = o.so.verbose;
-	s->quiet = o.so.quiet;
 	cli_stop_handlers();
 	if ((rc = sess_open(&ss, "nbd", &o.so)))
-		goto out_free;
-	s->ss = &ss;
-	if ((rc = sess_add_mem(&ss, s->arena.mem, ARENA_BYTES)))
-		goto out_close;
-	srv_export(s, &o.so, desc, sizeof(desc));
-	for (unsigned i = 0; i < o.ntcp + o.nsock; i++) {
-		struct listener *l = &s->lis[s->nlis];
-
-		l->fd = -1;
-		if (i < o.ntcp ? listen_tcp(l, &o.tcp[i], s->exp.name, err, sizeof(err))
-			       : listen_unix(l, o.sock[i - o.ntcp], s->exp.name, err, sizeof(err))) {
-			rc = fail("nbd", "%s", err);
-			goto out_listeners;
-		}
-		ev.data.u64 = 2 + s->nlis++;
-		epoll_ctl(ss.epfd, EPOLL_CTL_ADD, l->fd, &ev);
+		return rc;
+	if (!(x = nbdx_open(&ss))) {
+		rc = EXIT_FAIL;
+		goto out;
 	}
-	ss.on_fd = srv_on_fd;
-	ss.on_fd_ctx = s;
-	ss.status_extra = srv_status;
+	for (unsigned i = 0; i < o.ntcp + o.nsock; i++)
+		if ((rc = nbdx_listen(x, i < o.ntcp ? &o.tcp[i] : NULL,
+				      i < o.ntcp ? NULL : o.sock[i - o.ntcp])))
+			goto out_nbdx;
 	ss.activity = "nbd";
 	/* the URIs, one per line, once every listener takes connections:
 	 * scripts wait for them */
-	for (unsigned i = 0; i < s->nlis; i++)
-		printf("%s\n", s->lis[i].desc);
+	for (unsigned i = 0; nbdx_uri(x, i); i++)
+		printf("%s\n", nbdx_uri(x, i));
 	fflush(stdout);
 	rc = EXIT_OK;
 	while (sess_run(&ss, 1000000000ull) != -EINTR) {
-		srv_after_round(s);
+		nbdx_after_round(x);
 		if (!rtrs_clt_alive(ss.clt)) {
 			rc = fail("nbd", "all paths to %s are down: no more reconnect attempts",
 				  o.so.session);
 			break;
 		}
 	}
-	srv_after_round(s);
-out_listeners:
-	srv_close_listeners(s);
-	for (struct conn *c = s->conns; c; c = c->next)
-		conn_kill(c);
-	/* requests at the server write into the arena: they come back (or
-	 * fail) before it goes */
-	t0 = xtime_ns();
-	for (;;) {
-		bool busy = false;
-
-		for (struct conn *c = s->conns; c; c = c->next)
-			busy |= c->inflight > 0;
-		if (!busy || xtime_ns() - t0 > 5000000000ull || !rtrs_clt_alive(ss.clt))
-			break;
-		sess_run(&ss, 100000000ull);
-		srv_after_round(s);
-	}
-	srv_reap(s);
-	if (s->conns) {
-		/* still in flight: the memory stays (we are exiting) */
-		ss.on_fd = NULL;
-		sess_close(&ss);
-		return rc;
-	}
-out_close:
+out_nbdx:
+	nbdx_close(x);
+out:
 	sess_close(&ss);
-out_free:
-	while (s->free_reqs) {
-		struct nreq *r = s->free_reqs;
-
-		s->free_reqs = r->next;
-		free(r);
-	}
-	free(s->arena.mem);
-	free(s);
 	return rc;
 }

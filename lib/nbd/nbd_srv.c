@@ -22,6 +22,7 @@
 _Static_assert(5 * REP_HDR + 12 + 2 * (2 + NBD_NAME_MAX) + 14 <= OPT_ROOM, "OPT_ROOM holds it");
 _Static_assert(NBD_SRV_OUTBUF >= OPT_ROOM, "an empty output takes any option");
 
+static void fail(struct nbd_srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(struct nbd_srv *s, const char *fmt, ...)
 {
 	va_list ap;

@@ -31,7 +31,7 @@ expect() {
 
 @test "completion: every tool's commands" {
 	expect "create connect status list rm help" mkshmcon ""
-	expect "read write bench status path set reset-stats help" rtrs-client ""
+	expect "read write bench nbd map unmap list-mapped status path set reset-stats help" rtrs-client ""
 	expect "serve status" rtrs-server s
 	expect "disconnect" rtrs-server di
 	expect "devices serve ping bw help" xprobe ""

@@ -279,3 +279,21 @@ good 0"
 	[ "$rc" -eq 0 ] || die "exit $rc: $(cat "$T/nbd-n1.err")"
 	[ ! -e "$T/n1.sock" ]
 }
+
+@test "map, unmap, list-mapped: usage errors and what is not mapped, one line each" {
+	run_clt 2 map -s m1 -p tcp://127.0.0.1
+	[[ ${stderr%%$'\n'*} == "rtrs-client map: a device is needed (-d DEVICE)" ]]
+	run_clt 2 map -s m1 -p tcp://127.0.0.1 -d d1 --nbd-device /dev/sda
+	[[ ${stderr%%$'\n'*} == "rtrs-client map: --nbd-device: '/dev/sda' is not /dev/nbdN" ]]
+	run_clt 2 map -s m1 -p tcp://127.0.0.1 -d d1 --nbd-connections 17
+	[[ ${stderr%%$'\n'*} == "rtrs-client map: --nbd-connections: '17' is "*"(1 to 16)" ]]
+	run_clt 2 unmap
+	[[ ${stderr%%$'\n'*} == "rtrs-client unmap: one /dev/nbdN or session name is needed" ]]
+	run_clt 1 unmap /dev/nbd99
+	expect_stderr_line "rtrs-client unmap: /dev/nbd99 is not mapped by rtrs-client"
+	run_clt 1 unmap nosuchsession
+	expect_stderr_line "rtrs-client unmap: no device is mapped by session nosuchsession"
+	run_clt 2 list-mapped -o xml
+	run_clt 0 list-mapped -o json
+	[ "$(json 'all(m["session"] != "nosuchsession" for m in j["mapped"])')" = True ]
+}

@@ -23,13 +23,8 @@ cd "$(dirname "$0")/../.."
 B=${B:-build} MB=${MB:-32} BENCH_TIME=${BENCH_TIME:-3}
 CLT=$PWD/$B/rtrs-client
 T=$(mktemp -d)
-n=0 bad=0
-ok() { n=$((n + 1)); echo "ok $n $*"; }
-notok() { n=$((n + 1)) bad=$((bad + 1)); echo "not ok $n $*"; }
-check() {	# NAME CMD...
-	local name=$1; shift
-	if "$@" 2>"$T/err"; then ok "$name"; else notok "$name"; sed 's/^/#   /' "$T/err"; return 1; fi
-}
+# shellcheck source=tap.sh
+. tests/vm/tap.sh
 finish() {
 	rm -rf "$T"
 	echo "1..$n"
@@ -37,16 +32,8 @@ finish() {
 	echo "rtrs-client-kernel: FAIL ($bad of $n checks failed)"; exit 1
 }
 bail() { echo "# dmesg:"; dmesg | tail -n 30 | sed 's/^/#   /'; finish; }
-wait_for() {	# TENTHS CMD...
-	local i
-	for ((i = 0; i < $1; i++)); do "${@:2}" && return 0; sleep 0.1; done
-	"${@:2}"
-}
 dbg() { [ -z "${DEBUG:-}" ] || echo "# debug: $*"; }
 no_dir_entries() { [ -z "$(ls -A "$1" 2>/dev/null)" ]; }
-json() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$@"; }
-into() { local f=$1; shift; "$@" > "$f"; }	# FILE CMD...: CMD's stdout to FILE
-jtrue() { [ "$(json "$@")" = True ]; }	# FILE EXPR: EXPR over the JSON d is true
 
 if [ -z "${XPRT_VM:-}" ] || [ ! -f "${XPRT_VM_MODDIR:-/nonexistent}/rnbd-server.ko" ]; then
 	notok "setup # not inside tests/vm/xprt-vm -f rtrs"; finish

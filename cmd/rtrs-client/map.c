@@ -1,0 +1,730 @@
+/* rtrs-client map / unmap / list-mapped: the RNBD device as a kernel block
+ * device /dev/nbdN, as Ceph's rbd-nbd maps an RBD image.
+ *
+ * map starts a process that opens the session and the device, makes one
+ * socketpair per NBD connection, serves our ends with the NBD core
+ * (nbd.c) in the transmission phase, and hands the other ends to the
+ * kernel's nbd driver over generic netlink (NBD_CMD_CONNECT, as
+ * nbd-client -L does; the handshake's results -- size, flags, block size
+ * -- go as attributes instead).  The kernel then sends its block requests
+ * down those sockets.  The mapping names itself in the device's
+ * backend identifier ("rtrs-client:SESSION/DEVICE", in
+ * /sys/block/nbdN/backend), which is how unmap and list-mapped find it;
+ * /sys/block/nbdN/pid is the process that serves it.
+ *
+ * unmap asks the kernel to disconnect (NBD_CMD_DISCONNECT): it sends
+ * NBD_CMD_DISC down each socket once its queue is flushed, our process
+ * sees every connection end, closes the device and the session and
+ * exits.  A mounted device (or one held by device-mapper, md ...) is
+ * refused unless --force. */
+#include "cmd.h"
+#include "core/conf.h"
+#include "core/parse.h"
+#include "core/xtime.h"
+#include "nbd/nbd_srv.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <linux/nbd-netlink.h>
+#include <netlink/genl/ctrl.h>
+#include <netlink/genl/genl.h>
+#include <netlink/netlink.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BACKEND_PREFIX	"rtrs-client:"
+#define MAX_NBD_CONNS	16
+
+/* --- the kernel's nbd driver over generic netlink ------------------------- */
+
+struct knbd {
+	struct nl_sock *sk;
+	int family;
+};
+
+/* 0, or -1 with the reason in err. */
+static int knbd_open(struct knbd *n, char *err, size_t errlen)
+{
+	int rc;
+
+	n->sk = nl_socket_alloc();
+	if (!n->sk) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if ((rc = genl_connect(n->sk)) < 0) {
+		snprintf(err, errlen, "generic netlink: %s", nl_geterror(rc));
+		goto fail;
+	}
+	n->family = genl_ctrl_resolve(n->sk, "nbd");
+	if (n->family < 0) {
+		/* as rbd-nbd does: the driver is a module, load it once */
+		if (system("/sbin/modprobe nbd >/dev/null 2>&1") == 0)
+			n->family = genl_ctrl_resolve(n->sk, "nbd");
+		if (n->family < 0) {
+			snprintf(err, errlen, "the kernel's nbd driver is not there "
+				 "(modprobe nbd: no such module or not allowed)");
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	nl_socket_free(n->sk);
+	n->sk = NULL;
+	return -1;
+}
+
+static void knbd_close(struct knbd *n)
+{
+	nl_socket_free(n->sk);
+	n->sk = NULL;
+}
+
+static int on_connect_reply(struct nl_msg *msg, void *arg)
+{
+	struct nlattr *a[NBD_ATTR_MAX + 1];
+	int *index = arg;
+
+	if (genlmsg_parse(nlmsg_hdr(msg), 0, a, NBD_ATTR_MAX, NULL) == 0 && a[NBD_ATTR_INDEX])
+		*index = (int)nla_get_u32(a[NBD_ATTR_INDEX]);
+	return NL_OK;
+}
+
+struct nbd_connect {
+	int index;			/* -1: any free device */
+	const struct nbd_export *exp;
+	uint64_t timeout_s;		/* the kernel's request timeout; 0 none */
+	const char *backend;
+	const int *fds;
+	unsigned nfds;
+};
+
+/* The device index, or -1 with the reason in err. */
+static int knbd_connect(struct knbd *n, const struct nbd_connect *c, char *err, size_t errlen)
+{
+	struct nl_msg *msg = nlmsg_alloc();
+	struct nlattr *socks, *item;
+	int index = -1, rc;
+
+	if (!msg) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (!genlmsg_put(msg, NL_AUTO_PORT, NL_AUTO_SEQ, n->family, 0, 0, NBD_CMD_CONNECT, 0))
+		goto too_big;
+	if (c->index >= 0 && nla_put_u32(msg, NBD_ATTR_INDEX, (uint32_t)c->index))
+		goto too_big;
+	if (nla_put_u64(msg, NBD_ATTR_SIZE_BYTES, c->exp->size) ||
+	    nla_put_u64(msg, NBD_ATTR_BLOCK_SIZE_BYTES, c->exp->min_block) ||
+	    nla_put_u64(msg, NBD_ATTR_SERVER_FLAGS, c->exp->tflags | NBD_FLAG_HAS_FLAGS) ||
+	    (c->timeout_s && nla_put_u64(msg, NBD_ATTR_TIMEOUT, c->timeout_s)) ||
+	    nla_put_string(msg, NBD_ATTR_BACKEND_IDENTIFIER, c->backend))
+		goto too_big;
+	if (!(socks = nla_nest_start(msg, NBD_ATTR_SOCKETS)))
+		goto too_big;
+	for (unsigned i = 0; i < c->nfds; i++) {
+		if (!(item = nla_nest_start(msg, NBD_SOCK_ITEM)) ||
+		    nla_put_u32(msg, NBD_SOCK_FD, (uint32_t)c->fds[i]))
+			goto too_big;
+		nla_nest_end(msg, item);
+	}
+	nla_nest_end(msg, socks);
+	nl_socket_modify_cb(n->sk, NL_CB_VALID, NL_CB_CUSTOM, on_connect_reply, &index);
+	rc = nl_send_sync(n->sk, msg);	/* frees msg */
+	if (rc < 0) {
+		snprintf(err, errlen, "the kernel refused the device%s: %s",
+			 c->index >= 0 ? " asked for" : "", nl_geterror(rc));
+		return -1;
+	}
+	if (index < 0)
+		snprintf(err, errlen, "the kernel's answer carries no device index");
+	return index;
+too_big:
+	nlmsg_free(msg);
+	snprintf(err, errlen, "netlink message too long");
+	return -1;
+}
+
+/* 0, or -1 with the reason in err. */
+static int knbd_disconnect(struct knbd *n, int index, char *err, size_t errlen)
+{
+	struct nl_msg *msg = nlmsg_alloc();
+	int rc;
+
+	if (!msg || !genlmsg_put(msg, NL_AUTO_PORT, NL_AUTO_SEQ, n->family, 0, 0,
+				 NBD_CMD_DISCONNECT, 0) ||
+	    nla_put_u32(msg, NBD_ATTR_INDEX, (uint32_t)index)) {
+		nlmsg_free(msg);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	rc = nl_send_sync(n->sk, msg);
+	if (rc < 0) {
+		snprintf(err, errlen, "disconnect /dev/nbd%d: %s", index, nl_geterror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* --- what sysfs says of /dev/nbdN ------------------------------------------ */
+
+static int read_line(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	if (!f)
+		return -errno;
+	if (!fgets(buf, (int)len, f)) {
+		fclose(f);
+		return -ENODATA;
+	}
+	fclose(f);
+	n = strlen(buf);
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		buf[--n] = 0;
+	return 0;
+}
+
+struct mapping {
+	int index;
+	pid_t pid;
+	char session[RTRS_NAME_MAX + 1];
+	char device[RNBD_NAME_MAX + 1];
+	uint64_t size;
+};
+
+/* /dev/nbdN mapped by us: 1 (m filled), 0 (not connected, or someone
+ * else's), -errno. */
+static int mapping_of(int index, struct mapping *m)
+{
+	char path[96], buf[600], *slash;
+	uint64_t sectors;
+	const char *e;
+
+	snprintf(path, sizeof(path), "/sys/block/nbd%d/pid", index);
+	if (read_line(path, buf, sizeof(buf)) < 0)
+		return 0;	/* not connected */
+	memset(m, 0, sizeof(*m));
+	m->index = index;
+	m->pid = (pid_t)atoi(buf);
+	snprintf(path, sizeof(path), "/sys/block/nbd%d/backend", index);
+	if (read_line(path, buf, sizeof(buf)) < 0 || strncmp(buf, BACKEND_PREFIX,
+							       strlen(BACKEND_PREFIX)))
+		return 0;
+	slash = strchr(buf + strlen(BACKEND_PREFIX), '/');
+	if (!slash)
+		return 0;
+	*slash = 0;
+	snprintf(m->session, sizeof(m->session), "%s", buf + strlen(BACKEND_PREFIX));
+	snprintf(m->device, sizeof(m->device), "%s", slash + 1);
+	snprintf(path, sizeof(path), "/sys/block/nbd%d/size", index);
+	if (read_line(path, buf, sizeof(buf)) == 0 && !xparse_u64(buf, 0, UINT64_MAX >> 9, &sectors, &e))
+		m->size = sectors << 9;
+	return 1;
+}
+
+/* Every mapping of ours, in index order; the count or -errno. */
+static int mappings(struct mapping **out)
+{
+	DIR *d = opendir("/sys/block");
+	struct dirent *de;
+	struct mapping *v = NULL, m;
+	int n = 0, cap = 0;
+
+	*out = NULL;
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		int idx;
+		char tail;
+
+		if (sscanf(de->d_name, "nbd%d%c", &idx, &tail) != 1 || mapping_of(idx, &m) != 1)
+			continue;
+		if (n == cap) {
+			struct mapping *nv = realloc(v, sizeof(*v) * (size_t)(cap = cap ? 2 * cap : 8));
+
+			if (!nv) {
+				free(v);
+				closedir(d);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[n++] = m;
+	}
+	closedir(d);
+	for (int i = 1; i < n; i++)	/* insertion sort by index */
+		for (int j = i; j > 0 && v[j].index < v[j - 1].index; j--) {
+			m = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = m;
+		}
+	*out = v;
+	return n;
+}
+
+/* "/dev/nbd3", "nbd3" -> 3; -1 if neither. */
+static int nbd_index(const char *s)
+{
+	uint64_t v;
+	const char *e;
+
+	if (!strncmp(s, "/dev/", 5))
+		s += 5;
+	if (strncmp(s, "nbd", 3) || xparse_u64(s + 3, 0, 1u << 20, &v, &e))
+		return -1;
+	return (int)v;
+}
+
+/* Who holds /dev/nbdN: a mount point (from mountinfo, the device or one of
+ * its partitions) or a holder (device-mapper, md).  1 with what in buf, 0
+ * when nobody. */
+static int in_use(int index, char *buf, size_t len)
+{
+	char path[128], dev[32], line[4096], devs[64][32];
+	unsigned ndev = 0;
+	DIR *d;
+	struct dirent *de;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/block/nbd%d/dev", index);
+	if (read_line(path, devs[ndev], sizeof(devs[0])) == 0)
+		ndev++;
+	snprintf(path, sizeof(path), "/sys/block/nbd%d", index);
+	if ((d = opendir(path))) {
+		while ((de = readdir(d)) && ndev < 64) {
+			char p2[400];
+
+			if (strncmp(de->d_name, "nbd", 3))
+				continue;
+			snprintf(p2, sizeof(p2), "/sys/block/nbd%d/%s/dev", index, de->d_name);
+			if (read_line(p2, devs[ndev], sizeof(devs[0])) == 0)
+				ndev++;
+		}
+		closedir(d);
+	}
+	if ((f = fopen("/proc/self/mountinfo", "re"))) {
+		while (fgets(line, sizeof(line), f)) {
+			char mnt[2048];
+
+			/* ID PARENT MAJ:MIN ROOT MOUNTPOINT ... */
+			if (sscanf(line, "%*s %*s %31s %*s %2047s", dev, mnt) != 2)
+				continue;
+			for (unsigned i = 0; i < ndev; i++)
+				if (!strcmp(dev, devs[i])) {
+					snprintf(buf, len, "mounted on %s", mnt);
+					fclose(f);
+					return 1;
+				}
+		}
+		fclose(f);
+	}
+	snprintf(path, sizeof(path), "/sys/block/nbd%d/holders", index);
+	if ((d = opendir(path))) {
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.') {
+				snprintf(buf, len, "held by %s", de->d_name);
+				closedir(d);
+				return 1;
+			}
+		closedir(d);
+	}
+	return 0;
+}
+
+/* --- map ------------------------------------------------------------------ */
+
+enum { OPT_NBD_DEVICE = 0x300, OPT_NBD_CONNS, OPT_FOREGROUND };
+
+struct map_opts {
+	struct sess_opts so;
+	int index;
+	unsigned nconns;
+	bool foreground;
+};
+
+static int map_opts(int argc, char **argv, struct map_opts *o)
+{
+	static const struct option lo[] = {
+		SESS_LONGOPTS,
+		{ "nbd-device", required_argument, NULL, OPT_NBD_DEVICE },
+		{ "nbd-connections", required_argument, NULL, OPT_NBD_CONNS },
+		{ "foreground", no_argument, NULL, OPT_FOREGROUND },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t v;
+	const char *e;
+	int c, rc;
+
+	o->index = -1;
+	o->nconns = 1;
+	while ((c = getopt_long(argc, argv, SESS_SHORTOPTS "h", lo, NULL)) != -1) {
+		rc = sess_opt("map", c, optarg, &o->so);
+		if (rc == 1)
+			continue;
+		if (rc)
+			return rc;
+		switch (c) {
+		case OPT_NBD_DEVICE:
+			if ((o->index = nbd_index(optarg)) < 0)
+				return usage_error("map", "--nbd-device: '%s' is not /dev/nbdN", optarg);
+			break;
+		case OPT_NBD_CONNS:
+			if (xparse_u64(optarg, 1, MAX_NBD_CONNS, &v, &e))
+				return usage_error("map", "--nbd-connections: '%s' is %s (1 to %d)",
+						   optarg, e, MAX_NBD_CONNS);
+			o->nconns = (unsigned)v;
+			break;
+		case OPT_FOREGROUND:
+			o->foreground = true;
+			break;
+		case 'h':
+			cmd_usage(stdout, "map");
+			return -1;
+		default:
+			return bad_option("map", SESS_SHORTOPTS "h", argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error("map", "unexpected argument '%s'", argv[optind]);
+	return sess_opts_finish("map", &o->so, true);
+}
+
+/* The kernel times a request out after this (NBD_ATTR_TIMEOUT): later
+ * than our own bound with every path down, so that the failure it sees is
+ * ours (EIO), not a dead connection. */
+static uint64_t kernel_timeout_s(const struct sess_opts *o)
+{
+	uint64_t d = o->ro.down_timeout_ns;
+
+	if (d == RTRS_CLT_FOREVER)
+		return 0;
+	return d / 1000000000ull + 30;
+}
+
+/* Tells the parent how it went: "/dev/nbdN" or "!message". */
+static void report(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(int fd, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+
+	if (fd < 0)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n > 0 && write(fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1) < 0)
+		return;
+}
+
+/* The serving process: up to the mapping, then until the kernel lets go. */
+static int map_serve(struct map_opts *o, int status_fd)
+{
+	struct sess ss;
+	struct nbdx *x;
+	struct knbd nl = { 0 };
+	int pair[MAX_NBD_CONNS][2], kfds[MAX_NBD_CONNS], index, rc = EXIT_FAIL;
+	char err[512], backend[RTRS_NAME_MAX + RNBD_NAME_MAX + 32], peer[32];
+	bool asked = false;
+	uint64_t asked_ns = 0;
+
+	if (knbd_open(&nl, err, sizeof(err))) {
+		report(status_fd, "!%s", err);
+		return fail("map", "%s", err);
+	}
+	cli_stop_handlers();
+	if ((rc = sess_open(&ss, "map", &o->so))) {
+		report(status_fd, "!");	/* printed already */
+		goto out_nl;
+	}
+	if (!(x = nbdx_open(&ss))) {
+		report(status_fd, "!");
+		rc = EXIT_FAIL;
+		goto out_sess;
+	}
+	for (unsigned i = 0; i < o->nconns; i++) {
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair[i]) < 0 ||
+		    fcntl(pair[i][0], F_SETFL, O_NONBLOCK) < 0) {
+			rc = fail("map", "socketpair: %s", strerror(errno));
+			report(status_fd, "!");
+			goto out_nbdx;
+		}
+		snprintf(peer, sizeof(peer), "kernel nbd socket %u", i);
+		if (nbdx_adopt(x, pair[i][0], peer)) {
+			close(pair[i][0]);
+			close(pair[i][1]);
+			rc = fail("map", "out of memory");
+			report(status_fd, "!");
+			goto out_nbdx;
+		}
+		kfds[i] = pair[i][1];
+	}
+	snprintf(backend, sizeof(backend), BACKEND_PREFIX "%s/%s", o->so.session, o->so.device);
+	index = knbd_connect(&nl, &(struct nbd_connect){ o->index, nbdx_export(x),
+						       kernel_timeout_s(&o->so), backend, kfds,
+						       o->nconns }, err, sizeof(err));
+	for (unsigned i = 0; i < o->nconns; i++)
+		close(kfds[i]);	/* the kernel holds its own references */
+	if (index < 0) {
+		rc = fail("map", "%s", err);
+		report(status_fd, "!");
+		goto out_nbdx;
+	}
+	ss.activity = "map";
+	if (o->so.verbose)
+		fprintf(stderr, PROG " map: /dev/nbd%d serves %s of session %s\n", index,
+			o->so.device, o->so.session);
+	report(status_fd, "/dev/nbd%d", index);
+	if (status_fd >= 0)
+		close(status_fd);
+	rc = EXIT_OK;
+	/* until the kernel closes every socket: unmap, or our own stop */
+	while (nbdx_nconns(x) > 0) {
+		if (sess_run(&ss, 1000000000ull) == -EINTR) {
+			/* SIGTERM/SIGINT: unmap ourselves, then serve what the
+			 * kernel still flushes until it lets go (the loop must
+			 * go on looking at the sockets); a second one: now */
+			cli_stop_requested = 0;
+			if (asked)
+				break;
+			if (knbd_disconnect(&nl, index, err, sizeof(err)) < 0) {
+				fprintf(stderr, PROG " map: %s\n", err);
+				break;
+			}
+			asked = true;
+			asked_ns = xtime_ns();
+		}
+		nbdx_after_round(x);
+		if (asked && xtime_ns() - asked_ns > 30000000000ull) {
+			rc = fail("map", "/dev/nbd%d: the kernel did not let go within 30 s", index);
+			break;
+		}
+	}
+	if (o->so.verbose)
+		fprintf(stderr, PROG " map: /dev/nbd%d unmapped\n", index);
+out_nbdx:
+	nbdx_close(x);
+out_sess:
+	sess_close(&ss);
+out_nl:
+	knbd_close(&nl);
+	return rc;
+}
+
+int cmd_map(int argc, char **argv)
+{
+	struct map_opts o = { 0 };
+	char buf[1100];
+	int p[2], rc, st;
+	ssize_t n, got = 0;
+	pid_t pid;
+
+	sess_opts_init(&o.so);
+	rc = map_opts(argc, argv, &o);
+	if (rc)
+		return rc < 0 ? EXIT_OK : rc;
+	if (o.foreground)
+		return map_serve(&o, -1);
+	/* The serving process is a child that leaves the session of the
+	 * caller; we print its device once it is mapped (or its one error
+	 * line, which it prints itself) and leave it running.  It forks
+	 * before any RDMA resource exists. */
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return fail("map", "pipe: %s", strerror(errno));
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return fail("map", "fork: %s", strerror(errno));
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+		close(p[0]);
+		setsid();
+		if (null >= 0) {
+			dup2(null, STDIN_FILENO);
+			dup2(null, STDOUT_FILENO);
+		}
+		_exit(map_serve(&o, p[1]));
+	}
+	close(p[1]);
+	while ((n = read(p[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0 ||
+	       (n < 0 && errno == EINTR))
+		if (n > 0)
+			got += n;
+	close(p[0]);
+	buf[got] = 0;
+	if (got > 0 && buf[0] == '/') {
+		printf("%s\n", buf);
+		return EXIT_OK;
+	}
+	/* it failed: its message is out; its status is ours */
+	if (waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st))
+		return WEXITSTATUS(st);
+	if (got > 1)
+		return fail("map", "%s", buf + 1);
+	return fail("map", "the serving process ended before the device was mapped");
+}
+
+/* --- unmap ---------------------------------------------------------------- */
+
+int cmd_unmap(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct mapping m, *all = NULL;
+	struct knbd nl;
+	bool force = false;
+	char err[512], why[2200];
+	const char *arg;
+	uint64_t t0;
+	int c, idx, n;
+
+	while ((c = getopt_long(argc, argv, "fh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			force = true;
+			break;
+		case 'h':
+			cmd_usage(stdout, "unmap");
+			return EXIT_OK;
+		default:
+			return bad_option("unmap", "fh", argv);
+		}
+	}
+	if (optind != argc - 1)
+		return usage_error("unmap", "one /dev/nbdN or session name is needed");
+	arg = argv[optind];
+	idx = nbd_index(arg);
+	if (idx >= 0) {
+		if (mapping_of(idx, &m) != 1)
+			return fail("unmap", "/dev/nbd%d is not mapped by " PROG, idx);
+	} else {
+		n = mappings(&all);
+		if (n < 0)
+			return fail("unmap", "/sys/block: %s", strerror(-n));
+		for (c = 0; c < n && strcmp(all[c].session, arg); c++)
+			;
+		if (c == n) {
+			free(all);
+			return fail("unmap", "no device is mapped by session %s", arg);
+		}
+		m = all[c];
+		free(all);
+	}
+	if (in_use(m.index, why, sizeof(why)) && !force)
+		return fail("unmap", "/dev/nbd%d is %s (unmount it first, or --force)", m.index, why);
+	if (knbd_open(&nl, err, sizeof(err)))
+		return fail("unmap", "%s", err);
+	if (knbd_disconnect(&nl, m.index, err, sizeof(err))) {
+		knbd_close(&nl);
+		return fail("unmap", "%s", err);
+	}
+	knbd_close(&nl);
+	/* the serving process ends once the kernel has let go */
+	t0 = xtime_ns();
+	while (m.pid > 0 && kill(m.pid, 0) == 0) {
+		if (xtime_ns() - t0 > 30000000000ull)
+			return fail("unmap", "/dev/nbd%d: its process %d did not end within 30 s",
+				    m.index, (int)m.pid);
+		usleep(20000);
+	}
+	return EXIT_OK;
+}
+
+/* --- list-mapped ---------------------------------------------------------- */
+
+/* The paths' state of a running session: "2/2 connected", or why not. */
+static void session_state(const char *session, struct xnode *e)
+{
+	char path[256], err[300], *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	char *av[] = { (char *)"status", (char *)"-o", (char *)"yaml", NULL };
+	struct xnode *root;
+	const struct xnode *paths;
+	unsigned up = 0, all = 0;
+	int rc;
+
+	if (!out || ctl_path_for(session, NULL, path, sizeof(path)) ||
+	    (rc = xctl_call(path, 3, av, out, err, sizeof(err))) != 0) {
+		if (out)
+			fclose(out);
+		free(text);
+		xnode_set_str(e, "state", "unknown (no control socket)");
+		return;
+	}
+	fclose(out);
+	root = xconf_parse(text, len, err, sizeof(err));
+	free(text);
+	paths = root ? xnode_get(root, "paths") : NULL;
+	for (size_t i = 0; paths && i < xnode_len(paths); i++) {
+		const char *st = xnode_str(xnode_get(xnode_at(paths, i, NULL), "state"));
+
+		all++;
+		up += st && !strcmp(st, "connected");
+	}
+	xnode_set_strf(e, "state", "%u/%u paths connected", up, all);
+	xnode_free(root);
+}
+
+int cmd_list_mapped(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	enum xfmt f = XFMT_TEXT;
+	struct mapping *all;
+	struct xnode *root, *list;
+	int c, n;
+
+	while ((c = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'o':
+			if (cli_parse_fmt(PROG, "list-mapped", optarg, &f))
+				return EXIT_USAGE;
+			break;
+		case 'h':
+			cmd_usage(stdout, "list-mapped");
+			return EXIT_OK;
+		default:
+			return bad_option("list-mapped", "o:h", argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error("list-mapped", "unexpected argument '%s'", argv[optind]);
+	n = mappings(&all);
+	if (n < 0 && n != -ENOENT)
+		return fail("list-mapped", "/sys/block: %s", strerror(-n));
+	root = xnode_map();
+	list = xnode_set_list(root, "mapped");
+	for (int i = 0; i < n; i++) {
+		struct xnode *e = xnode_push_map(list);
+
+		xnode_set_strf(e, "device", "/dev/nbd%d", all[i].index);
+		xnode_set_str(e, "session", all[i].session);
+		xnode_set_str(e, "export", all[i].device);
+		xnode_set_u64(e, "size", all[i].size);
+		xnode_set_i64(e, "pid", all[i].pid);
+		session_state(all[i].session, e);
+	}
+	free(all);
+	xemit(stdout, root, f);
+	xnode_free(root);
+	return EXIT_OK;
+}

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# rtrs-client map inside the VM, with the kernel's nbd driver: our
+# rtrs-server exports a file over two tcp paths; the device is mapped as
+# /dev/nbdN and used as a disk -- a file system made, mounted, filled with
+# a tree of files, remounted, compared and checked with fsck -n; fio
+# writes and verifies while one of the two paths is cut and restored; the
+# server is killed (IO fails after --down-timeout, it does not hang) and
+# comes back; SIGTERM and unmap let go of the device and leave nothing
+# behind; a mounted device is not unmapped without --force.
+#
+#   make tools && tests/vm/xprt-vm -l nbd -- tests/vm/rtrs-map.sh
+#
+# Reports TAP, then "rtrs-map: PASS (N checks)" or "... FAIL (...)".
+# Env: B (build directory, default build), MB (file MiB, default 256),
+#      FIO_TIME (seconds of each fio run, default 6).
+# Exit status: 0 when every check passed, 1 otherwise.
+set -u
+cd "$(dirname "$0")/../.."
+B=${B:-build} MB=${MB:-256} FIO_TIME=${FIO_TIME:-6}
+CLT=$PWD/$B/rtrs-client SRV=$PWD/$B/rtrs-server
+T=$(mktemp -d)
+export XDG_RUNTIME_DIR=$T/run
+mkdir -p -m 0700 "$XDG_RUNTIME_DIR"
+SRV_PID=
+# shellcheck source=tap.sh
+. tests/vm/tap.sh
+finish() {
+	umount "$T/mnt" 2>/dev/null
+	for d in /sys/block/nbd*; do
+		[ -e "$d/pid" ] && "$CLT" unmap --force "/dev/${d##*/}" 2>/dev/null
+	done
+	[ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null
+	rm -rf "$T"
+	echo "1..$n"
+	if [ $bad -eq 0 ] && [ $n -gt 0 ]; then echo "rtrs-map: PASS ($n checks)"; exit 0; fi
+	echo "rtrs-map: FAIL ($bad of $n checks failed)"; exit 1
+}
+bail() { echo "# dmesg:"; dmesg | tail -n 30 | sed 's/^/#   /'; finish; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+no_pid() { [ ! -e "/sys/block/$1/pid" ]; }
+has_pid() { [ -e "/sys/block/$1/pid" ]; }
+
+if [ -z "${XPRT_VM:-}" ] || [ ! -f "${XPRT_VM_MODDIR:-/nonexistent}/nbd.ko" ]; then
+	notok "setup # not inside tests/vm/xprt-vm -l nbd"; finish
+fi
+for x in "$CLT" "$SRV"; do [ -x "$x" ] || { notok "setup # no $x (make tools first)"; finish; }; done
+echo "# $(uname -r), a ${MB} MiB file, $CLT"
+modprobe ext4 2>/dev/null
+[ -d /sys/module/nbd ] || check "modprobe nbd" modprobe nbd || bail
+
+server() {	# start rtrs-server on 127.0.0.1 and $XPRT_VM_IP, port 1300
+	"$SRV" -l tcp://0.0.0.0:1300 -e "d1=$T/disk.img" --ctl "$T/srv.sock" >"$T/srv.out" 2>"$T/srv.err" &
+	SRV_PID=$!
+	wait_for 100 grep -q '^listening' "$T/srv.out"
+}
+truncate -s "${MB}M" "$T/disk.img"
+check "rtrs-server listens" server || bail
+PATHS=(-p tcp://127.0.0.1:1300 -p "tcp://$XPRT_VM_IP:1300")
+
+# --- map, a file system, unmap --------------------------------------------------
+check "map prints the device" eval "\"$CLT\" map -s m1 ${PATHS[*]} -d d1 >$T/dev" || bail
+DEV=$(cat "$T/dev") NBD=${DEV#/dev/}
+echo "# mapped $DEV"
+check "$DEV is a block device of the export's size" \
+	eval "[ -b $DEV ] && [ \$(blockdev --getsize64 $DEV) = $((MB << 20)) ]"
+check "list-mapped -o json names it, its session, export and paths" eval \
+	"\"$CLT\" list-mapped -o json >$T/l.json && jtrue $T/l.json 'len(d[\"mapped\"]) == 1 and d[\"mapped\"][0][\"device\"] == \"$DEV\" and d[\"mapped\"][0][\"session\"] == \"m1\" and d[\"mapped\"][0][\"export\"] == \"d1\" and d[\"mapped\"][0][\"state\"] == \"2/2 paths connected\"'"
+check "status -s m1 shows the map running" eval \
+	"\"$CLT\" status -s m1 -o json >$T/s.json && jtrue $T/s.json 'd[\"activity\"] == \"map\"'"
+check "mkfs.ext4" mkfs.ext4 -q -F "$DEV"
+mkdir -p "$T/mnt" "$T/tree"
+# a tree of files: small, odd-sized, a large one, a hard link and a symlink
+for i in $(seq 1 200); do head -c $((RANDOM * 3 + i)) /dev/urandom >"$T/tree/f$i"; done
+mkdir -p "$T/tree/sub/deeper"
+head -c 20M /dev/urandom >"$T/tree/sub/deeper/big"
+ln "$T/tree/f1" "$T/tree/sub/hard"
+ln -s ../f2 "$T/tree/sub/soft"
+check "mount" mount -t ext4 "$DEV" "$T/mnt"
+check "copy a tree of files in" cp -a "$T/tree" "$T/mnt/"
+check "unmap refuses a mounted device" eval \
+	"! \"$CLT\" unmap $DEV 2>$T/e && grep -q 'is mounted on $T/mnt (unmount it first, or --force)' $T/e"
+check "umount" umount "$T/mnt"
+check "fsck.ext4 -n: clean" fsck.ext4 -n -f "$DEV"
+check "mount again" mount -t ext4 "$DEV" "$T/mnt"
+check "the tree is the same" diff -r "$T/tree" "$T/mnt/tree"
+check "umount" umount "$T/mnt"
+PID=$(cat "/sys/block/$NBD/pid")
+check "unmap by session" "$CLT" unmap m1
+check "the serving process is gone" wait_for 50 gone "$PID"
+check "the device has no server any more" no_pid "$NBD"
+check "list-mapped is empty" eval "\"$CLT\" list-mapped -o json >$T/l.json && jtrue $T/l.json 'd[\"mapped\"] == []'"
+check "no control socket is left" eval "[ -z \"\$(ls $XDG_RUNTIME_DIR/xprt 2>/dev/null)\" ]"
+
+# --- the data survive a remap ---------------------------------------------------
+check "map again, --nbd-device $DEV, 4 NBD connections" eval \
+	"\"$CLT\" map -s m2 ${PATHS[*]} -d d1 --nbd-device $DEV --nbd-connections 4 >$T/dev2 && [ \$(cat $T/dev2) = $DEV ]"
+check "mount the remapped device" mount -t ext4 "$DEV" "$T/mnt"
+check "the tree is still the same" diff -r "$T/tree" "$T/mnt/tree"
+check "umount" umount "$T/mnt"
+check "fio randrw with verify over 4 connections" fio --name=mc --filename="$DEV" --direct=1 \
+	--ioengine=libaio --rw=randrw --bs=4k --iodepth=32 --numjobs=2 --size=64M --offset_increment=64M \
+	--verify=crc32c --verify_fatal=1 --output="$T/fio0.out"
+grep -q "err= 0" "$T/fio0.out" || sed 's/^/#   /' "$T/fio0.out"
+PID=$(cat "/sys/block/$NBD/pid")
+check "SIGTERM: the map unmaps itself" kill -TERM "$PID"
+check "its process ends" wait_for 100 gone "$PID"
+check "the device is let go" wait_for 50 no_pid "$NBD"
+
+# --- a path cut under fio --------------------------------------------------------
+check "map m3" eval "\"$CLT\" map -s m3 ${PATHS[*]} -d d1 --policy rr --reconnect-delay 200 >$T/dev3"
+DEV=$(cat "$T/dev3") NBD=${DEV#/dev/}
+fio --name=cut --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=16k \
+	--iodepth=32 --size=128M --verify=crc32c --verify_backlog=256 --verify_fatal=1 \
+	--time_based --runtime="$FIO_TIME" --output="$T/fio.out" &
+FP=$!
+sleep 2
+check "path 1 cut" "$CLT" path disconnect -s m3 1
+sleep 1
+check "path 1 back" "$CLT" path reconnect -s m3 1
+check "fio write+verify across the cut: no error" wait "$FP"
+grep -q "err= 0" "$T/fio.out" || sed 's/^/#   /' "$T/fio.out"
+check "both paths connected again" wait_for 100 eval \
+	"\"$CLT\" status -s m3 -o json >$T/s.json && jtrue $T/s.json 'all(p[\"state\"] == \"connected\" for p in d[\"paths\"])'"
+check "unmap $DEV" "$CLT" unmap "$DEV"
+check "the device is let go" wait_for 50 no_pid "$NBD"
+
+# --- the server dies: IO errors, not a hang; it comes back ----------------------
+check "map m4 with --down-timeout 2" eval \
+	"\"$CLT\" map -s m4 -p tcp://127.0.0.1:1300 -d d1 --down-timeout 2 --reconnect-delay 200 --hb-interval 200 --hb-missed 2 >$T/dev4"
+DEV=$(cat "$T/dev4") NBD=${DEV#/dev/}
+kill -9 "$SRV_PID"; wait "$SRV_PID" 2>/dev/null; SRV_PID=
+s=$SECONDS
+check "a read with the server gone fails (EIO)" eval \
+	"! timeout 60 dd if=$DEV of=/dev/null bs=4k count=1 skip=777 iflag=direct 2>$T/dd.err && grep -q 'Input/output error' $T/dd.err"
+check "within the down timeout and the kernel's retry, not a hang ($((SECONDS - s)) s)" \
+	[ $((SECONDS - s)) -lt 40 ]
+check "rtrs-server again" server
+check "the session reconnects" wait_for 200 eval \
+	"\"$CLT\" status -s m4 -o json >$T/s.json && jtrue $T/s.json 'd[\"paths\"][0][\"state\"] == \"connected\"'"
+check "reads work again, byte for byte" eval \
+	"cmp <(dd if=$DEV bs=1M count=16 iflag=direct status=none) <(head -c 16M $T/disk.img)"
+PID=$(cat "/sys/block/$NBD/pid")
+check "unmap $DEV" "$CLT" unmap "$DEV"
+check "its process ends" wait_for 50 gone "$PID"
+
+# --- the serving process killed: the kernel fails IO; unmap cleans up ------------
+check "map m5" eval "\"$CLT\" map -s m5 -p tcp://127.0.0.1:1300 -d d1 >$T/dev5"
+DEV=$(cat "$T/dev5") NBD=${DEV#/dev/}
+PID=$(cat "/sys/block/$NBD/pid")
+kill -9 "$PID"
+check "IO on a device whose server was killed fails, it does not hang" eval \
+	"! timeout 60 dd if=$DEV of=/dev/null bs=4k count=1 skip=999 iflag=direct 2>/dev/null"
+if has_pid "$NBD"; then
+	check "unmap --force lets go of it" "$CLT" unmap --force "$DEV"
+	check "the device is let go" wait_for 50 no_pid "$NBD"
+fi
+finish
