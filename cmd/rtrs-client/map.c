@@ -37,6 +37,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <stddef.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -412,6 +414,33 @@ static uint64_t kernel_timeout_s(const struct sess_opts *o)
 	return d / 1000000000ull + 30;
 }
 
+/* systemd's Type=notify: READY=1 on $NOTIFY_SOCKET once the device is
+ * there, so that units ordered after ours (mounts) find it.  The
+ * protocol is one datagram (sd_notify(3)); an abstract socket's name
+ * starts with '@'. */
+static void notify_ready(int index)
+{
+	const char *p = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char msg[64];
+	socklen_t len;
+	int fd, n;
+
+	if (!p || !*p || strlen(p) >= sizeof(a.sun_path) || (p[0] != '/' && p[0] != '@'))
+		return;
+	memcpy(a.sun_path, p, strlen(p));
+	if (p[0] == '@')
+		a.sun_path[0] = 0;
+	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(p));
+	n = snprintf(msg, sizeof(msg), "READY=1\nSTATUS=mapped as /dev/nbd%d", index);
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (sendto(fd, msg, (size_t)n, MSG_NOSIGNAL, (struct sockaddr *)&a, len) < 0)
+		fprintf(stderr, PROG " map: NOTIFY_SOCKET %s: %s\n", p, strerror(errno));
+	close(fd);
+}
+
 /* Tells the parent how it went: "/dev/nbdN" or "!message". */
 static void report(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void report(int fd, const char *fmt, ...)
@@ -489,6 +518,10 @@ static int map_serve(struct map_opts *o, int status_fd)
 	report(status_fd, "/dev/nbd%d", index);
 	if (status_fd >= 0)
 		close(status_fd);
+	else
+		printf("/dev/nbd%d\n", index);	/* --foreground */
+	fflush(stdout);
+	notify_ready(index);
 	rc = EXIT_OK;
 	/* until the kernel closes every socket: unmap, or our own stop */
 	while (nbdx_nconns(x) > 0) {
@@ -660,8 +693,17 @@ static void session_state(const char *session, struct xnode *e)
 	unsigned up = 0, all = 0;
 	int rc;
 
-	if (!out || ctl_path_for(session, NULL, path, sizeof(path)) ||
-	    (rc = xctl_call(path, 3, av, out, err, sizeof(err))) != 0) {
+	/* the caller's own runtime directory, else where the systemd unit
+	 * (rtrs-client-map@.service) puts it */
+	rc = -1;
+	if (out && ctl_path_for(session, NULL, path, sizeof(path)) == 0)
+		rc = xctl_call(path, 3, av, out, err, sizeof(err));
+	if (out && rc != 0) {
+		snprintf(path, sizeof(path), "/run/xprt/" PROG "-%s.sock", session);
+		rewind(out);
+		rc = xctl_call(path, 3, av, out, err, sizeof(err));
+	}
+	if (!out || rc != 0) {
 		if (out)
 			fclose(out);
 		free(text);

@@ -14,7 +14,8 @@ setup() {
 	case $B in /*) ;; *) B=$PWD/$B ;; esac
 	T=$BATS_TEST_TMPDIR
 	BG_PIDS=()
-	mkdir -p "$T/units" "$T/etc/xprt/rtrs-server" "$T/etc/xprt/ibcache-serve" "$T/run"
+	mkdir -p "$T/units" "$T/etc/xprt/rtrs-server" "$T/etc/xprt/ibcache-serve" \
+		"$T/etc/xprt/rtrs-client" "$T/run"
 	for u in "$BATS_TEST_DIRNAME"/../../systemd/*.service.in; do
 		n=${u##*/}
 		sed "s|@BINDIR@|$B|g" "$u" >"$T/units/${n%.in}"
@@ -91,4 +92,20 @@ exec_start() {
 	local rc=0
 	wait "$pid" || rc=$?
 	[ "$rc" -eq 0 ] || die "ibcache-serve exited $rc on SIGTERM: $(cat "$T/err")"
+}
+
+@test "rtrs-client-map@.service: its ExecStart reads the example config; without a server it fails in one line" {
+	local cmd port
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	sed "s|tcp://10.0.0.1, tcp://10.0.1.1|tcp://127.0.0.1:$port|" \
+		"$BATS_TEST_DIRNAME/../../examples/rtrs-client.yaml" >"$T/etc/xprt/rtrs-client/vol1.yaml"
+	cmd=$(exec_start rtrs-client-map@.service vol1)
+	[[ $cmd == "$B/rtrs-client map --foreground -s vol1 -c $T/etc/xprt/rtrs-client/vol1.yaml --ctl $T/run/rtrs-client-vol1.sock" ]] ||
+		die "ExecStart: $cmd"
+	run --separate-stderr timeout 30 $cmd </dev/null
+	[ "$status" -eq 1 ] || die "exit $status: $stderr"
+	# no nbd driver on this host, or it is there and the server is not
+	[[ $stderr == "rtrs-client map: the kernel's nbd driver is not there"* ||
+		$stderr == "rtrs-client map: all paths to vol1 are down: "* ]] || die "$stderr"
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
 }

@@ -106,6 +106,20 @@ check "SIGTERM: the map unmaps itself" kill -TERM "$PID"
 check "its process ends" wait_for 100 gone "$PID"
 check "the device is let go" wait_for 50 no_pid "$NBD"
 
+# --- --foreground under systemd (Type=notify) -------------------------------------
+python3 -c 'import socket,sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind(sys.argv[1]); s.settimeout(30)
+print(s.recv(200).decode())' "$T/notify" >"$T/notified" &
+NP=$!
+wait_for 50 test -S "$T/notify"
+NOTIFY_SOCKET=$T/notify "$CLT" map --foreground -s m6 "${PATHS[@]}" -d d1 >"$T/fg.out" 2>"$T/fg.err" &
+FGP=$!
+check "--foreground: READY=1 on NOTIFY_SOCKET once mapped" eval "wait $NP && grep -q '^READY=1' $T/notified"
+check "--foreground: the device on stdout" eval "grep -q '^/dev/nbd[0-9]*$' $T/fg.out"
+DEV=$(cat "$T/fg.out") NBD=${DEV#/dev/}
+check "--foreground: SIGTERM unmaps, exit 0" eval "kill -TERM $FGP && wait $FGP"
+check "the device is let go" wait_for 50 no_pid "$NBD"
+
 # --- a path cut under fio --------------------------------------------------------
 check "map m3" eval "\"$CLT\" map -s m3 ${PATHS[*]} -d d1 --policy rr --reconnect-delay 200 >$T/dev3"
 DEV=$(cat "$T/dev3") NBD=${DEV#/dev/}
