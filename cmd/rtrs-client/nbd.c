@@ -140,6 +140,7 @@ struct conn {
 	struct nreq *rq_head, *rq_tail;	/* replies to send */
 	unsigned inflight;		/* nreqs of this connection */
 	bool eof, disc, closing, dead;
+	bool throttled;			/* stopped at CONN_INFLIGHT */
 	uint64_t reqs, bytes_in, bytes_out;
 	struct nbd_srv nbd;
 };
@@ -162,6 +163,7 @@ struct nbdx {
 	struct conn *flush_head;
 	struct nreq *free_reqs;
 	unsigned nconns, next_id;
+	unsigned throttled;		/* connections stopped at CONN_INFLIGHT */
 	uint64_t accepted, proto_errors;
 	bool verbose, quiet;
 	char desc[RNBD_NAME_MAX + RTRS_NAME_MAX + 64];
@@ -269,6 +271,8 @@ static void srv_reap(struct nbdx *s)
 		next = c->next;
 		if (!c->dead || c->inflight || c->stalled || c->flushing)
 			continue;
+		if (c->throttled)
+			s->throttled--;
 		if (c->prev)
 			c->prev->next = c->next;
 		else
@@ -552,9 +556,18 @@ static void conn_pump(struct conn *c)
 				break;
 			continue;
 		}
-		if (c->disc || c->closing || c->nbd.phase == NBD_PH_DONE ||
-		    c->inflight >= CONN_INFLIGHT)
+		if (c->disc || c->closing || c->nbd.phase == NBD_PH_DONE)
 			break;
+		if (c->inflight >= CONN_INFLIGHT) {
+			/* what is buffered waits for replies to go out (the
+			 * socket may have nothing more to say: srv_after_round
+			 * comes back here) */
+			if (!c->throttled) {
+				c->throttled = true;
+				s->throttled++;
+			}
+			break;
+		}
 		used = nbd_srv_input(&c->nbd, c->in + c->inoff, c->inlen - c->inoff, &ev, &q);
 		c->inoff += used;
 		switch (ev) {
@@ -682,6 +695,16 @@ static void srv_after_round(struct nbdx *s)
 			conn_flush(c);
 		}
 		srv_unstall(s);
+		/* those stopped at the in-flight limit go on once replies
+		 * have left: their next requests may be buffered already */
+		for (struct conn *c = s->conns; s->throttled && c; c = c->next) {
+			if (!c->throttled || (!c->dead && c->inflight >= CONN_INFLIGHT))
+				continue;
+			c->throttled = false;
+			s->throttled--;
+			if (!c->dead)
+				conn_pump(c);
+		}
 	} while (s->flush_head);
 	srv_reap(s);
 }

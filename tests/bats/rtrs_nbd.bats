@@ -174,6 +174,16 @@ good 0"
 	[ "$(json 'j["nbd"]["protocol_errors"] >= 1 and j["nbd"]["accepted"] >= 33')" = True ]
 }
 
+@test "2000 requests sent at once, more than a connection may have open: every reply comes" {
+	local port
+	port=$(free_port)
+	disk disk.img 4M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	run_limited 30 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 pipeline
+	expect_output "2000 replies"
+}
+
 @test "a read-only export refuses writes with EPERM and keeps the data" {
 	need nbdcopy
 	local port
