@@ -113,6 +113,7 @@ static const struct xstat_desc req_stats[] = {
 	XSTAT(struct ibc_req_stats, reaped), XSTAT(struct ibc_req_stats, refused),
 	XSTAT(struct ibc_req_stats, retries), XSTAT(struct ibc_req_stats, fast_resends),
 	XSTAT(struct ibc_req_stats, segments_asked), XSTAT(struct ibc_req_stats, credits),
+	XSTAT(struct ibc_req_stats, send_errors),
 	XSTAT(struct ibc_req_stats, rejected), XSTAT(struct ibc_req_stats, resets),
 	XSTAT(struct ibc_req_stats, endpoints),
 };

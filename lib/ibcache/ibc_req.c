@@ -395,14 +395,27 @@ static int post_reply(struct ibc_req *q, struct ent *e, uint8_t *const *dst, uin
 	return rc == (int)l.nseg ? 0 : rc < 0 ? rc : -ENOBUFS;
 }
 
-static void send_out(struct ent *e, const struct ibc_rq_out *out)
+/* A send our own host refused for now -- a full queue, a local firewall
+ * dropping it (EPERM from the output hook), no buffer or memory for it --
+ * is a lost datagram, not a dead peer: the request's timers send it again
+ * and give up by time as they would on a lossy link. */
+static bool send_lost(int rc)
+{
+	return rc == -EAGAIN || rc == -EPERM || rc == -ENOBUFS || rc == -ENOMEM;
+}
+
+static void send_out(struct ibc_req *q, struct ent *e, const struct ibc_rq_out *out)
 {
 	struct xdg_addr *to = e->addr[e->peer];
+	int rc;
 
-	if (out->request)
-		xdg_send(e->d, to, e->req, (size_t)e->reqlen, 0, 0);
+	/* what does not go is lost: the timers send it again */
+	if (out->request && (rc = xdg_send(e->d, to, e->req, (size_t)e->reqlen, 0, 0)) < 0 &&
+	    rc != -EAGAIN)
+		q->st.send_errors++;
 	for (int i = 0; i < out->n; i++)
-		xdg_send(e->d, to, out->msg[i], out->len[i], 0, 0);
+		if ((rc = xdg_send(e->d, to, out->msg[i], out->len[i], 0, 0)) < 0 && rc != -EAGAIN)
+			q->st.send_errors++;
 }
 
 int ibc_req_submit(struct ibc_req *q, int peer, uint64_t ino, uint64_t gen,
@@ -479,13 +492,16 @@ int ibc_req_submit(struct ibc_req *q, int peer, uint64_t ino, uint64_t gen,
 		return rc;
 	}
 	rc = xdg_send(e->d, e->addr[peer], e->req, (size_t)e->reqlen, 0, 0);
-	if (rc < 0 && rc != -EAGAIN) {
+	if (rc < 0 && !send_lost(rc)) {
 		e->dirty = true;
 		if (k->scheme == XURI_UD)
 			xdg_reset(e->d, 0);
 		return rc;
 	}
-	/* -EAGAIN: as if lost on the way; the retransmit timer covers it */
+	/* not sent by our own host: as if lost on the way; the retransmit
+	 * timer covers it (a peer that never answers is given up by time) */
+	if (rc < 0 && rc != -EAGAIN)
+		q->st.send_errors++;
 	e->busy = true;
 	e->peer = peer;
 	e->tag = tag;
@@ -571,7 +587,7 @@ static void on_wc(struct ibc_req *q, struct ent *e, const struct xdg_wc *w, uint
 	} else {
 		ibc_rq_input(&e->rq, w->data, w->len, now, &out);
 	}
-	send_out(e, &out);
+	send_out(q, e, &out);
 	if (e->rq.state != IBC_RQ_WAIT)
 		q->fin[q->nfin++] = e;
 }
@@ -676,7 +692,7 @@ static void poll_placed(struct ibc_req *q, struct ent *e, uint64_t now)
 
 			if (wc[k].status == -ECONNREFUSED) {
 				ibc_rq_fail(&e->rq, -ECONNREFUSED, &out);
-				send_out(e, &out);
+				send_out(q, e, &out);
 				break;
 			}
 			/* in its expected place, or not ours at all: taken (or
@@ -688,7 +704,7 @@ static void poll_placed(struct ibc_req *q, struct ent *e, uint64_t now)
 						     e->res, now, &out) >= 0 &&
 				    e->slot_seg[k] + 1 > e->cursor)
 					e->cursor = e->slot_seg[k] + 1;
-				send_out(e, &out);
+				send_out(q, e, &out);
 				continue;
 			}
 			/* another segment than expected (a loss before it, or a
@@ -715,7 +731,7 @@ static void poll_placed(struct ibc_req *q, struct ent *e, uint64_t now)
 			if (ibc_rq_input(&e->rq, bounce + bytes, wc[late[i]].len, now, &out) >= 0 &&
 			    (uint32_t)h.seg + 1 > e->cursor)
 				e->cursor = (uint32_t)h.seg + 1;
-			send_out(e, &out);
+			send_out(q, e, &out);
 			bytes += wc[late[i]].len;
 		}
 		free(bounce);
@@ -760,7 +776,7 @@ static uint64_t timers(struct ibc_req *q, uint64_t now)
 				struct ibc_rq_out out;
 
 				ibc_rq_timer(&e->rq, now, &out);
-				send_out(e, &out);
+				send_out(q, e, &out);
 				if (e->rq.state != IBC_RQ_WAIT) {
 					q->fin[q->nfin++] = e;
 					continue;

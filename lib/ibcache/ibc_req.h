@@ -59,6 +59,9 @@ struct ibc_req_stats {
 	uint64_t errors;		/* replies with an error (ESTALE, ENOENT...) */
 	uint64_t reaped;		/* timed out */
 	uint64_t refused;		/* closed port, receive errors */
+	uint64_t send_errors;		/* requests our own host did not send
+					 * (a local firewall's EPERM, ENOBUFS,
+					 * ENOMEM): taken as lost, sent again */
 	uint64_t retries;		/* request/RESEND rounds after silence */
 	uint64_t fast_resends;		/* RESENDs for holes seen at the end */
 	uint64_t segments_asked;	/* segments named in RESENDs */

@@ -359,3 +359,28 @@ print(h.hex())')" \
 	# the loss was there, and was repaired
 	[ "$(stat_of segments_asked)" -gt 0 ] || die "no repair under loss: $STATS"
 }
+
+@test "a local firewall dropping 30% of our datagrams (output hook, EPERM): byte-exact, all from the peer" {
+	load netns
+	netns_available || skip "network namespaces need root and iproute2 ($(id -un), $(command -v ip || echo no ip))"
+	command -v nft >/dev/null || skip "nft is not installed (scripts/install-deps)"
+	netns_setup 1
+	# a drop in the output hook fails the sender's sendmsg with EPERM:
+	# loss to retry, not a dead peer
+	netns_cli nft -f - <<-EOF
+	table inet xtout {
+		chain out { type filter hook output priority 0; meta l4proto udp numgen random mod 100 < 30 drop; }
+	}
+	EOF
+	mkdata big 4194304
+	local srv
+	srv=$(netns_addr 0 2)
+	SRV_PREFIX="ip netns exec $NS_SRV" start_serve "udp://$srv:0"
+	netns_cli "$F" -p "${URIS[0]}" --origin "$ORG/big" big --timeout 2000 --stats -o json \
+		>"$BATS_TEST_TMPDIR/o" 2>"$BATS_TEST_TMPDIR/e" || { cat "$BATS_TEST_TMPDIR/e"; die "fetch failed"; }
+	STATS=$(sed -n '/^{/,$p' "$BATS_TEST_TMPDIR/e")
+	same "$BATS_TEST_TMPDIR/o" "$ORG/big"
+	[ "$(stat_of origin_pages)" -eq 0 ] || die "origin pages: $(stat_of origin_pages): $STATS"
+	[ "$(stat_of peer_pages)" -eq 1024 ]
+	[ "$(stat_of send_errors)" -gt 0 ] || die "no send error counted: $STATS"
+}
