@@ -106,7 +106,7 @@ static void ctl_sent(struct xp_port *p, void *ctx, enum xp_status st)
 	}
 }
 
-XHOT void pclient_sent(struct xp_port *p, void *ctx, enum xp_status st)
+void pclient_sent(struct xp_port *p, void *ctx, enum xp_status st)
 {
 	struct pclient *c = ctx;
 

@@ -43,7 +43,7 @@ struct ping_result {
 	struct xhist rtt;
 };
 
-static XOUTLINE void print_reply(const struct ping_opts *o, const char *target, uint64_t seq,
+static void print_reply(const struct ping_opts *o, const char *target, uint64_t seq,
 				 uint64_t ns)
 {
 	printf("%llu bytes from %s: seq=%llu time=%.2f us\n", (unsigned long long)o->size,
@@ -162,7 +162,7 @@ static XCOLD int reply_differs(const struct pclient *c, const struct reply *y)
  * ping is on its way, off the round trip being timed (two buffers are
  * provided, so the next reply has one meanwhile).  -1 when it differs.
  * Out of line, so that ping_loop() fits one page. */
-static XHOT XOUTLINE int reply_done(const struct ping_opts *o, struct pclient *c,
+static int reply_done(const struct ping_opts *o, struct pclient *c,
 				     struct ping_result *r, struct reply *y, const void *tx)
 {
 	int bad = y->ev.length != o->size || !equal_short(y->ev.buffer, tx, o->size);
@@ -181,7 +181,7 @@ static XHOT XOUTLINE int reply_done(const struct ping_opts *o, struct pclient *c
 
 /* Between pings -i apart: the reply is booked, and the connection (and
  * any load) kept moving until `next`.  -1 after saying why it failed. */
-static XOUTLINE int ping_pause(const struct ping_opts *o, struct pclient *c,
+static int ping_pause(const struct ping_opts *o, struct pclient *c,
 			       struct ping_result *r, struct reply *last, const void *tx,
 			       uint64_t next)
 {
@@ -205,7 +205,7 @@ static XOUTLINE int ping_pause(const struct ping_opts *o, struct pclient *c,
 /* The pings, back to back or -i apart: the loop a round trip runs through,
  * in a function of its own (few pages of code: bench/README.md, "xprobe").
  * EXIT_OK, or EXIT_FAIL after saying why. */
-static XPAGE XOUTLINE int ping_loop(const struct ping_opts *o, struct pclient *c,
+static int ping_loop(const struct ping_opts *o, struct pclient *c,
 				   struct ping_result *r, const void *tx)
 {
 	struct reply last = { 0 };

@@ -183,7 +183,7 @@ static int echo_send(struct server *s, struct sbuf *b)
 		       echo_sent, b);
 }
 
-static XHOT void echo_sent(struct xp_port *p, void *ctx, enum xp_status st)
+static void echo_sent(struct xp_port *p, void *ctx, enum xp_status st)
 {
 	struct sbuf *b = ctx;
 	struct server *s = xp_port_user(p);
@@ -292,7 +292,7 @@ static void ctl_reply(struct server *s, const struct xp_event *ev, const struct 
 }
 
 /* Control messages are rare: kept out of the echo path's code. */
-static XOUTLINE void on_ctl(struct server *s, const struct xp_event *ev)
+static void on_ctl(struct server *s, const struct xp_event *ev)
 {
 	struct probe_ctl c, rep;
 	int rc = probe_ctl_decode(ev->buffer, ev->length, &c);
@@ -358,7 +358,7 @@ static XOUTLINE void on_ctl(struct server *s, const struct xp_event *ev)
  * control ports up for longer than that.  Returns events handled. */
 #define PORT_BURST 16
 
-static XHOT int serve_ports(struct server *s)
+static int serve_ports(struct server *s)
 {
 	struct xp_event ev;
 	int n = 0;
@@ -535,7 +535,7 @@ static void server_free(struct server *s)
 
 /* The serving loop: until a signal asks it to stop.  EXIT_OK, or
  * EXIT_FAIL after saying why. */
-static XPAGE XOUTLINE int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
+static int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
 {
 	uint64_t idle_since;
 	int rc;

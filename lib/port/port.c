@@ -199,7 +199,7 @@ XHOT_INLINE uint64_t xp_host_clock(struct xp_host *h)
 
 /* New hosts: a look every XP_ACCEPT_EVERY_NS, kept out of the progress
  * round's code. */
-static XOUTLINE int host_accept(struct xp_host *h, uint64_t now)
+static int host_accept(struct xp_host *h, uint64_t now)
 {
 	int done = 0;
 
@@ -209,7 +209,7 @@ static XOUTLINE int host_accept(struct xp_host *h, uint64_t now)
 	return done + xpl_shm_listeners(h);
 }
 
-XPAGE int xp_host_progress(struct xp_host *h)
+int xp_host_progress(struct xp_host *h)
 {
 	uint64_t now;
 	int done = 0;
@@ -321,7 +321,7 @@ unsigned xp_num_receive_tokens(const struct xp_port *p) { return pe_recv_tokens(
 /* xp_send() of a message that cannot go out at once (an shm link, a frame
  * too big to go inline, a lane with frames before it): kept out of the
  * callers' code, which the rdma ping-pong's small messages run through. */
-static XOUTLINE int send_queued(struct xp_port *p, struct xp_link *k, uint32_t node,
+static int send_queued(struct xp_port *p, struct xp_link *k, uint32_t node,
 				unsigned dst_port, enum xp_prio prio, const void *buf, size_t len,
 				xp_send_cb cb, void *ctx)
 {
@@ -466,7 +466,7 @@ int xp_host_wait(struct xp_host *h, uint64_t timeout_ns)
 	return host_wait(h, xtime_ns() + timeout_ns);
 }
 
-XHOT int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
+int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
 				   uint64_t spin_until)
 {
 	int rc;

@@ -562,7 +562,7 @@ XINLINE void queue_ctl(struct pe_rxs *r)
 
 /* Out of line but not cold: a sender outrunning the receiver's buffers
  * (bandwidth runs) meets it often. */
-static XOUTLINE void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
+static void nack(struct pe_rxs *r, uint32_t seq, uint8_t reason)
 {
 	r->st = RX_DISCARD;
 	r->expect = seq;
@@ -1137,7 +1137,7 @@ XINLINE int rx_ack(struct pe_eng *e, struct pe_txs *s, const struct pw_hdr *h, c
 	return 0;
 }
 
-static XOUTLINE int rx_nack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
+static int rx_nack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
 			    uint64_t now, char *why, size_t whylen)
 {
 	struct pe_txs *s = txs_get(n, h->dst_port, h->src_port, h->prio, false);
@@ -1190,7 +1190,7 @@ static XCOLD int bad_frame(char *why, size_t whylen, int rc)
 
 /* A frame other than DATA: kept out of the data path's code (an ACK on
  * its own comes once per window, the rest rarely). */
-static XOUTLINE int rx_control(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
+static int rx_control(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
 			       uint64_t now, char *why, size_t whylen)
 {
 	switch (h->type) {

@@ -514,7 +514,7 @@ out_close:
  * XP_RQ_DEPTH - XP_REPOST_BATCH + 1 or more posted meanwhile; a ping-pong
  * pays one post per XP_REPOST_BATCH round trips, not one per trip).  0, or
  * -1 when the link failed. */
-static XHOT XOUTLINE int lane_repost(struct xp_link *k, struct xp_lane *ln)
+static int lane_repost(struct xp_link *k, struct xp_lane *ln)
 {
 	while (ln->nrepost) {
 		struct xrc_sge sg[XRC_RECV_BATCH];
@@ -669,7 +669,7 @@ XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const s
 }
 
 /* lane_flush() of a lane that holds frames back (tcp). */
-static XOUTLINE int lane_flush_held(struct xp_link *k, struct xp_lane *ln)
+static int lane_flush_held(struct xp_link *k, struct xp_lane *ln)
 {
 	ln->flush_more = ln->c && !k->dead && xrc_flush(ln->c) > 0;
 	/* A full socket: only its becoming writable can wake a host that
@@ -699,7 +699,7 @@ XINLINE int lane_flush(struct xp_link *k, struct xp_lane *ln)
 
 /* Lanes [lo, hi] of k, the high-priority lane first (tx_xrc's work, kept out
  * of the progress round's code). */
-static XOUTLINE int tx_lanes(struct xp_link *k, unsigned lo, unsigned hi, bool all)
+static int tx_lanes(struct xp_link *k, unsigned lo, unsigned hi, bool all)
 {
 	bool left = false;
 	int done = 0;
@@ -1055,7 +1055,7 @@ int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
 	return (int)k->node;
 }
 
-static XOUTLINE int rx_shm(struct xp_link *k)
+static int rx_shm(struct xp_link *k)
 {
 	struct xp_listener *l = k->srv;
 	int n;
@@ -1076,7 +1076,7 @@ static XOUTLINE int rx_shm(struct xp_link *k)
 	return n;
 }
 
-static XOUTLINE int tx_shm(struct xp_link *k)
+static int tx_shm(struct xp_link *k)
 {
 	uint32_t cap, room = shm_room(k->sc, &cap);
 	struct pe_frame f;

@@ -741,7 +741,7 @@ static void go_down(struct rconn *c)
 	rdma_disconnect(c->id);
 }
 
-static XHOT int build_sge(const struct rconn *c, const struct xrc_sge *sg, int nsg, bool inl,
+static int build_sge(const struct rconn *c, const struct xrc_sge *sg, int nsg, bool inl,
 			  struct ibv_sge *out, uint32_t *total)
 {
 	uint32_t t = 0;
@@ -871,7 +871,7 @@ static int conn_post_send(struct xrc *xc, const struct xrc_sge *sg, int nsg, int
 }
 
 /* xrc_send_inline(): no regions to check, the two pieces go as they are. */
-static XHOT int conn_send_inline(struct xrc *xc, const void *hdr, uint32_t hlen,
+static int conn_send_inline(struct xrc *xc, const void *hdr, uint32_t hlen,
 				 const void *data, uint32_t dlen, uint64_t wr_id, unsigned flags)
 {
 	struct rconn *c = (struct rconn *)xc;
@@ -916,7 +916,7 @@ static int conn_post_read(struct xrc *xc, const struct xrc_sge *sg, int nsg, uin
  * no room left in the queue (-ENOBUFS) ends the chain there, and a
  * work request the provider refuses ends it too; the ones before it are
  * posted and counted. */
-static XHOT int conn_post_recvs(struct xrc *xc, const struct xrc_sge *sg,
+static int conn_post_recvs(struct xrc *xc, const struct xrc_sge *sg,
 				const uint64_t *wr_id, int n)
 {
 	struct rconn *c = (struct rconn *)xc;
@@ -1122,7 +1122,7 @@ XINLINE int map_wc(struct rconn *c, const struct ibv_wc *w, struct xrc_wc *o)
 	return 1;
 }
 
-static XHOT int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
+static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 {
 	struct rconn *c = (struct rconn *)xc;
 	struct ibv_wc wc[32];
