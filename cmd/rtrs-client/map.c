@@ -688,7 +688,7 @@ static void session_state(const char *session, struct xnode *e)
 	size_t len = 0;
 	FILE *out = open_memstream(&text, &len);
 	char *av[] = { (char *)"status", (char *)"-o", (char *)"yaml", NULL };
-	struct xnode *root;
+	struct xnode *root, *uris;
 	const struct xnode *paths;
 	unsigned up = 0, all = 0;
 	int rc;
@@ -714,11 +714,19 @@ static void session_state(const char *session, struct xnode *e)
 	root = xconf_parse(text, len, err, sizeof(err));
 	free(text);
 	paths = root ? xnode_get(root, "paths") : NULL;
+	uris = xnode_set_list(e, "paths");
 	for (size_t i = 0; paths && i < xnode_len(paths); i++) {
-		const char *st = xnode_str(xnode_get(xnode_at(paths, i, NULL), "state"));
+		const struct xnode *p = xnode_at(paths, i, NULL);
+		const char *st = xnode_str(xnode_get(p, "state")), *u = xnode_str(xnode_get(p, "uri"));
 
 		all++;
 		up += st && !strcmp(st, "connected");
+		if (u) {
+			char b[512];
+
+			snprintf(b, sizeof(b), "%s (%s)", u, st ? st : "?");
+			xnode_push_str(uris, b);
+		}
 	}
 	xnode_set_strf(e, "state", "%u/%u paths connected", up, all);
 	xnode_free(root);

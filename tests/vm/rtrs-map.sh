@@ -64,7 +64,8 @@ echo "# mapped $DEV"
 check "$DEV is a block device of the export's size" \
 	eval "[ -b $DEV ] && [ \$(blockdev --getsize64 $DEV) = $((MB << 20)) ]"
 check "list-mapped -o json names it, its session, export and paths" eval \
-	"\"$CLT\" list-mapped -o json >$T/l.json && jtrue $T/l.json 'len(d[\"mapped\"]) == 1 and d[\"mapped\"][0][\"device\"] == \"$DEV\" and d[\"mapped\"][0][\"session\"] == \"m1\" and d[\"mapped\"][0][\"export\"] == \"d1\" and d[\"mapped\"][0][\"state\"] == \"2/2 paths connected\"'"
+	"\"$CLT\" list-mapped -o json >$T/l.json && jtrue $T/l.json 'len(d[\"mapped\"]) == 1 and d[\"mapped\"][0][\"device\"] == \"$DEV\" and d[\"mapped\"][0][\"session\"] == \"m1\" and d[\"mapped\"][0][\"export\"] == \"d1\" and d[\"mapped\"][0][\"state\"] == \"2/2 paths connected\" and len(d[\"mapped\"][0][\"paths\"]) == 2'"
+"$CLT" list-mapped | sed 's/^/# /'
 check "status -s m1 shows the map running" eval \
 	"\"$CLT\" status -s m1 -o json >$T/s.json && jtrue $T/s.json 'd[\"activity\"] == \"map\"'"
 check "mkfs.ext4" mkfs.ext4 -q -F "$DEV"
