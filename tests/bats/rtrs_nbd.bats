@@ -119,7 +119,7 @@ disk() {
 	NBD_URI=$(head -1 "$NBD_OUT")
 	for h in 0 1; do
 		fio --name="half$h" --ioengine=nbd --uri="$NBD_URI" --rw=randwrite --bs=4k --iodepth=32 \
-			--offset=$((h * 8))M --size=8M --verify=crc32c --verify_fatal=1 \
+			--offset=$((h * 8))M --size=8M --verify=crc32c --verify_state_save=0 --verify_fatal=1 \
 			--output="$T/fio$h.out" &
 		eval "p$h=\$!"
 	done
@@ -140,7 +140,7 @@ disk() {
 	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
 	# fio works on the upper half; the first MiB must stay zero
 	fio --name=work --ioengine=nbd --uri="$NBD_URI" --rw=randwrite --bs=4k --iodepth=16 \
-		--offset=4M --size=4M --verify=crc32c --verify_backlog=256 --time_based --runtime=4 \
+		--offset=4M --size=4M --verify=crc32c --verify_state_save=0 --verify_backlog=256 --time_based --runtime=4 \
 		--verify_fatal=1 --output="$T/fio.out" &
 	local fp=$!
 	seed=${NBD_SEED:-$RANDOM}
@@ -236,7 +236,7 @@ good 0"
 	start_nbd n1 -p "tcp://127.0.0.1:$port" -p "tcp://127.0.0.2:$port" -d d1 --policy rr \
 		--reconnect-delay 100 --socket "$T/n1.sock"
 	fio --name=cut --ioengine=nbd --uri="$NBD_URI" --rw=randwrite --bs=16k --iodepth=32 \
-		--size=16M --verify=crc32c --verify_backlog=128 --verify_fatal=1 --time_based \
+		--size=16M --verify=crc32c --verify_state_save=0 --verify_backlog=128 --verify_fatal=1 --time_based \
 		--runtime=6 --output="$T/fio.out" &
 	local fp=$!
 	wait_status n1 'all(p["inflight"] > 0 for p in j["paths"])'
@@ -262,7 +262,7 @@ good 0"
 	start_server "$port" -e "d1=$T/disk.img"
 	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
 	fio --name=stop --ioengine=nbd --uri="$NBD_URI" --rw=randwrite --bs=4k --iodepth=16 \
-		--size=8M --verify=crc32c --verify_backlog=64 --verify_fatal=1 --time_based \
+		--size=8M --verify=crc32c --verify_state_save=0 --verify_backlog=64 --verify_fatal=1 --time_based \
 		--runtime=4 --output="$T/fio.out" &
 	local fp=$!
 	sleep 0.5
