@@ -13,7 +13,7 @@
  */
 #include "port/port_pri.h"
 #include "core/ring.h"
-#include "shmcm/shmcm_pri.h"
+#include "shmcm/shmcm.h"
 #include "shmcm/shmcm_wire.h"
 #include "xprt/mbox.h"
 #include "core/log.h"
@@ -766,23 +766,10 @@ XHOT_INLINE void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_
 /* Free slots in our tx ring, less a margin for the CM thread's CON
  * packets, so shmcm_transmit() never waits for the peer: two hosts that
  * both send a lot keep draining their rx ring instead of blocking in
- * transmit (no deadlock).  shmcm has no call for this: it reads the
- * mailbox under shmcm's own tx lock. */
+ * transmit (no deadlock). */
 static uint32_t shm_room(struct shmcm_conn *c, uint32_t *cap_out)
 {
-	struct mbox *m = c->mb;
-	uint32_t used, cap = m->mask + 1, room;
-
-	*cap_out = cap > XP_SHM_MARGIN ? cap - XP_SHM_MARGIN : 0;
-	pthread_spin_lock(&c->tx_mutex);
-	if (c->pq_head) {
-		room = 0;
-	} else {
-		used = m->tx_head - atomic_load_explicit(&m->tx->tail, memory_order_acquire);
-		room = used + XP_SHM_MARGIN >= cap ? 0 : cap - used - XP_SHM_MARGIN;
-	}
-	pthread_spin_unlock(&c->tx_mutex);
-	return room;
+	return shmcm_tx_room(c, XP_SHM_MARGIN, cap_out);
 }
 
 static int shm_send_hello(struct xp_link *k)
@@ -1232,5 +1219,5 @@ unsigned xpl_fd_links(const struct xp_host *h)
 int xpl_shm_wait(struct shmcm_conn *c, uint64_t timeout_ns);
 int xpl_shm_wait(struct shmcm_conn *c, uint64_t timeout_ns)
 {
-	return mbox_rx_wait(c->mb, 0, timeout_ns);
+	return shmcm_rx_wait(c, timeout_ns);
 }

@@ -675,6 +675,28 @@ uint32_t shmcm_get_mtu(const struct shmcm_conn *c)
 	return c->mtu;
 }
 
+int shmcm_rx_wait(struct shmcm_conn *c, uint64_t timeout_ns)
+{
+	return mbox_rx_wait(c->mb, 0, timeout_ns);
+}
+
+uint32_t shmcm_tx_room(struct shmcm_conn *c, uint32_t reserve, uint32_t *cap)
+{
+	struct mbox *m = c->mb;
+	uint32_t used, size = m->mask + 1, room;
+
+	*cap = size > reserve ? size - reserve : 0;
+	pthread_spin_lock(&c->tx_mutex);
+	if (c->pq_head) {
+		room = 0;
+	} else {
+		used = m->tx_head - atomic_load_explicit(&m->tx->tail, memory_order_acquire);
+		room = used + reserve >= size ? 0 : size - used - reserve;
+	}
+	pthread_spin_unlock(&c->tx_mutex);
+	return room;
+}
+
 void shmcm_close(struct shmcm_conn *c)
 {
 	if (!c)

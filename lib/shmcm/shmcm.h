@@ -165,6 +165,14 @@ enum shmcm_reason shmcm_get_reason(const struct shmcm_conn *c);
  * sending its CON_RST. */
 enum shmcm_reason shmcm_get_peer_reason(const struct shmcm_conn *c);
 uint32_t shmcm_get_mtu(const struct shmcm_conn *c);
+/* Free slots of the tx ring less `reserve` (0 while CON packets wait in
+ * the CM's queue), so that a caller sending only that much never waits in
+ * shmcm_transmit() for the peer; *cap: the ring's slots less `reserve`. */
+uint32_t shmcm_tx_room(struct shmcm_conn *c, uint32_t reserve, uint32_t *cap);
+/* For a caller that polls (params.poll): sleeps until a packet is in the
+ * rx ring or timeout_ns pass (a futex wait on the mailbox).  As
+ * mbox_rx_wait(): 0, -ETIMEDOUT, -EINTR. */
+int shmcm_rx_wait(struct shmcm_conn *c, uint64_t timeout_ns);
 /* Destroys the end: disconnects if needed, waits for the job queue, stops
  * the threads and releases the side.  NULL ok. */
 void shmcm_close(struct shmcm_conn *c);
