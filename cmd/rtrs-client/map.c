@@ -31,7 +31,9 @@
 #include <netlink/genl/ctrl.h>
 #include <netlink/genl/genl.h>
 #include <netlink/netlink.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +143,7 @@ static int knbd_connect(struct knbd *n, const struct nbd_connect *c, char *err, 
 	nla_nest_end(msg, socks);
 	nl_socket_modify_cb(n->sk, NL_CB_VALID, NL_CB_CUSTOM, on_connect_reply, &index);
 	rc = nl_send_sync(n->sk, msg);	/* frees msg */
+	nl_socket_modify_cb(n->sk, NL_CB_VALID, NL_CB_DEFAULT, NULL, NULL);
 	if (rc < 0) {
 		snprintf(err, errlen, "the kernel refused the device%s: %s",
 			 c->index >= 0 ? " asked for" : "", nl_geterror(rc));
@@ -174,6 +177,33 @@ static int knbd_disconnect(struct knbd *n, int index, char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
+}
+
+/* NBD_CMD_DISCONNECT from the serving process itself runs on a thread of
+ * its own: the kernel sends NBD_CMD_DISC down each socket with a blocking
+ * send before it answers, and the only reader of those sockets is our
+ * loop, which must go on while it does. */
+struct unmap_job {
+	int index;
+	atomic_int state;		/* 0 running, 1 done, -1 failed */
+	char err[512];
+};
+
+static void *unmap_thread(void *arg)
+{
+	struct unmap_job *j = arg;
+	struct knbd n = { 0 };
+
+	if (knbd_open(&n, j->err, sizeof(j->err)) || knbd_disconnect(&n, j->index, j->err,
+								      sizeof(j->err))) {
+		if (n.sk)
+			knbd_close(&n);
+		atomic_store(&j->state, -1);
+		return NULL;
+	}
+	knbd_close(&n);
+	atomic_store(&j->state, 1);
+	return NULL;
 }
 
 /* --- what sysfs says of /dev/nbdN ------------------------------------------ */
@@ -468,6 +498,8 @@ static int map_serve(struct map_opts *o, int status_fd)
 	char err[512], backend[RTRS_NAME_MAX + RNBD_NAME_MAX + 32], peer[32];
 	bool asked = false;
 	uint64_t asked_ns = 0;
+	struct unmap_job job = { .index = -1 };
+	pthread_t tid;
 
 	if (knbd_open(&nl, err, sizeof(err))) {
 		report(status_fd, "!%s", err);
@@ -484,17 +516,24 @@ static int map_serve(struct map_opts *o, int status_fd)
 		goto out_sess;
 	}
 	for (unsigned i = 0; i < o->nconns; i++) {
+		const char *why = NULL;
+
+		pair[i][0] = pair[i][1] = -1;
 		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair[i]) < 0 ||
-		    fcntl(pair[i][0], F_SETFL, O_NONBLOCK) < 0) {
-			rc = fail("map", "socketpair: %s", strerror(errno));
-			report(status_fd, "!");
-			goto out_nbdx;
-		}
+		    fcntl(pair[i][0], F_SETFL, O_NONBLOCK) < 0)
+			why = strerror(errno);
 		snprintf(peer, sizeof(peer), "kernel nbd socket %u", i);
-		if (nbdx_adopt(x, pair[i][0], peer)) {
-			close(pair[i][0]);
-			close(pair[i][1]);
-			rc = fail("map", "out of memory");
+		if (!why && nbdx_adopt(x, pair[i][0], peer))
+			why = "out of memory";
+		if (why) {
+			/* ours are the kernel's ends so far, and this pair */
+			for (unsigned j = 0; j < i; j++)
+				close(kfds[j]);
+			if (pair[i][0] >= 0)
+				close(pair[i][0]);
+			if (pair[i][1] >= 0)
+				close(pair[i][1]);
+			rc = fail("map", "socketpair: %s", why);
 			report(status_fd, "!");
 			goto out_nbdx;
 		}
@@ -516,13 +555,21 @@ static int map_serve(struct map_opts *o, int status_fd)
 		fprintf(stderr, PROG " map: /dev/nbd%d serves %s of session %s\n", index,
 			o->so.device, o->so.session);
 	report(status_fd, "/dev/nbd%d", index);
-	if (status_fd >= 0)
+	if (status_fd >= 0) {
+		/* detached: standard error goes too (--foreground keeps it) */
+		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+		if (null >= 0) {
+			dup2(null, STDERR_FILENO);
+			close(null);
+		}
 		close(status_fd);
-	else
+	} else
 		printf("/dev/nbd%d\n", index);	/* --foreground */
 	fflush(stdout);
 	notify_ready(index);
 	rc = EXIT_OK;
+	knbd_close(&nl);	/* unmap opens its own */
 	/* until the kernel closes every socket: unmap, or our own stop */
 	while (nbdx_nconns(x) > 0) {
 		if (sess_run(&ss, 1000000000ull) == -EINTR) {
@@ -532,18 +579,33 @@ static int map_serve(struct map_opts *o, int status_fd)
 			cli_stop_requested = 0;
 			if (asked)
 				break;
-			if (knbd_disconnect(&nl, index, err, sizeof(err)) < 0) {
-				fprintf(stderr, PROG " map: %s\n", err);
+			job.index = index;
+			if ((errno = pthread_create(&tid, NULL, unmap_thread, &job))) {
+				fprintf(stderr, PROG " map: unmap: %s\n", strerror(errno));
 				break;
 			}
 			asked = true;
 			asked_ns = xtime_ns();
 		}
 		nbdx_after_round(x);
+		if (asked && atomic_load(&job.state) < 0) {
+			fprintf(stderr, PROG " map: %s\n", job.err);
+			asked = false;	/* a second signal tries again */
+			pthread_join(tid, NULL);
+			atomic_store(&job.state, 0);
+		}
 		if (asked && xtime_ns() - asked_ns > 30000000000ull) {
 			rc = fail("map", "/dev/nbd%d: the kernel did not let go within 30 s", index);
 			break;
 		}
+	}
+	if (asked) {
+		/* the thread ends with the kernel's answer; not later than
+		 * this process if the kernel never gives one */
+		if (atomic_load(&job.state) != 0)
+			pthread_join(tid, NULL);
+		else
+			pthread_detach(tid);
 	}
 	if (o->so.verbose)
 		fprintf(stderr, PROG " map: /dev/nbd%d unmapped\n", index);
@@ -585,6 +647,10 @@ int cmd_map(int argc, char **argv)
 
 		close(p[0]);
 		setsid();
+		/* nothing of the caller's kept busy: its directory (a mount
+		 * point), its terminal or the pipe it reads our output from */
+		if (chdir("/") < 0)
+			_exit(EXIT_FAIL);
 		if (null >= 0) {
 			dup2(null, STDIN_FILENO);
 			dup2(null, STDOUT_FILENO);

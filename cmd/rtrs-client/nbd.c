@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -37,6 +38,10 @@
 #define ARENA_PAGES	(ARENA_BYTES / PAGE)
 #define MAX_BLOCK	(32u << 20)	/* NBD's customary largest request */
 #define CONN_INFLIGHT	512u		/* requests one connection may have open */
+/* arena pages one connection may hold: a client that asks and never reads
+ * its replies pins no more than half, so the others still get room for
+ * the largest request */
+#define CONN_PAGES	(ARENA_PAGES / 2)
 #define INBUF		(64u << 10)
 #define MAX_LISTEN	8
 #define IOV_BATCH	64
@@ -140,13 +145,18 @@ struct conn {
 	struct nreq *rq_head, *rq_tail;	/* replies to send */
 	unsigned inflight;		/* nreqs of this connection */
 	bool eof, disc, closing, dead;
-	bool throttled;			/* stopped at CONN_INFLIGHT */
+	bool throttled;			/* stopped at CONN_INFLIGHT or CONN_PAGES */
+	bool quota_wait;		/* ... at CONN_PAGES: c->pend waits for its own pages */
+	bool out_blocked;		/* the handshake's output is full: read
+					 * nothing until it has gone */
+	uint32_t pages;			/* arena pages its requests hold */
 	uint64_t reqs, bytes_in, bytes_out;
 	struct nbd_srv nbd;
 };
 
 struct listener {
 	int fd;
+	uint64_t paused_until;		/* out of epoll until then (EMFILE ...) */
 	bool unix_sock;
 	char path[108];			/* unix: removed at exit */
 	char desc[300];
@@ -164,6 +174,7 @@ struct nbdx {
 	struct nreq *free_reqs;
 	unsigned nconns, next_id;
 	unsigned throttled;		/* connections stopped at CONN_INFLIGHT */
+	unsigned lis_paused;		/* listeners out of epoll for a while */
 	uint64_t accepted, proto_errors;
 	bool verbose, quiet;
 	char desc[RNBD_NAME_MAX + RTRS_NAME_MAX + 64];
@@ -171,6 +182,7 @@ struct nbdx {
 
 static void conn_pump(struct conn *c);
 static void conn_flush(struct conn *c);
+static void listeners_resume(struct nbdx *s);
 
 static void logc(const struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logc(const struct conn *c, const char *fmt, ...)
@@ -199,12 +211,21 @@ static struct nreq *req_new(struct conn *c)
 	return r;
 }
 
+/* The request's pages back to the arena. */
+static void req_put_pages(struct nreq *r)
+{
+	arena_put(&r->c->srv->arena, r->buf, r->npages);
+	r->c->pages -= r->npages;
+	r->buf = NULL;
+	r->npages = 0;
+}
+
 static void req_free(struct nreq *r)
 {
 	struct conn *c = r->c;
 	struct nbdx *s = c->srv;
 
-	arena_put(&s->arena, r->buf, r->npages);
+	req_put_pages(r);
 	r->next = s->free_reqs;
 	s->free_reqs = r;
 	c->inflight--;
@@ -217,8 +238,8 @@ static void set_events(struct conn *c)
 
 	if (c->dead)
 		return;
-	if (!c->eof && !c->disc && !c->closing && !c->stalled && c->inflight < CONN_INFLIGHT &&
-	    c->nbd.phase != NBD_PH_DONE)
+	if (!c->eof && !c->disc && !c->closing && !c->stalled && !c->quota_wait &&
+	    !c->out_blocked && c->inflight < CONN_INFLIGHT && c->nbd.phase != NBD_PH_DONE)
 		want |= EPOLLIN;
 	if (c->nbd.outlen || c->rq_head)
 		want |= EPOLLOUT;
@@ -317,10 +338,8 @@ static void queue_reply(struct nreq *r)
 	if (r->type != NBD_CMD_READ || r->err)
 		r->len = 0;
 	/* a WRITE's pages are done with now */
-	if (r->type != NBD_CMD_READ) {
-		arena_put(&c->srv->arena, r->buf, r->npages);
-		r->buf = NULL;
-	}
+	if (r->type != NBD_CMD_READ)
+		req_put_pages(r);
 	r->next = NULL;
 	if (c->rq_tail)
 		c->rq_tail->next = r;
@@ -397,6 +416,16 @@ static bool start(struct conn *c)
 		uint32_t np = pages(q->len);
 		uint8_t *buf;
 
+		if (c->pages && c->pages + np > CONN_PAGES) {
+			/* its own replies must go first: it waits alone, not in
+			 * the queue the other connections wait in */
+			c->quota_wait = true;
+			if (!c->throttled) {
+				c->throttled = true;
+				s->throttled++;
+			}
+			return false;
+		}
 		if ((s->stall_head && s->stall_head != c) || !(buf = arena_get(&s->arena, np))) {
 			stall(c);
 			return false;
@@ -407,6 +436,7 @@ static bool start(struct conn *c)
 		}
 		r->buf = buf;
 		r->npages = np;
+		c->pages += np;
 	} else if (!(r = req_new(c))) {
 		goto nomem;
 	}
@@ -538,7 +568,7 @@ static void conn_pump(struct conn *c)
 	struct nbdx *s = c->srv;
 	struct nbd_req q;
 	enum nbd_ev ev;
-	size_t used, before;
+	size_t used;
 
 	while (!c->dead) {
 		if (c->wr) {
@@ -552,7 +582,7 @@ static void conn_pump(struct conn *c)
 			continue;
 		}
 		if (c->have_pend) {
-			if (c->stalled || !start(c))
+			if (c->stalled || c->quota_wait || !start(c))
 				break;
 			continue;
 		}
@@ -578,10 +608,15 @@ static void conn_pump(struct conn *c)
 				goto out;
 			continue;
 		case NBD_EV_BLOCKED:
-			before = c->nbd.outlen;
+			/* a client that asks and does not read: nothing more
+			 * is read until what it was told has gone */
 			conn_flush(c);
-			if (c->dead || c->nbd.outlen == before)
+			if (c->dead)
 				goto out;
+			if (c->nbd.outlen) {
+				c->out_blocked = true;
+				goto out;
+			}
 			continue;
 		case NBD_EV_OPT:
 			continue;
@@ -698,15 +733,53 @@ static void srv_after_round(struct nbdx *s)
 		/* those stopped at the in-flight limit go on once replies
 		 * have left: their next requests may be buffered already */
 		for (struct conn *c = s->conns; s->throttled && c; c = c->next) {
-			if (!c->throttled || (!c->dead && c->inflight >= CONN_INFLIGHT))
+			if (!c->throttled)
+				continue;
+			if (!c->dead && (c->inflight >= CONN_INFLIGHT ||
+					 (c->quota_wait && c->pages + pages(c->pend.len) > CONN_PAGES)))
 				continue;
 			c->throttled = false;
+			c->quota_wait = false;
 			s->throttled--;
 			if (!c->dead)
 				conn_pump(c);
 		}
+		listeners_resume(s);
 	} while (s->flush_head);
 	srv_reap(s);
+}
+
+/* Out of descriptors or memory: the connection waits in the backlog, and
+ * the listener, readable all along, would spin the loop; it sits out a
+ * second instead (one line each time). */
+static void listener_pause(struct nbdx *s, struct listener *l, const char *why)
+{
+	if (l->paused_until)
+		return;
+	epoll_ctl(s->ss->epfd, EPOLL_CTL_DEL, l->fd, NULL);
+	l->paused_until = xtime_ns() + 1000000000ull;
+	s->lis_paused++;
+	if (!s->quiet)
+		fprintf(stderr, PROG " nbd: %s: %s; new connections wait a second\n", l->desc, why);
+}
+
+static void listeners_resume(struct nbdx *s)
+{
+	uint64_t now;
+
+	if (!s->lis_paused)
+		return;
+	now = xtime_ns();
+	for (unsigned i = 0; i < s->nlis; i++) {
+		struct listener *l = &s->lis[i];
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 2 + i };
+
+		if (!l->paused_until || now < l->paused_until || l->fd < 0)
+			continue;
+		l->paused_until = 0;
+		s->lis_paused--;
+		epoll_ctl(s->ss->epfd, EPOLL_CTL_ADD, l->fd, &ev);
+	}
 }
 
 static void srv_accept(struct nbdx *s, struct listener *l)
@@ -726,8 +799,7 @@ static void srv_accept(struct nbdx *s, struct listener *l)
 			if (c)
 				free(c);
 			close(fd);
-			if (!s->quiet)
-				fprintf(stderr, PROG " nbd: out of memory for a connection\n");
+			listener_pause(s, l, "out of memory for a connection");
 			return;
 		}
 		c->srv = s;
@@ -763,7 +835,9 @@ static void srv_accept(struct nbdx *s, struct listener *l)
 		conn_flush(c);	/* the greeting */
 		sl = sizeof(sa);
 	}
-	if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED && !s->quiet)
+	if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+		listener_pause(s, l, strerror(errno));
+	else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED && !s->quiet)
 		fprintf(stderr, PROG " nbd: accept on %s: %s\n", l->desc, strerror(errno));
 }
 
@@ -790,8 +864,13 @@ static void srv_on_fd(void *ctx, uint64_t tag, uint32_t events)
 		conn_kill(c);
 		return;
 	}
-	if (events & EPOLLOUT)
+	if (events & EPOLLOUT) {
 		conn_flush(c);
+		if (!c->dead && c->out_blocked && !c->nbd.outlen) {
+			c->out_blocked = false;
+			conn_pump(c);
+		}
+	}
 	if (!c->dead && (events & EPOLLIN))
 		conn_pump(c);
 }
@@ -876,6 +955,7 @@ static int listen_unix(struct listener *l, const char *path, const char *exp, ch
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	char e[NBD_NAME_MAX * 3 + 1];
+	struct stat st;
 	int fd;
 
 	if (strlen(path) >= sizeof(a.sun_path)) {
@@ -883,7 +963,12 @@ static int listen_unix(struct listener *l, const char *path, const char *exp, ch
 		return -1;
 	}
 	strcpy(a.sun_path, path);
-	/* a socket file nobody answers on is left by a dead process */
+	/* a socket file nobody answers on is left by a dead process; anything
+	 * else at the path is not ours to remove */
+	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "--socket %s: exists and is not a socket", path);
+		return -1;
+	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
 		close(fd);
@@ -1057,8 +1142,25 @@ void nbdx_close(struct nbdx *s)
 
 	srv_after_round(s);
 	srv_close_listeners(s);
+	/* what was asked is answered (5 s at most; a second signal ends it
+	 * at once): nothing more is read, replies go out, and each
+	 * connection closes once it has nothing in flight */
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (!c->dead) {
+			c->closing = true;
+			conn_maybe_close(c);
+			set_events(c);
+		}
+	cli_stop_requested = 0;
+	t0 = xtime_ns();
+	while (s->nconns && !cli_stop_requested && xtime_ns() - t0 < 5000000000ull &&
+	       rtrs_clt_alive(ss->clt)) {
+		sess_run(ss, 100000000ull);
+		srv_after_round(s);
+	}
 	for (struct conn *c = s->conns; c; c = c->next)
 		conn_kill(c);
+	srv_after_round(s);
 	/* requests at the server write into the arena: they come back (or
 	 * fail) before it goes */
 	t0 = xtime_ns();

@@ -184,6 +184,47 @@ good 0"
 	expect_output "2000 replies"
 }
 
+@test "a client that asks without reading: no busy loop, and it cannot take the others' buffers" {
+	need nbdcopy
+	local port t0 t1 pid
+	port=$(free_port)
+	disk disk.img 80M
+	head -c 8M /dev/urandom >"$T/pat"
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	# options without end, none of the answers read: the server stops
+	# reading that client instead of spinning on it
+	"$ABUSE" "unix:$T/n1.sock" d1 flood 4 &
+	pid=$!
+	BG_PIDS+=($pid)
+	sleep 1
+	t0=$(awk '{print $14 + $15}' "/proc/$NBD_PID/stat")
+	sleep 2
+	t1=$(awk '{print $14 + $15}' "/proc/$NBD_PID/stat")
+	[ $((t1 - t0)) -lt 60 ] || die "the server used $((t1 - t0)) ticks in 2 s"
+	wait $pid || true
+	# two 32 MiB reads never read back hold at most half the buffers:
+	# another client still copies 8 MiB in and out
+	"$ABUSE" "unix:$T/n1.sock" d1 hog 20 &
+	BG_PIDS+=($!)
+	sleep 1
+	run_limited 15 nbdcopy 0 nbdcopy "$T/pat" "$NBD_URI"
+	run_limited 15 nbdcopy 0 nbdcopy "$NBD_URI" "$T/back"
+	cmp <(head -c 8M "$T/back") "$T/pat"
+	[ -s "$T/disk.img" ]
+}
+
+@test "--socket on a file that is not a socket: refused, the file kept" {
+	local port
+	port=$(free_port)
+	disk disk.img 4M
+	start_server "$port" -e "d1=$T/disk.img"
+	echo precious >"$T/notasocket"
+	run_clt 1 nbd -s n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/notasocket"
+	expect_stderr_line "rtrs-client nbd: --socket $T/notasocket: exists and is not a socket"
+	[ "$(cat "$T/notasocket")" = precious ]
+}
+
 @test "a read-only export refuses writes with EPERM and keeps the data" {
 	need nbdcopy
 	local port
