@@ -121,6 +121,21 @@ DEV=$(cat "$T/fg.out") NBD=${DEV#/dev/}
 check "--foreground: SIGTERM unmaps, exit 0" eval "kill -TERM $FGP && wait $FGP"
 check "the device is let go" wait_for 50 no_pid "$NBD"
 
+# --- map's output captured whole; SIGTERM while the kernel is busy ----------------
+check "map's output and errors captured by \$(... 2>&1) come back at once" eval \
+	"timeout 20 bash -c 'x=\$(\"$CLT\" map -s m7 ${PATHS[*]} -d d1 2>&1) && echo \$x' >$T/dev7"
+DEV=$(cat "$T/dev7") NBD=${DEV#/dev/}
+check "it is a device" test -b "$DEV"
+fio --name=busy --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=64k \
+	--iodepth=64 --size=128M --time_based --runtime=20 --output="$T/fio7.out" >/dev/null 2>&1 &
+FP=$!
+sleep 2
+PID=$(cat "/sys/block/$NBD/pid")
+check "SIGTERM under a full queue" kill -TERM "$PID"
+check "the serving process ends, it does not hang" wait_for 400 gone "$PID"
+check "the device is let go" wait_for 50 no_pid "$NBD"
+wait "$FP" 2>/dev/null
+
 # --- a path cut under fio --------------------------------------------------------
 check "map m3" eval "\"$CLT\" map -s m3 ${PATHS[*]} -d d1 --policy rr --reconnect-delay 200 >$T/dev3"
 DEV=$(cat "$T/dev3") NBD=${DEV#/dev/}
