@@ -498,7 +498,8 @@ static int map_serve(struct map_opts *o, int status_fd)
 	char err[512], backend[RTRS_NAME_MAX + RNBD_NAME_MAX + 32], peer[32];
 	bool asked = false;
 	uint64_t asked_ns = 0;
-	struct unmap_job job = { .index = -1 };
+	/* static: a thread the kernel never answers outlives this frame */
+	static struct unmap_job job = { .index = -1 };
 	pthread_t tid;
 
 	if (knbd_open(&nl, err, sizeof(err))) {
