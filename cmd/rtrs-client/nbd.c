@@ -507,8 +507,11 @@ static int fill_in(struct conn *c)
 		return 0;
 	if (n < 0 && !c->srv->quiet)
 		logc(c, "%s", strerror(errno));
-	if (n == 0 && (c->wr || c->drop || c->inlen) && !c->srv->quiet)
-		logc(c, "the client went away in the middle of a request");
+	/* the same words as for a hang-up epoll reports (srv_on_fd) */
+	if (n == 0 && c->wr && !c->srv->quiet)
+		logc(c, "the client hung up in the middle of a write's data (not written)");
+	else if (n == 0 && (c->drop || c->inlen) && !c->srv->quiet)
+		logc(c, "the client hung up in the middle of a request");
 	c->eof = true;
 ended:
 	if (c->wr) {	/* a write whose data never came is not done */
