@@ -339,23 +339,29 @@ print(h.hex())')" \
 	[ "$(srv_status states)" -eq 0 ]
 }
 
+# netns_fetch BYTES: a file of BYTES served in the server's namespace and
+# fetched in the client's (whatever stands between them is on the way):
+# byte-exact, every page from the peer; sets STATS.
+netns_fetch() {
+	mkdata big "$1"
+	local srv
+	srv=$(netns_addr 0 2)
+	SRV_PREFIX="ip netns exec $NS_SRV" start_serve "udp://$srv:0"
+	netns_cli "$F" -p "${URIS[0]}" --origin "$ORG/big" big --timeout 2000 --stats -o json \
+		>"$BATS_TEST_TMPDIR/o" 2>"$BATS_TEST_TMPDIR/e" || { cat "$BATS_TEST_TMPDIR/e"; die "fetch failed"; }
+	STATS=$(sed -n '/^{/,$p' "$BATS_TEST_TMPDIR/e")
+	same "$BATS_TEST_TMPDIR/o" "$ORG/big"
+	[ "$(stat_of origin_pages)" -eq 0 ] || die "origin pages: $(stat_of origin_pages): $STATS"
+	[ "$(stat_of peer_pages)" -eq $(($1 / 4096)) ]
+}
+
 @test "5% packet loss between two hosts (network namespaces): byte-exact, nothing from the origin" {
 	load netns
 	netns_available || skip "network namespaces need root and iproute2 ($(id -un), $(command -v ip || echo no ip))"
 	command -v nft >/dev/null || skip "nft is not installed (scripts/install-deps)"
 	netns_setup 1
 	netns_drop 5
-	mkdata big 8388608
-	local srv
-	srv=$(netns_addr 0 2)
-	SRV_PREFIX="ip netns exec $NS_SRV" start_serve "udp://$srv:0"
-	# the fetch runs in the client's namespace: the loss is on the way
-	netns_cli "$F" -p "${URIS[0]}" --origin "$ORG/big" big --timeout 2000 --stats -o json \
-		>"$BATS_TEST_TMPDIR/o" 2>"$BATS_TEST_TMPDIR/e" || { cat "$BATS_TEST_TMPDIR/e"; die "fetch failed"; }
-	STATS=$(sed -n '/^{/,$p' "$BATS_TEST_TMPDIR/e")
-	same "$BATS_TEST_TMPDIR/o" "$ORG/big"
-	[ "$(stat_of origin_pages)" -eq 0 ] || die "origin pages under loss: $(stat_of origin_pages)"
-	[ "$(stat_of peer_pages)" -eq 2048 ]
+	netns_fetch 8388608
 	# the loss was there, and was repaired
 	[ "$(stat_of segments_asked)" -gt 0 ] || die "no repair under loss: $STATS"
 }
@@ -372,15 +378,6 @@ print(h.hex())')" \
 		chain out { type filter hook output priority 0; meta l4proto udp numgen random mod 100 < 30 drop; }
 	}
 	EOF
-	mkdata big 4194304
-	local srv
-	srv=$(netns_addr 0 2)
-	SRV_PREFIX="ip netns exec $NS_SRV" start_serve "udp://$srv:0"
-	netns_cli "$F" -p "${URIS[0]}" --origin "$ORG/big" big --timeout 2000 --stats -o json \
-		>"$BATS_TEST_TMPDIR/o" 2>"$BATS_TEST_TMPDIR/e" || { cat "$BATS_TEST_TMPDIR/e"; die "fetch failed"; }
-	STATS=$(sed -n '/^{/,$p' "$BATS_TEST_TMPDIR/e")
-	same "$BATS_TEST_TMPDIR/o" "$ORG/big"
-	[ "$(stat_of origin_pages)" -eq 0 ] || die "origin pages: $(stat_of origin_pages): $STATS"
-	[ "$(stat_of peer_pages)" -eq 1024 ]
+	netns_fetch 4194304
 	[ "$(stat_of send_errors)" -gt 0 ] || die "no send error counted: $STATS"
 }
