@@ -4,7 +4,7 @@
  *   shmcm_perf rate -s SIZE [-n MSGS]  [-T SECONDS]   one-way stream, msg/s
  *   shmcm_perf bw   -s SIZE [-n MSGS]  [-T SECONDS]   one-way stream, bytes/s
  *   common: [-m MTU] [--slots N] [-w WARMUP] [-c CPU0,CPU1] [--copy|--no-copy]
- *           [--batch N]
+ *           [--batch N] [--async]
  *
  * One process creates a private connection (mbox_create), forks, and each
  * process opens its own side in poll mode (no rx thread: the caller runs
@@ -530,6 +530,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: shmcm_perf lat|rate|bw -s SIZE [-n ITERS] [-T SECONDS] [-w WARMUP]\n"
 		"                  [-m MTU] [--slots N] [-c CPU,CPU] [--copy|--no-copy] [--batch N]\n"
+		"                  [--async]\n"
 		"  lat   ping-pong in poll mode, one-way latency = RTT/2 (p50, mean)\n"
 		"  rate  one-way stream, messages/s at the receiver\n"
 		"  bw    one-way stream, bytes/s at the receiver (GB = 1e9)\n"
@@ -542,7 +543,7 @@ static void usage(FILE *f)
 		"           buffer, as ucx_perftest's receiver gets it (default for bw)\n"
 		"  --no-copy  receiver only checks the sequence numbers in place (default for rate)\n"
 		"  --batch N  packets per shmcm_poll() call (default 64)\n"
-		"  --async  bw: send with shmcm_send_ref() from rotating buffers, up to\n"
+		"  --async  bw: send with shmcm_send_ref() from one constant buffer, up to\n"
 		"           SHMCM_REF_WINDOW pulls in flight (needs an MTU smaller than -s)\n");
 }
 

@@ -8,7 +8,6 @@
  * then shows what the priority scheduler is worth.  Over datagrams (udp,
  * ud) a PING datagram is answered by a PONG; a missing one counts as lost. */
 #include "client.h"
-#include "core/bytes.h"
 #include "core/cc.h"
 #include "core/log.h"
 #include "core/node.h"
@@ -160,12 +159,11 @@ static XCOLD int reply_differs(const struct pclient *c, const struct reply *y)
 
 /* Checks a reply, gives its buffer back and counts it: done while the next
  * ping is on its way, off the round trip being timed (two buffers are
- * provided, so the next reply has one meanwhile).  -1 when it differs.
- * Out of line, so that ping_loop() fits one page. */
+ * provided, so the next reply has one meanwhile).  -1 when it differs. */
 static int reply_done(const struct ping_opts *o, struct pclient *c,
 				     struct ping_result *r, struct reply *y, const void *tx)
 {
-	int bad = y->ev.length != o->size || !equal_short(y->ev.buffer, tx, o->size);
+	int bad = y->ev.length != o->size || memcmp(y->ev.buffer, tx, o->size) != 0;
 
 	xp_provide_receive_buffer(c->p, y->ev.buffer, y->ev.size, y->ev.prio);
 	y->ev.buffer = NULL;
@@ -202,9 +200,8 @@ static int ping_pause(const struct ping_opts *o, struct pclient *c,
 	return 0;
 }
 
-/* The pings, back to back or -i apart: the loop a round trip runs through,
- * in a function of its own (few pages of code: bench/README.md, "xprobe").
- * EXIT_OK, or EXIT_FAIL after saying why. */
+/* The pings, back to back or -i apart.  EXIT_OK, or EXIT_FAIL after saying
+ * why. */
 static int ping_loop(const struct ping_opts *o, struct pclient *c,
 				   struct ping_result *r, const void *tx)
 {
@@ -220,15 +217,11 @@ static int ping_loop(const struct ping_opts *o, struct pclient *c,
 
 		if (cli_stop_requested)
 			break;
-		/* the host's clock too: its progress rounds then need
-		 * not read it again (under emulation a read is calls) */
-		t0 = xp_host_clock(c->h);
+		t0 = xtime_ns();
 		rc = xp_send(c->p, c->node, PROBE_PORT_ECHO, o->co.prio, tx, o->size, pclient_sent,
 			     c);
 		/* Back to back (-i 0), a round trip ends where the next ping
-		 * starts, as perftest times it: one clock read per ping, not
-		 * two (under emulation a clock read is calls that a round trip
-		 * pays for). */
+		 * starts, as perftest times it: one clock read per ping. */
 		if (last.ev.buffer && !last.rtt)
 			last.rtt = t0 - last.t0;
 		if (rc < 0) {

@@ -554,9 +554,7 @@ static int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
 		}
 		for (int i = 0; i < s->ndg; i++)
 			work += serve_dg(&s->dg[i]);
-		/* the host's progress read the clock just now: under
-		 * emulation another read per round is a microsecond */
-		uint64_t now = s->h ? xp_host_now(s->h) : xtime_ns();
+		uint64_t now = xtime_ns();
 
 		if (work) {
 			idle_since = now;

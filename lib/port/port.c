@@ -188,17 +188,7 @@ const char *xp_node_name(const struct xp_host *h, uint32_t node)
 }
 
 int xp_host_fd(const struct xp_host *h) { return h->epfd; }
-uint64_t xp_host_now(const struct xp_host *h) { return h->now; }
-
-XHOT_INLINE uint64_t xp_host_clock(struct xp_host *h)
-{
-	h->now = xtime_ns();
-	h->rounds = 1;	/* fresh, as after a sleep */
-	return h->now;
-}
-
-/* New hosts: a look every XP_ACCEPT_EVERY_NS, kept out of the progress
- * round's code. */
+/* New hosts: the listeners are looked at every XP_ACCEPT_EVERY_NS. */
 static int host_accept(struct xp_host *h, uint64_t now)
 {
 	int done = 0;
@@ -214,18 +204,7 @@ int xp_host_progress(struct xp_host *h)
 	uint64_t now;
 	int done = 0;
 
-	/* The clock is read after a round that did something, every
-	 * XP_CLOCK_EVERY-th idle round, by host_wait after a sleep and by
-	 * xp_host_clock() for a caller that needs the time anyway: a
-	 * spinning caller's clock reads were a third of its idle rounds under
-	 * emulation, and nothing here needs finer time than a few rounds
-	 * (timers are 100 us and up).  Reading it only every 8th busy round
-	 * too cost shm bandwidth 12% (bench/README.md). */
-	if (h->rounds == 0 || h->rounds >= XP_CLOCK_EVERY) {
-		h->now = xtime_ns();
-		h->rounds = 0;
-	}
-	now = h->now;
+	now = h->now = xtime_ns();
 
 	/* New hosts can wait a millisecond; a busy data path should not pay
 	 * a system call per round for them. */
@@ -241,7 +220,6 @@ int xp_host_progress(struct xp_host *h)
 		if (h->links[i])
 			done += xpl_rx(h->links[i], now);
 	done += pe_timers(h->e, now);
-	h->rounds = done ? 0 : h->rounds + 1;
 	return done;
 }
 
@@ -318,20 +296,6 @@ int xp_host_timeout_ms(const struct xp_host *h, int max_ms)
 unsigned xp_num_send_tokens(const struct xp_port *p) { return pe_send_tokens(p->h->e, p->id); }
 unsigned xp_num_receive_tokens(const struct xp_port *p) { return pe_recv_tokens(p->h->e, p->id); }
 
-/* xp_send() of a message that cannot go out at once (an shm link, a frame
- * too big to go inline, a lane with frames before it): kept out of the
- * callers' code, which the rdma ping-pong's small messages run through. */
-static int send_queued(struct xp_port *p, struct xp_link *k, uint32_t node,
-				unsigned dst_port, enum xp_prio prio, const void *buf, size_t len,
-				xp_send_cb cb, void *ctx)
-{
-	int rc = pe_send(p->h->e, p->id, node, dst_port, (unsigned)prio, buf, len, cb, ctx);
-
-	if (rc == 0 && k)
-		xpl_tx_prio(k, (unsigned)prio);
-	return rc;
-}
-
 XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio prio,
 			const void *buf, size_t len, xp_send_cb cb, void *ctx)
 {
@@ -357,7 +321,12 @@ XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enu
 			xpl_tx_prio(k, (unsigned)prio);
 		return rc;
 	}
-	return send_queued(p, k, node, dst_port, prio, buf, len, cb, ctx);
+	/* Through the lane's queue (an shm link, a frame too big to go
+	 * inline, frames before it), then out as far as the lane takes. */
+	rc = pe_send(p->h->e, p->id, node, dst_port, (unsigned)prio, buf, len, cb, ctx);
+	if (rc == 0 && k)
+		xpl_tx_prio(k, (unsigned)prio);
+	return rc;
 }
 
 XHOT_INLINE int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size,
@@ -444,8 +413,6 @@ static int host_wait(struct xp_host *h, uint64_t until)
 	struct timespec ts = { (time_t)(t / XTIME_NS_PER_S), (long)(t % XTIME_NS_PER_S) };
 
 	rc = epoll_pwait2(h->epfd, evs, 8, &ts, NULL);
-	h->now = xtime_ns();
-	h->rounds = 1;	/* fresh: the next progress need not read it again */
 	if (rc < 0 && errno == EINTR)
 		return -EINTR;
 	return 0;
@@ -474,9 +441,7 @@ int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t u
 	for (;;) {
 		if ((rc = xp_receive(p, ev)) != 0)
 			return rc;
-		/* the receive just ran a progress: its clock reading will do
-		 * (under emulation every clock read is a microsecond); it
-		 * may lag by a few idle rounds, never run ahead */
+		/* the receive just ran a progress, which read the clock */
 		uint64_t now = p->h->now;
 
 		if (now >= until)

@@ -115,15 +115,6 @@ int xp_host_fd(const struct xp_host *h);
  * timers.  Never blocks and never runs a user callback.  Returns the
  * number of things done (0: idle), or -errno on a host-wide failure. */
 int xp_host_progress(struct xp_host *h);
-/* CLOCK_MONOTONIC (ns) as last read by xp_host_progress(), a wait or
- * xp_host_clock(): a busy loop around progress can use it instead of
- * reading the clock again (it lags by a few idle rounds at most). */
-uint64_t xp_host_now(const struct xp_host *h);
-/* Reads CLOCK_MONOTONIC (ns) and gives it to the host as its time, so the
- * next xp_host_progress() need not read the clock itself: for a caller
- * that needs the time anyway (a ping's send time). */
-uint64_t xp_host_clock(struct xp_host *h);
-
 /* How long a caller sleeping on xp_host_fd() may wait before the host's
  * next timer (a retry, a timeout) is due: 0..max_ms. */
 int xp_host_timeout_ms(const struct xp_host *h, int max_ms);

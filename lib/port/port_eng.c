@@ -66,10 +66,7 @@ struct sq {				/* FIFO of send descriptors */
 	struct pe_send *head, *tail;
 };
 
-/* The FIFOs below choose between "empty" and "not" with conditional moves,
- * not branches: a ping-pong finds them empty every time, and the compiler
- * lays the branch it guesses unlikely out of line -- under emulation a jump
- * to another page is a look-up (bench/README.md, "xprobe"). */
+/* Singly linked FIFOs with a tail pointer; "empty" is head == NULL. */
 static void sq_push(struct sq *q, struct pe_send *d)
 {
 	d->next = NULL;
@@ -1112,7 +1109,7 @@ XINLINE int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
 	/* pw_decode checked off + plen <= len; the buffer holds
 	 * max_length_for_size(size) >= len since size is len's class. */
 	if (plen)
-		copy_short(r->rb->buf + h->off, pl, plen);
+		memcpy(r->rb->buf + h->off, pl, plen);
 	r->got += plen;
 	if (h->flags & PW_LAST)
 		rx_complete(e, r);

@@ -668,9 +668,12 @@ XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const s
 	return -1;
 }
 
-/* lane_flush() of a lane that holds frames back (tcp). */
-static int lane_flush_held(struct xp_link *k, struct xp_lane *ln)
+/* One sendmsg (tcp) or doorbell (rdma) for everything this round put on the
+ * lane; returns 1 when the burst limit left bytes for the next round. */
+XINLINE int lane_flush(struct xp_link *k, struct xp_lane *ln)
 {
+	if (!ln->held)	/* rdma: out at the post, and never waits for room */
+		return 0;
 	ln->flush_more = ln->c && !k->dead && xrc_flush(ln->c) > 0;
 	/* A full socket: only its becoming writable can wake a host that
 	 * sleeps meanwhile (the peer acknowledges whole messages, so it may
@@ -688,22 +691,18 @@ static int lane_flush_held(struct xp_link *k, struct xp_lane *ln)
 	return ln->flush_more;
 }
 
-/* One sendmsg (tcp) or doorbell (rdma) for everything this round put on the
- * lane; returns 1 when the burst limit left bytes for the next round. */
-XINLINE int lane_flush(struct xp_link *k, struct xp_lane *ln)
+/* Lanes [lo, hi] of k, the high-priority lane first: as many frames as each
+ * lane's in-flight limit takes, then one flush per lane. */
+XINLINE int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
 {
-	if (!ln->held)	/* rdma: out at the post, and never waits for room */
-		return 0;
-	return lane_flush_held(k, ln);
-}
-
-/* Lanes [lo, hi] of k, the high-priority lane first (tx_xrc's work, kept out
- * of the progress round's code). */
-static int tx_lanes(struct xp_link *k, unsigned lo, unsigned hi, bool all)
-{
+	bool all = lo == 0 && hi + 1 == k->nlanes;
 	bool left = false;
 	int done = 0;
 
+	/* the common idle case: one flag, not a look at every lane */
+	if (all && !pe_node_tx_maybe(k->h->e, k->node) && !k->lane[0].flush_more &&
+	    !k->lane[0].want_out && !k->lane[1].flush_more && !k->lane[1].want_out)
+		return 0;
 	for (unsigned i = hi + 1; i-- > lo && !k->dead;) {
 		struct xp_lane *ln = &k->lane[i];
 		struct pe_frame f;
@@ -728,17 +727,6 @@ static int tx_lanes(struct xp_link *k, unsigned lo, unsigned hi, bool all)
 	if (all && !left && !k->dead)
 		pe_node_tx_idle(k->h->e, k->node);
 	return done;
-}
-
-XINLINE int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
-{
-	bool all = lo == 0 && hi + 1 == k->nlanes;
-
-	/* the common idle case: one flag, not a round of calls per lane */
-	if (all && !pe_node_tx_maybe(k->h->e, k->node) && !k->lane[0].flush_more &&
-	    !k->lane[0].want_out && !k->lane[1].flush_more && !k->lane[1].want_out)
-		return 0;
-	return tx_lanes(k, lo, hi, all);
 }
 
 XHOT_INLINE bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t len)

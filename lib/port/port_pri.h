@@ -99,13 +99,11 @@ struct xp_port {
 };
 
 #define XP_ACCEPT_EVERY_NS 1000000ull	/* listeners are looked at every 1 ms */
-#define XP_CLOCK_EVERY	8u		/* idle progress rounds per clock read */
 
 struct xp_host {
 	struct xp_host_opts o;
 	uint64_t accept_ns;		/* last look at the listeners */
 	uint64_t now;			/* the clock at the last progress */
-	uint32_t rounds;		/* idle progress calls since the last read */
 	unsigned nextra;		/* fds added with xp_host_add_fd() */
 	bool frag_default;		/* o.frag was left 0: per-transport sizes */
 	struct pe_eng *e;

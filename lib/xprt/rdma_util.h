@@ -62,8 +62,7 @@ void xrdma_addr_str(const struct sockaddr *sa, char *buf, size_t len);
 /* Monotonic deadline helpers (ns). */
 uint64_t xrdma_now_ns(void);
 /* CLOCK_MONOTONIC_COARSE: the last tick (a few ms old at most), read from
- * the vDSO without the TSC -- for throttling checks in a busy poll, where
- * under emulation a precise read costs about a microsecond. */
+ * the vDSO without the TSC -- enough for throttling checks in a busy poll. */
 uint64_t xrdma_coarse_ns(void);
 int xrdma_ms_left(uint64_t deadline_ns);	/* >= 0 */
 

@@ -81,11 +81,11 @@ struct rconn {
 	uint64_t *rq;
 	uint64_t rq_head, rq_tail;
 	uint64_t up_deadline;	/* accepted, XRC_CONNECTING: ESTABLISHED due by then */
-	/* Busy polling must not cost system calls (under emulation each one
-	 * is tens of microseconds): the CQ is armed only when found empty and
-	 * not armed yet, its events drained only before re-arming, the CM
-	 * channel looked at every CM_EVERY_NS, the "more" eventfd touched only
-	 * when its state changes. */
+	/* Busy polling must not cost system calls (each costs more than an
+	 * empty CQ poll, which stays in user space): the CQ is armed only when
+	 * found empty and not armed yet, its events drained only before
+	 * re-arming, the CM channel looked at every CM_EVERY_NS, the "more"
+	 * eventfd touched only when its state changes. */
 	bool armed, events_maybe, more_raised;
 	uint64_t cm_ns;
 	uint32_t polls;			/* conn_poll calls (CM_POLLS) */
@@ -1129,10 +1129,9 @@ static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 	bool more;
 	int got = 0;
 
-	/* the CM channel: while connecting at every poll, then at most every
-	 * CM_EVERY_NS -- and the clock only every CM_POLLS-th poll, since a
-	 * busy poller's clock reads are most of an idle poll (emulated: 2 of
-	 * 5 samples of a spinning xprobe) */
+	/* the CM channel (a read(2)): while connecting at every poll, then
+	 * at most every CM_EVERY_NS, the clock looked at every CM_POLLS-th
+	 * poll */
 	if (c->base.state == XRC_CONNECTING || ++c->polls % CM_POLLS == 0) {
 		uint64_t now = xrdma_coarse_ns();
 

@@ -10,7 +10,7 @@
  * whole send in it: the peer's receive and the ACK); wait runs from its
  * return to the next receive found; turnaround from that receive to the next
  * post.  In a ping-pong the round trip is the sum of both ends' turnarounds
- * and deliveries (bench/README.md, "xprobe", eighth session).
+ * and deliveries.
  * The first STAMP_SKIP messages (warm-up) are left out.  x86 only (the TSC);
  * one connection's worth: every rdma connection of the process is counted
  * together. */

@@ -351,28 +351,6 @@ static void test_token_bound(void **s)
 	xp_host_free(h);
 }
 
-/* xp_host_clock(): the time read is the host's, and the progress round
- * after it does not read the clock again; idle rounds read it later on. */
-static void test_host_clock(void **s)
-{
-	char err[256];
-	struct xp_host *h = xp_host_new(NULL, err, sizeof(err));
-	uint64_t t0 = xtime_ns(), t;
-
-	(void)s;
-	assert_non_null(h);
-	t = xp_host_clock(h);
-	assert_true(t >= t0);
-	assert_int_equal(xp_host_now(h), t);
-	usleep(2000);
-	assert_int_equal(xp_host_progress(h), 0);
-	assert_int_equal(xp_host_now(h), t);
-	for (int i = 0; i < 64; i++)
-		xp_host_progress(h);
-	assert_true(xp_host_now(h) >= t + 2000000);
-	xp_host_free(h);
-}
-
 static void test_blocking_receive(void **s)
 {
 	char err[256];
@@ -406,7 +384,6 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_blocking_receive),
-		cmocka_unit_test(test_host_clock),
 		cmocka_unit_test(test_token_bound),
 		cmocka_unit_test_teardown(test_shm_echo, teardown),
 		cmocka_unit_test_teardown(test_shm_reserve, teardown),
