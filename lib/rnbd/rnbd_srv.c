@@ -7,6 +7,7 @@
 #include <linux/fs.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +21,9 @@
 #include "core/log.h"
 #include "core/xtime.h"
 #include "rnbd/rnbd_srv.h"
+#include "rnbd/rnbd_srv_core.h"
 #include "rnbd/rnbd_wire.h"
 
-/* What OPEN_RSP announces beyond the device's own geometry. */
-#define RNBD_SRV_MAX_SEGMENTS	128u	/* rtrs-clt.c RTRS_MAX_SEGMENTS, as the kernel server sends */
-#define RNBD_SRV_MAX_DISCARD	(UINT32_MAX >> 9)	/* bi_size is 32 bits of bytes */
 #define ZERO_BUF		(64u << 10)
 /* A write on the loop's thread that takes this long sends the export's
  * writes to the IO threads for SLOW_HOLD_NS. */
@@ -32,16 +31,13 @@
 #define SLOW_HOLD_NS		XTIME_NS_PER_S
 
 struct export {
+	struct rnbd_core_export c;	/* what the rules see (ro, size, writers) */
 	char name[RNBD_NAME_MAX];
 	char *path;
 	int fd;
-	bool ro, blockdev, discard;
+	bool blockdev;
 	bool found;			/* opened through the search path: named by
 					 * its real path, not an export name */
-	uint64_t size;
-	uint32_t lbs, pbs, discard_gran;
-	unsigned opens;
-	unsigned writers;		/* open_write_cnt */
 	uint64_t reads, read_bytes, writes, write_bytes, flushes, discards, errors;
 	uint64_t queued;		/* IOs a worker ran */
 	bool nowait_wr;			/* RWF_NOWAIT writes work here (until EOPNOTSUPP) */
@@ -84,19 +80,16 @@ struct rnbd_srv {
 	struct io_pool pool;		/* n == 0: every IO on the loop's thread */
 };
 
-struct sess_dev {
-	bool used;
-	uint8_t mode;
-	struct export *ex;
-};
-
 struct rnbd_sess {
+	struct rnbd_core_sess c;	/* its devices, its version */
 	struct rnbd_srv *r;
 	char name[256];			/* the RTRS session's (NAME_MAX) */
-	uint8_t ver;			/* negotiated in SESS_INFO */
-	struct sess_dev *devs;		/* indexed by device_id */
-	unsigned ndevs;
 };
+
+static struct export *export_of(const struct rnbd_core_export *c)
+{
+	return (struct export *)((char *)c - offsetof(struct export, c));
+}
 
 struct rnbd_srv *rnbd_srv_new(uint32_t max_io_size, char *err, size_t errlen)
 {
@@ -223,7 +216,7 @@ static int export_geometry(struct export *e, const struct stat *st, char *err, s
 		unsigned int pbs = 512;
 
 		e->blockdev = true;
-		if (ioctl(e->fd, BLKGETSIZE64, &e->size) < 0) {
+		if (ioctl(e->fd, BLKGETSIZE64, &e->c.size) < 0) {
 			xerr(err, errlen, "%s: BLKGETSIZE64: %s", e->path, strerror(errno));
 			return -errno;
 		}
@@ -231,26 +224,26 @@ static int export_geometry(struct export *e, const struct stat *st, char *err, s
 			lbs = 512;
 		if (ioctl(e->fd, BLKPBSZGET, &pbs) < 0 || pbs < (unsigned)lbs || pbs > 32768)
 			pbs = (unsigned)lbs;
-		e->lbs = (uint32_t)lbs;
-		e->pbs = pbs;
-		e->discard = !e->ro && bdev_queue_attr(st->st_rdev, "discard_max_bytes") > 0;
-		e->discard_gran = (uint32_t)bdev_queue_attr(st->st_rdev, "discard_granularity");
-		if (!e->discard_gran)
-			e->discard_gran = e->lbs;
+		e->c.lbs = (uint32_t)lbs;
+		e->c.pbs = pbs;
+		e->c.discard = !e->c.ro && bdev_queue_attr(st->st_rdev, "discard_max_bytes") > 0;
+		e->c.discard_gran = (uint32_t)bdev_queue_attr(st->st_rdev, "discard_granularity");
+		if (!e->c.discard_gran)
+			e->c.discard_gran = e->c.lbs;
 		return 0;
 	}
 	if (!S_ISREG(st->st_mode)) {
 		xerr(err, errlen, "%s: not a regular file or a block device", e->path);
 		return -EINVAL;
 	}
-	e->size = (uint64_t)st->st_size;
+	e->c.size = (uint64_t)st->st_size;
 	/* a file behaves like a disk of 512-byte sectors over 4 KiB pages */
-	e->lbs = 512;
-	e->pbs = 4096;
-	e->discard_gran = 4096;
+	e->c.lbs = 512;
+	e->c.pbs = 4096;
+	e->c.discard_gran = 4096;
 	/* hole punching, probed past the end where it changes nothing */
-	e->discard = !e->ro && fallocate(e->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-					 (off_t)((e->size + 4095) & ~4095ull), 4096) == 0;
+	e->c.discard = !e->c.ro && fallocate(e->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+					 (off_t)((e->c.size + 4095) & ~4095ull), 4096) == 0;
 	return 0;
 }
 
@@ -296,7 +289,7 @@ static int export_add(struct rnbd_srv *r, const char *name, const char *path, bo
 		return -ENOMEM;
 	}
 	snprintf(e->name, sizeof(e->name), "%s", name);
-	e->ro = ro;
+	e->c.ro = ro;
 	e->found = found;
 	e->path = strdup(path);
 	if (!e->path) {
@@ -319,7 +312,7 @@ static int export_add(struct rnbd_srv *r, const char *name, const char *path, bo
 	rc = export_geometry(e, &st, err, errlen);
 	if (rc < 0)
 		goto out_close;
-	if (e->size < 512) {
+	if (e->c.size < 512) {
 		xerr(err, errlen, "%s: empty (a device needs at least one 512-byte sector)", path);
 		rc = -EINVAL;
 		goto out_close;
@@ -356,75 +349,13 @@ static int sess_ev(void *ctx, struct rtrs_srv_sess *s, enum rtrs_srv_ev ev)
 		if (!rs)
 			return 0;
 		/* destroy_sess: the session's mappings go with it */
-		for (unsigned i = 0; i < rs->ndevs; i++) {
-			struct sess_dev *d = &rs->devs[i];
-
-			if (!d->used)
-				continue;
-			rnbd_put_open_perm(d->mode, &d->ex->writers);
-			d->ex->opens--;
-		}
-		free(rs->devs);
+		rnbd_core_sess_free(&rs->c);
 		free(rs);
 		rtrs_srv_sess_set_priv(s, NULL);
 		xlog_info("session '%s' down", rtrs_srv_sess_name(s));
 		return 0;
 	}
 	return 0;
-}
-
-static struct sess_dev *dev_get(struct rnbd_sess *rs, uint32_t id)
-{
-	return id < rs->ndevs && rs->devs[id].used ? &rs->devs[id] : NULL;
-}
-
-/* The smallest free device id (xa_alloc). */
-static int dev_alloc(struct rnbd_sess *rs, uint32_t *id)
-{
-	for (uint32_t i = 0; i < rs->ndevs; i++)
-		if (!rs->devs[i].used) {
-			*id = i;
-			return 0;
-		}
-	{
-		unsigned nn = rs->ndevs ? rs->ndevs * 2 : 4;
-		struct sess_dev *nd = realloc(rs->devs, nn * sizeof(*nd));
-
-		if (!nd)
-			return -ENOMEM;
-		memset(nd + rs->ndevs, 0, (nn - rs->ndevs) * sizeof(*nd));
-		*id = rs->ndevs;
-		rs->devs = nd;
-		rs->ndevs = nn;
-	}
-	return 0;
-}
-
-static void fill_open_rsp(const struct rnbd_srv *r, const struct export *e, uint32_t id,
-			  uint8_t *out)
-{
-	struct rnbd_open_rsp m = {
-		.device_id = id,
-		.nsectors = e->size >> 9,
-		.max_hw_sectors = r->max_io >> 9,
-		/* WRITE_ZEROES works on every writable export (fallocate,
-		 * BLKZEROOUT, or written zeros); 6.8+ clients read the field
-		 * (blk_queue_max_write_zeroes_sectors), 6.1 clients ignore it
-		 * (their WRITE_SAME went in 5.18) */
-		.max_write_zeroes_sectors = e->ro ? 0 : RNBD_SRV_MAX_DISCARD,
-		.max_discard_sectors = e->discard ? RNBD_SRV_MAX_DISCARD : 0,
-		.discard_granularity = e->discard ? e->discard_gran : 0,
-		.discard_alignment = 0,
-		.physical_block_size = (uint16_t)e->pbs,
-		.logical_block_size = (uint16_t)e->lbs,
-		.max_segments = RNBD_SRV_MAX_SEGMENTS,
-		.secure_discard = 0,
-		.obsolete_rotational = 0,
-		/* a volatile cache that FLUSH and FUA make durable (fdatasync) */
-		.cache_policy = RNBD_WRITEBACK | RNBD_FUA,
-	};
-
-	rnbd_open_rsp_encode(&m, out);
 }
 
 /* rnbd_srv_get_full_path: dev_search_path, its %SESSNAME% replaced by
@@ -474,7 +405,7 @@ static int search_open(struct rnbd_sess *rs, const char *name, struct export **e
 	}
 	*e = export_lookup(r, real, true);
 	xlog_info("OPEN of '%s': exported %s from the search path%s", name, real,
-		  (*e)->ro ? " (read-only)" : "");
+		  (*e)->c.ro ? " (read-only)" : "");
 	return 0;
 }
 
@@ -493,91 +424,31 @@ int rnbd_srv_set_search_path(struct rnbd_srv *r, const char *dir)
 static int do_open(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen, const void *usr,
 		   uint32_t usrlen)
 {
-	struct rnbd_srv *r = rs->r;
 	struct rnbd_open m;
 	struct export *e;
-	uint32_t id;
 	int rc;
 
-	if (dir != RTRS_READ || datalen < RNBD_OPEN_RSP_LEN)
+	if (rnbd_core_open_msg(dir, datalen, usr, usrlen, &m) < 0)
 		return -EINVAL;
-	rc = rnbd_open_decode(usr, usrlen, &m);
-	if (rc < 0)
-		return -EINVAL;
-	e = export_find(r, m.dev_name);
-	if (!e && r->search && (rc = search_open(rs, m.dev_name, &e)) < 0)
+	e = export_find(rs->r, m.dev_name);
+	if (!e && rs->r->search && (rc = search_open(rs, m.dev_name, &e)) < 0)
 		return rc;
 	if (!e) {
 		xlog_info("OPEN of '%s': no such export", m.dev_name);
 		return -ENOENT;
 	}
-	/* find_srv_sess_dev: opening a device twice gives the same id */
-	for (uint32_t i = 0; i < rs->ndevs; i++)
-		if (rs->devs[i].used && rs->devs[i].ex == e) {
-			fill_open_rsp(r, e, i, data);
-			return 0;
-		}
-	if (e->ro && m.access_mode != RNBD_ACCESS_RO)
-		return -EROFS;
-	rc = rnbd_check_open_perm(m.access_mode, &e->writers);
-	if (rc < 0) {
+	rc = rnbd_core_open(&rs->c, &e->c, m.access_mode, rs->r->max_io, data);
+	if (rc == -EPERM)
 		xlog_info("OPEN of '%s' %s refused: %u writer(s) already", e->name,
-			  rnbd_access_mode_str(m.access_mode), e->writers);
-		return rc;
-	}
-	if (dev_alloc(rs, &id) < 0) {
-		rnbd_put_open_perm(m.access_mode, &e->writers);
-		return -ENOMEM;
-	}
-	rs->devs[id] = (struct sess_dev){ true, m.access_mode, e };
-	e->opens++;
-	fill_open_rsp(r, e, id, data);
-	return 0;
-}
-
-static void dev_close(struct sess_dev *d)
-{
-	rnbd_put_open_perm(d->mode, &d->ex->writers);
-	d->ex->opens--;
-	d->used = false;
-}
-
-static int do_close(struct rnbd_sess *rs, const void *usr, uint32_t usrlen)
-{
-	struct rnbd_close m;
-	struct sess_dev *d;
-
-	if (rnbd_close_decode(usr, usrlen, &m) < 0)
-		return -EINVAL;
-	d = dev_get(rs, m.device_id);
-	if (d)		/* process_msg_close: an unknown id is no error */
-		dev_close(d);
-	return 0;
+			  rnbd_access_mode_str(m.access_mode), e->c.writers);
+	return rc;
 }
 
 int rnbd_srv_sess_dev_close(struct rtrs_srv_sess *s, uint32_t device_id)
 {
 	struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
-	struct sess_dev *d = rs ? dev_get(rs, device_id) : NULL;
 
-	if (!d)
-		return -ENOENT;
-	dev_close(d);
-	return 0;
-}
-
-static int do_sess_info(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen,
-			const void *usr, uint32_t usrlen)
-{
-	struct rnbd_sess_info m;
-
-	if (dir != RTRS_READ || datalen < RNBD_SESS_INFO_LEN ||
-	    rnbd_sess_info_decode(usr, usrlen, &m) < 0)
-		return -EINVAL;
-	rs->ver = rnbd_negotiate_ver(m.ver);
-	m.ver = rs->ver;
-	rnbd_sess_info_rsp_encode(&m, data);
-	return 0;
+	return rs ? rnbd_core_dev_close(&rs->c, device_id) : -ENOENT;
 }
 
 /* --- IO ------------------------------------------------------------------ */
@@ -908,60 +779,22 @@ static int do_io(struct rnbd_sess *rs, struct rtrs_srv_op *rop, int dir, void *d
 		 uint32_t datalen, const void *usr, uint32_t usrlen)
 {
 	struct io_pool *pl = &rs->r->pool;
-	struct rnbd_io m;
-	struct sess_dev *d;
+	struct rnbd_core_io io;
 	struct export *e;
 	struct io_job *j;
 	uint64_t off, len, done, now;
-	uint32_t op, fl, arg = 0;
-	bool write, past;
+	uint32_t op, fl, arg;
 	int rc;
 
-	if (rnbd_io_decode(usr, usrlen, &m) < 0)
-		return -EINVAL;
-	d = dev_get(rs, m.device_id);
-	if (!d)
-		return -ENOTCONN;	/* "I/O request on session ... for unknown device id" */
-	e = d->ex;
-	op = rnbd_op(m.rw);
-	fl = rnbd_flags(m.rw);
-	len = m.bi_size;
-	off = m.sector << 9;
-	past = m.sector > (UINT64_MAX >> 9) || off > e->size || len > e->size - off;
-	write = op == RNBD_OP_WRITE || op == RNBD_OP_DISCARD || op == RNBD_OP_SECURE_ERASE ||
-		op == RNBD_OP_WRITE_ZEROES;
-	if (write && (e->ro || d->mode == RNBD_ACCESS_RO))
-		return -EROFS;
-	if (op != RNBD_OP_FLUSH && past)
-		return -EIO;
-	switch (op) {
-	case RNBD_OP_READ:
-		if (dir != RTRS_READ || len > datalen)
-			return -EINVAL;
-		arg = datalen;
-		break;
-	case RNBD_OP_WRITE:
-		if (dir != RTRS_WRITE || len > datalen)
-			return -EINVAL;
-		break;
-	case RNBD_OP_FLUSH:
-		break;
-	case RNBD_OP_DISCARD:
-		if ((off | len) & 511)
-			return -EINVAL;
-		if (!e->discard)
-			return -EOPNOTSUPP;
-		break;
-	case RNBD_OP_WRITE_ZEROES:
-		if ((off | len) & 511 || (dir == RTRS_WRITE && datalen && (datalen & 511)))
-			return -EINVAL;
-		arg = dir == RTRS_WRITE ? datalen : 0;
-		if (arg && len % arg)
-			return -EINVAL;
-		break;
-	default:		/* SECURE_ERASE: secure_discard is 0 */
-		return -EOPNOTSUPP;
-	}
+	rc = rnbd_core_io(&rs->c, dir, datalen, usr, usrlen, &io);
+	if (rc < 0)
+		return rc;
+	e = export_of(io.dev->ex);
+	op = io.op;
+	fl = io.fl;
+	off = io.off;
+	len = io.len;
+	arg = io.arg;
 	if (!pl->n) {
 		rc = io_run(e, op, fl, data, arg, off, len);
 		io_account(e, op, fl, len, rc);
@@ -1019,10 +852,10 @@ static int rdma_ev(void *ctx, struct rtrs_srv_sess *s, struct rtrs_srv_op *op, i
 		rc = do_open(rs, dir, data, datalen, usr, usrlen);
 		break;
 	case RNBD_MSG_CLOSE:
-		rc = do_close(rs, usr, usrlen);
+		rc = rnbd_core_close(&rs->c, usr, usrlen);
 		break;
 	case RNBD_MSG_SESS_INFO:
-		rc = do_sess_info(rs, dir, data, datalen, usr, usrlen);
+		rc = rnbd_core_sess_info(&rs->c, dir, data, datalen, usr, usrlen);
 		break;
 	default:
 		/* "Received unexpected message type" */
@@ -1050,9 +883,9 @@ int rnbd_srv_export_get(const struct rnbd_srv *r, unsigned idx, struct rnbd_expo
 		return -ENOENT;
 	e = r->ex[idx];
 	*ei = (struct rnbd_export_info){
-		.name = e->name, .path = e->path, .ro = e->ro, .blockdev = e->blockdev,
-		.size = e->size, .lbs = e->lbs, .pbs = e->pbs, .discard = e->discard,
-		.write_zeroes = !e->ro, .opens = e->opens, .writers = e->writers,
+		.name = e->name, .path = e->path, .ro = e->c.ro, .blockdev = e->blockdev,
+		.size = e->c.size, .lbs = e->c.lbs, .pbs = e->c.pbs, .discard = e->c.discard,
+		.write_zeroes = !e->c.ro, .opens = e->c.opens, .writers = e->c.writers,
 		.reads = e->reads, .read_bytes = e->read_bytes, .writes = e->writes,
 		.write_bytes = e->write_bytes, .flushes = e->flushes, .discards = e->discards,
 		.errors = e->errors, .queued = e->queued,
@@ -1065,8 +898,8 @@ unsigned rnbd_srv_sess_devs(const struct rtrs_srv_sess *s)
 	const struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
 	unsigned n = 0;
 
-	for (unsigned i = 0; rs && i < rs->ndevs; i++)
-		n += rs->devs[i].used;
+	for (unsigned i = 0; rs && i < rs->c.ndevs; i++)
+		n += rs->c.devs[i].used;
 	return n;
 }
 
@@ -1074,12 +907,12 @@ int rnbd_srv_sess_dev_get(const struct rtrs_srv_sess *s, unsigned idx, struct rn
 {
 	const struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
 
-	for (unsigned i = 0; rs && i < rs->ndevs; i++) {
-		if (!rs->devs[i].used || idx--)
+	for (unsigned i = 0; rs && i < rs->c.ndevs; i++) {
+		if (!rs->c.devs[i].used || idx--)
 			continue;
 		di->device_id = i;
-		di->export = rs->devs[i].ex->name;
-		di->access_mode = rs->devs[i].mode;
+		di->export = export_of(rs->c.devs[i].ex)->name;
+		di->access_mode = rs->c.devs[i].mode;
 		return 0;
 	}
 	return -ENOENT;
@@ -1089,5 +922,5 @@ uint8_t rnbd_srv_sess_ver(const struct rtrs_srv_sess *s)
 {
 	const struct rnbd_sess *rs = rtrs_srv_sess_priv(s);
 
-	return rs ? rs->ver : 0;
+	return rs ? rs->c.ver : 0;
 }
