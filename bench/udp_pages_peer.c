@@ -5,7 +5,8 @@
  * control that loses nothing: the receiver grants credit every 64 pages,
  * the sender never has more than a window of pages unacknowledged.
  *
- *   udp_pages_peer serve PORT FILE            answer transfers until killed
+ *   udp_pages_peer serve PORT FILE [ADDR]     answer transfers until killed,
+ *                                             on ADDR (IPv4; default 127.0.0.1)
  *   udp_pages_peer fetch HOST PORT [WINDOW] [REPEAT]
  *                                             the whole file to stdout; prints
  *                                             "pages=N seconds=S pages_per_s=R
@@ -52,7 +53,7 @@ static void bufs(int fd)
 		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
 }
 
-static int serve(int port, const char *path)
+static int serve(int port, const char *path, const char *addr)
 {
 	int fd = socket(AF_INET, SOCK_DGRAM, 0), ffd = open(path, O_RDONLY);
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -63,6 +64,10 @@ static int serve(int port, const char *path)
 	struct iovec iov[2 * BATCH];
 	struct stat st;
 
+	if (addr && inet_pton(AF_INET, addr, &a.sin_addr) != 1) {
+		fprintf(stderr, "udp_pages_peer serve: '%s' is not an IPv4 address\n", addr);
+		return 2;
+	}
 	if (fd < 0 || ffd < 0 || fstat(ffd, &st) < 0 || bind(fd, (void *)&a, sizeof(a)) < 0) {
 		perror("udp_pages_peer serve");
 		return 1;
@@ -231,12 +236,12 @@ static long num(const char *s, long min, long max)
 
 int main(int argc, char **argv)
 {
-	if (argc == 4 && !strcmp(argv[1], "serve"))
-		return serve((int)num(argv[2], 1, 65535), argv[3]);
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "serve"))
+		return serve((int)num(argv[2], 1, 65535), argv[3], argc == 5 ? argv[4] : NULL);
 	if (argc >= 4 && !strcmp(argv[1], "fetch"))
 		return fetch(argv[2], (int)num(argv[3], 1, 65535),
 			     argc > 4 ? (uint32_t)num(argv[4], 1, 1 << 20) : 512,
 			     argc > 5 ? (int)num(argv[5], 1, 1000000) : 1);
-	fprintf(stderr, "usage: udp_pages_peer serve PORT FILE | fetch HOST PORT [WINDOW] [REPEAT]\n");
+	fprintf(stderr, "usage: udp_pages_peer serve PORT FILE [ADDR] | fetch HOST PORT [WINDOW] [REPEAT]\n");
 	return 2;
 }

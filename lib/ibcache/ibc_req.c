@@ -15,6 +15,7 @@
 enum { K_UDP4, K_UDP6, K_UD, K_MAX };
 
 #define RX_BATCH	32
+#define GRO_SEGLEN_MAX	16384u	/* coalesced receives for segments up to this */
 #define MAX_REGIONS	16
 #define SLOT_SGE	64	/* scatter entries of one predicted datagram */
 
@@ -317,6 +318,12 @@ static struct ent *ent_open(struct ibc_req *q, struct kind *k)
 		if (!e->small || !e->wr || !e->sge)
 			goto fail;
 	} else {
+		/* Runs of datagrams coalesced by the kernel, copied out of
+		 * 64 KiB buffers, beat datagrams placed one by one at real
+		 * MTUs: a reply's trip through the stack is paid once per run,
+		 * not per datagram.  Where the kernel lacks it, placement. */
+		o.gro = true;
+		o.rx_depth = RX_BATCH / 2;
 		e->usge = calloc(RX_BATCH * SLOT_SGE, sizeof(*e->usge));
 		e->tail = malloc(k->mtu);
 		if (!e->usge || !e->tail)
@@ -449,6 +456,11 @@ int ibc_req_submit(struct ibc_req *q, int peer, uint64_t ino, uint64_t gen,
 	if (!e->addr[peer] &&
 	    !(e->addr[peer] = xdg_addr_import(e->d, p->addr, q->err, sizeof(q->err))))
 		return -EHOSTUNREACH;
+	/* udp: segments an MTU of a real link carries come in runs the
+	 * kernel coalesces (copied out of its buffers); ones near 64 KiB
+	 * (loopback) are placed straight into the pages instead */
+	if (k->scheme == XURI_UDP)
+		xdg_set_gro(e->d, p->seglen <= GRO_SEGLEN_MAX);
 	/* a fresh key per request: what an earlier request left in flight
 	 * no longer matches (seed 004 3.2 "qkey をQP毎に変えれば誤受信の危険が
 	 * 減る") */
@@ -480,7 +492,7 @@ int ibc_req_submit(struct ibc_req *q, int peer, uint64_t ino, uint64_t gen,
 		return taken;
 	/* the pieces of a segment, its header and room past the end must fit
 	 * one scatter list; else (small pages in big segments) copy */
-	e->placed = k->scheme == XURI_UDP &&
+	e->placed = k->scheme == XURI_UDP && !xdg_gro(e->d) &&
 		    GFCC_PIECES_MAX(p->seglen, q->o.psize) + 1 <= SLOT_SGE;
 	e->cursor = 0;
 	e->npred = -1;

@@ -44,6 +44,7 @@ void xdg_close(struct xdg *d)
 
 uint32_t xdg_mtu(const struct xdg *d) { return d->mtu; }
 uint16_t xdg_port(const struct xdg *d) { return d->port; }
+bool xdg_gro(const struct xdg *d) { return d->gro; }
 enum xuri_scheme xdg_scheme(const struct xdg *d) { return d->scheme; }
 
 struct xdg_addr *xdg_resolve(struct xdg *d, const struct xuri *peer, char *err, size_t errlen)
@@ -126,6 +127,13 @@ uint32_t xdg_path_mtu(struct xdg *d, const struct xdg_addr *to)
 	return d->ops->path_mtu && to ? d->ops->path_mtu(d, to) : d->mtu;
 }
 
+int xdg_set_gro(struct xdg *d, bool on)
+{
+	if (on == d->gro)
+		return 0;
+	return d->ops->set_gro ? d->ops->set_gro(d, on) : -EOPNOTSUPP;
+}
+
 int xdg_connect(struct xdg *d, const struct xdg_addr *peer)
 {
 	if (!d->ops->connect)
@@ -194,7 +202,7 @@ int xdg_post_recv(struct xdg *d, const struct xdg_rwr *w, int n)
 
 int xdg_recv_sg(struct xdg *d, const struct xdg_rwr *w, int n, struct xdg_wc *wc)
 {
-	if (!d->ops->recv_sg)
+	if (!d->ops->recv_sg || d->gro)
 		return -EOPNOTSUPP;
 	if (n < 0 || (n && (!w || !wc)))
 		return -EINVAL;

@@ -43,6 +43,12 @@ struct xdg_opts {
 				 * scatter lists (xdg_post_recv), rx_depth of them
 				 * at most; udp refuses it */
 	uint32_t rx_sge;	/* ud user_rx: entries per receive (0: 1; at most 32) */
+	bool gro;		/* udp: receive runs of datagrams coalesced by the
+				 * kernel (UDP_GRO, Linux 5.0+) into 64 KiB buffers,
+				 * handed out one datagram per completion as ever:
+				 * far fewer trips through the stack at small MTUs.
+				 * On from the start; xdg_set_gro() switches it.
+				 * Not with xdg_recv_sg(); ud ignores it */
 };
 
 /* Opens an endpoint bound to `u` (udp:// or ud://; host 0.0.0.0 or a local
@@ -52,6 +58,14 @@ struct xdg *xdg_open(const struct xuri *u, const struct xdg_opts *o, char *err, 
 void xdg_close(struct xdg *d);		/* NULL ok */
 uint32_t xdg_mtu(const struct xdg *d);
 uint16_t xdg_port(const struct xdg *d);
+/* Whether the kernel coalesces this endpoint's receives (xdg_opts.gro asked
+ * for it and the kernel has it). */
+bool xdg_gro(const struct xdg *d);
+/* Coalesced receives on or off, on an endpoint opened with xdg_opts.gro
+ * (off: xdg_recv_sg() may be used; a run the kernel coalesced before is
+ * dropped as truncated there).  0, -EINVAL (not opened with gro),
+ * -EOPNOTSUPP (ud; udp in a kernel without UDP_GRO), -errno. */
+int xdg_set_gro(struct xdg *d, bool on);
 enum xuri_scheme xdg_scheme(const struct xdg *d);
 
 /* Resolves a peer endpoint (blocking, bounded).  The result stays valid
@@ -124,6 +138,7 @@ struct xdg_stats {
 	uint64_t tx_pkts, rx_pkts, tx_bytes, rx_bytes;
 	uint64_t rx_dropped;	/* kernel drops (SO_RXQ_OVFL) or ring overruns */
 	uint64_t rx_truncated;	/* bigger than the MTU: dropped */
+	uint64_t rx_runs;	/* udp gro: receives that held more than one datagram */
 };
 void xdg_get_stats(const struct xdg *d, struct xdg_stats *s);
 
@@ -193,7 +208,8 @@ int xdg_post_recv(struct xdg *d, const struct xdg_rwr *w, int n);
  * instead of into the ring and again.  wc[i]: RECV, wr_id, len (the whole
  * datagram), status 0, -EMSGSIZE (longer than its list: cut short) or
  * -ECONNREFUSED (connected, port closed).  How many, 0 when none, -errno
- * (-EOPNOTSUPP for ud, which posts instead). */
+ * (-EOPNOTSUPP for ud, which posts instead, and for a udp endpoint with
+ * coalesced receives: a run would not fit one datagram's list). */
 int xdg_recv_sg(struct xdg *d, const struct xdg_rwr *w, int n, struct xdg_wc *wc);
 
 #endif

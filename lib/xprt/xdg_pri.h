@@ -22,6 +22,7 @@ struct xdg_ops {
 	int (*connect)(struct xdg *d, const struct xdg_addr *peer);
 	int (*set_qkey)(struct xdg *d, uint32_t qkey);
 	int (*reset)(struct xdg *d, uint32_t qkey);
+	int (*set_gro)(struct xdg *d, bool on);
 	struct xdg_addr *(*import)(struct xdg *d, const struct xdg_addr *a, char *err,
 				   size_t errlen);
 	struct xdg_mem *(*mem_reg)(struct xdg *d, void *buf, size_t len, char *err,
@@ -36,6 +37,7 @@ struct xdg {
 	enum xuri_scheme scheme;
 	uint32_t mtu;
 	uint16_t port;
+	bool gro;			/* udp: coalesced receives are on */
 	struct xdg_stats stats;
 };
 

@@ -9,6 +9,12 @@
  * Send: sendmmsg copies every payload into the kernel before it returns, so
  * XDG_ZCOPY costs nothing extra and a signaled send is complete at once; its
  * completion is queued for the next xdg_poll() (never returned by a post).
+ * A run of datagrams of one size to one peer goes as one message with
+ * UDP_SEGMENT (generic segmentation offload, Linux 4.18+): the stack is
+ * walked once for up to GSO_SEGS datagrams, and the device or the last
+ * moment before it cuts them apart; on the wire they are the same
+ * datagrams.  Where the kernel or the route refuses it the datagrams go
+ * one by one.
  *
  * Senders: wc.src comes from a cache of peer addresses, a hash table with an
  * LRU list bounded at SRC_MAX entries.  Entries are recycled, never freed
@@ -21,6 +27,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +41,17 @@
 #define SRC_MAX		4096u		/* unpinned sender entries kept */
 #define HASH_SIZE	8192u		/* buckets, a power of two */
 #define BUF_DEFAULT	(4 << 20)
+#define GSO_SEGS	64u		/* datagrams per UDP_SEGMENT message (UDP_MAX_SEGMENTS) */
+#define GSO_BYTES	65000u		/* their payload: one IP packet's worth */
+
+#define GRO_RXSZ	65535u		/* a coalesced receive: at most one IP packet */
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT	103		/* linux/udp.h, 4.18 */
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO		104		/* linux/udp.h, 5.0 */
+#endif
 
 /* A sender, normalised so equal peers compare equal byte for byte. */
 struct akey {
@@ -58,6 +76,14 @@ struct udp_ep {
 	bool connected;			/* xdg_connect(): ICMP errors come back */
 	uint32_t rx_depth, tx_depth;
 	uint32_t rxsz;			/* bytes per receive buffer */
+	/* Slots [pend_slot, pend_end) of the last receive hold datagrams
+	 * not yet handed out (a run bigger than the poll's room), from
+	 * pend_off in pend_slot on; slot i's datagrams are rseg[i] bytes
+	 * each (0: nothing to hand out) from rsrc[i]. */
+	uint32_t pend_slot, pend_end, pend_off;
+	bool gro_bufs;			/* opened with gro: buffers for runs */
+	uint32_t *rseg;
+	struct udp_addr **rsrc;
 	uint8_t *ring;			/* rx_depth * rxsz */
 	struct mmsghdr *rmsg;
 	struct iovec *riov;
@@ -65,6 +91,9 @@ struct udp_ep {
 	uint8_t *rctl;			/* rx_depth control buffers */
 	struct mmsghdr *smsg;
 	struct iovec *siov;
+	uint8_t *sctl;			/* tx_depth UDP_SEGMENT control buffers */
+	uint32_t *sgrp;			/* datagrams in each message of a send */
+	bool gso_off;			/* the kernel has no UDP_SEGMENT */
 	uint64_t *txc;			/* signaled sends waiting for xdg_poll() */
 	uint32_t txc_head, txc_tail;
 	struct udp_addr *hash[HASH_SIZE];
@@ -72,7 +101,8 @@ struct udp_ep {
 	uint32_t nsrc;
 };
 
-#define CTL_LEN CMSG_SPACE(sizeof(uint32_t))
+#define CTL_LEN (CMSG_SPACE(sizeof(uint32_t)) + CMSG_SPACE(sizeof(int)))
+#define SCTL_LEN CMSG_SPACE(sizeof(uint16_t))
 
 static struct udp_ep *UE(struct xdg *d) { return (struct udp_ep *)d; }
 
@@ -228,41 +258,93 @@ static struct xdg_addr *udp_import(struct xdg *d, const struct xdg_addr *from, c
 	return &a->base;
 }
 
+/* Messages for datagrams m[0..cnt): runs of one size to one peer (the last
+ * of a run may be shorter, not empty: an empty segment would vanish) become
+ * one UDP_SEGMENT message each, unless gso is false.  Returns the number of messages; e->sgrp[k] says how many
+ * datagrams message k carries. */
+static int build_msgs(struct udp_ep *e, const struct xdg_dgram *m, int cnt, bool gso)
+{
+	struct iovec *v = e->siov;
+	int k = 0;
+
+	for (int i = 0; i < cnt; k++) {
+		const struct udp_addr *a = (const struct udp_addr *)m[i].to;
+		struct msghdr *h = &e->smsg[k].msg_hdr;
+		uint32_t seg = m[i].hlen + m[i].len, bytes = 0, nd = 0;
+		struct iovec *first = v;
+
+		do {
+			/* a header in front of the payload: one datagram, no copy */
+			if (m[i].hlen)
+				*v++ = (struct iovec){ (void *)m[i].hdr, m[i].hlen };
+			*v++ = (struct iovec){ (void *)m[i].buf, m[i].len };
+			bytes += m[i].hlen + m[i].len;
+			nd++;
+			i++;
+		} while (gso && i < cnt && m[i].to == &a->base && nd < GSO_SEGS &&
+			 m[i - 1].hlen + m[i - 1].len == seg && m[i].hlen + m[i].len <= seg &&
+			 m[i].hlen + m[i].len > 0 &&
+			 bytes + m[i].hlen + m[i].len <= GSO_BYTES);
+		*h = (struct msghdr){ .msg_name = (void *)&a->sa, .msg_namelen = a->sl,
+				      .msg_iov = first, .msg_iovlen = (size_t)(v - first) };
+		if (nd > 1) {
+			struct cmsghdr *c;
+			uint16_t gs = (uint16_t)seg;
+
+			h->msg_control = e->sctl + (size_t)k * SCTL_LEN;
+			h->msg_controllen = SCTL_LEN;
+			c = CMSG_FIRSTHDR(h);
+			c->cmsg_level = SOL_UDP;
+			c->cmsg_type = UDP_SEGMENT;
+			c->cmsg_len = CMSG_LEN(sizeof(gs));
+			memcpy(CMSG_DATA(c), &gs, sizeof(gs));
+		}
+		e->sgrp[k] = nd;
+	}
+	return k;
+}
+
 static int udp_send_batch(struct xdg *d, const struct xdg_dgram *m, int n, unsigned flags)
 {
 	struct udp_ep *e = UE(d);
 	uint32_t room = e->tx_depth - (e->txc_tail - e->txc_head);
-	int cnt = n < (int)e->tx_depth ? n : (int)e->tx_depth, sent;
+	int cnt = n < (int)e->tx_depth ? n : (int)e->tx_depth, msgs, sent, done = 0;
+	bool gso = !e->gso_off;
 
 	if ((flags & XDG_SIGNALED) && (uint32_t)cnt > room)
 		cnt = (int)room;
 	if (!cnt)
 		return -ENOBUFS;
-	for (int i = 0; i < cnt; i++) {
-		const struct udp_addr *a = (const struct udp_addr *)m[i].to;
-
-		struct iovec *v = &e->siov[2 * i];
-		size_t nv = 0;
-
-		/* a header in front of the payload: one datagram, no copy */
-		if (m[i].hlen)
-			v[nv++] = (struct iovec){ (void *)m[i].hdr, m[i].hlen };
-		v[nv++] = (struct iovec){ (void *)m[i].buf, m[i].len };
-		e->smsg[i].msg_hdr = (struct msghdr){ .msg_name = (void *)&a->sa,
-			.msg_namelen = a->sl, .msg_iov = v, .msg_iovlen = nv };
+	for (;;) {
+		msgs = build_msgs(e, m, cnt, gso);
+		do
+			sent = sendmmsg(e->fd, e->smsg, (unsigned)msgs, MSG_DONTWAIT);
+		while (sent < 0 && errno == EINTR);
+		/* The first message was refused for its segmentation: no
+		 * UDP_SEGMENT in this kernel (EIO: the device cannot checksum
+		 * it either), or not for this route (EINVAL: a datagram
+		 * longer than its MTU).  Without it, then. */
+		if (sent < 0 && gso && e->sgrp[0] > 1 &&
+		    (errno == EINVAL || errno == EIO || errno == ENOPROTOOPT ||
+		     errno == EOPNOTSUPP)) {
+			if (errno != EINVAL)
+				e->gso_off = true;
+			gso = false;
+			continue;
+		}
+		break;
 	}
-	do
-		sent = sendmmsg(e->fd, e->smsg, (unsigned)cnt, MSG_DONTWAIT);
-	while (sent < 0 && errno == EINTR);
 	if (sent < 0)
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-	for (int i = 0; i < sent; i++) {
+	for (int k = 0; k < sent; k++)
+		done += (int)e->sgrp[k];
+	for (int i = 0; i < done; i++) {
 		d->stats.tx_pkts++;
 		d->stats.tx_bytes += m[i].len + m[i].hlen;
 		if (flags & XDG_SIGNALED)
 			e->txc[e->txc_tail++ % e->tx_depth] = m[i].wr_id;
 	}
-	return sent;
+	return done;
 }
 
 /* Receive slot i: its ring buffer, address and control space.  Set once;
@@ -288,51 +370,92 @@ static void rx_rearm(struct udp_ep *e, uint32_t first, uint32_t count)
 	}
 }
 
-/* One recvmmsg into ring slots [first, first+vlen); returns delivered wcs. */
+/* One recvmmsg into ring slots [first, first+vlen): what each slot holds
+ * goes to rseg/rsrc and the slots to the pending range.  Returns 1 with
+ * wc[0] set for a refused port (connected), else 0; *more when every slot
+ * was filled. */
 static int rx_batch(struct udp_ep *e, uint32_t first, uint32_t vlen, struct xdg_wc *wc,
 		    bool *more)
 {
 	struct xdg *d = &e->base;
-	int n, k = 0;
+	int n;
 
 	do
 		n = recvmmsg(e->fd, e->rmsg + first, vlen, MSG_DONTWAIT, NULL);
 	while (n < 0 && errno == EINTR);
 	*more = n == (int)vlen;
+	e->pend_slot = e->pend_end = first;
+	e->pend_off = 0;
 	if (n < 0 && errno == ECONNREFUSED && e->connected) {
 		/* the ICMP port unreachable a connected socket reports */
 		wc[0] = (struct xdg_wc){ .op = XDG_OP_RECV, .status = -ECONNREFUSED };
 		return 1;
 	}
 	for (int i = 0; i < n; i++) {
-		struct msghdr *h = &e->rmsg[first + i].msg_hdr;
+		uint32_t s = first + (uint32_t)i, len = e->rmsg[s].msg_len;
+		struct msghdr *h = &e->rmsg[s].msg_hdr;
 
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c))
+		e->rseg[s] = len ? len : 1;	/* one datagram, unless coalesced */
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
 			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
 				uint32_t drops;
+
 				memcpy(&drops, CMSG_DATA(c), sizeof(drops));
 				/* a running total of the socket's drops */
 				if (drops > d->stats.rx_dropped)
 					d->stats.rx_dropped = drops;
+			} else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+				int g;
+
+				memcpy(&g, CMSG_DATA(c), sizeof(g));
+				if (g > 0 && (uint32_t)g < len) {
+					e->rseg[s] = (uint32_t)g;
+					d->stats.rx_runs++;
+				}
 			}
+		}
 		if (h->msg_flags & MSG_TRUNC) {
 			d->stats.rx_truncated++;
-			continue;
+			e->rseg[s] = 0;
+		} else if (!(e->rsrc[s] = addr_get(e, (struct sockaddr *)&e->rsa[s],
+						   h->msg_namelen))) {
+			d->stats.rx_dropped++;	/* out of memory: a sender we cannot name */
+			e->rseg[s] = 0;
 		}
-		wc[k] = (struct xdg_wc){ .op = XDG_OP_RECV, .data = e->riov[first + i].iov_base,
-					 .len = e->rmsg[first + i].msg_len };
-		wc[k].src = (struct xdg_addr *)addr_get(e, (struct sockaddr *)&e->rsa[first + i],
-							h->msg_namelen);
-		if (!wc[k].src) {	/* out of memory: a sender we cannot name */
-			d->stats.rx_dropped++;
-			continue;
-		}
-		d->stats.rx_pkts++;
-		d->stats.rx_bytes += wc[k].len;
-		k++;
 	}
+	if (n > 0)
+		e->pend_end = first + (uint32_t)n;
 	/* the ones filled, and the one that found the queue empty */
 	rx_rearm(e, first, n < 0 ? 1 : (uint32_t)n < vlen ? (uint32_t)n + 1 : vlen);
+	return 0;
+}
+
+/* Up to room datagrams of the pending slots, a coalesced run split at its
+ * segment size; what does not fit stays pending. */
+static int rx_deliver(struct udp_ep *e, struct xdg_wc *wc, int room)
+{
+	struct xdg *d = &e->base;
+	int k = 0;
+
+	while (k < room && e->pend_slot < e->pend_end) {
+		uint32_t s = e->pend_slot, len = e->rmsg[s].msg_len, seg = e->rseg[s];
+
+		/* seg 0: dropped; an empty datagram is one wc of length 0 */
+		if (seg) {
+			uint32_t l = len - e->pend_off < seg ? len - e->pend_off : seg;
+
+			wc[k++] = (struct xdg_wc){ .op = XDG_OP_RECV,
+				.data = (uint8_t *)e->riov[s].iov_base + e->pend_off, .len = l,
+				.src = &e->rsrc[s]->base };
+			d->stats.rx_pkts++;
+			d->stats.rx_bytes += l;
+			e->pend_off += l;
+			if (e->pend_off < len)
+				continue;
+		}
+		e->pend_slot++;
+		e->pend_off = 0;
+	}
 	return k;
 }
 
@@ -346,6 +469,12 @@ static int udp_poll(struct xdg *d, struct xdg_wc *wc, int n)
 	while (k < n && e->txc_head != e->txc_tail)
 		wc[k++] = (struct xdg_wc){ .op = XDG_OP_SEND,
 					   .wr_id = e->txc[e->txc_head++ % e->tx_depth] };
+	/* the rest of a coalesced run the last poll had no room for: its
+	 * slots are still ours, the next receive waits */
+	if (e->pend_slot < e->pend_end) {
+		k += rx_deliver(e, wc + k, n - k);
+		return k;
+	}
 	/* The previous poll's data is now the kernel's again: refill from
 	 * slot 0.  A second batch only when truncated datagrams ate the first. */
 	while (k < n && more && used < e->rx_depth) {
@@ -354,7 +483,10 @@ static int udp_poll(struct xdg *d, struct xdg_wc *wc, int n)
 		if (vlen > e->rx_depth - used)
 			vlen = e->rx_depth - used;
 		k += rx_batch(e, used, vlen, wc + k, &more);
+		k += rx_deliver(e, wc + k, n - k);
 		used += vlen;
+		if (e->pend_slot < e->pend_end)
+			break;
 	}
 	return k;
 }
@@ -448,6 +580,19 @@ static int udp_connect(struct xdg *d, const struct xdg_addr *peer)
 	return 0;
 }
 
+static int udp_set_gro(struct xdg *d, bool on)
+{
+	struct udp_ep *e = UE(d);
+	int v = on;
+
+	if (!e->gro_bufs)
+		return -EINVAL;
+	if (setsockopt(e->fd, SOL_UDP, UDP_GRO, &v, sizeof(v)) < 0)
+		return errno == ENOPROTOOPT ? -EOPNOTSUPP : -errno;
+	d->gro = on;
+	return 0;
+}
+
 /* Reads and drops what waits on the socket, and a pending socket error. */
 static int udp_reset(struct xdg *d, uint32_t qkey)
 {
@@ -497,8 +642,12 @@ static void udp_close(struct xdg *d)
 	free(e->riov);
 	free(e->rsa);
 	free(e->rctl);
+	free(e->rseg);
+	free(e->rsrc);
 	free(e->smsg);
 	free(e->siov);
+	free(e->sctl);
+	free(e->sgrp);
 	free(e->txc);
 	free(e);
 }
@@ -549,6 +698,8 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 	e->rx_depth = rd;
 	e->tx_depth = td;
 	e->rxsz = o->rx_size && o->rx_size < mtu ? o->rx_size : mtu;
+	if (o->gro)
+		e->rxsz = GRO_RXSZ;
 	e->family = ai->ai_family;
 	e->fd = -1;
 	e->ring = malloc((size_t)rd * e->rxsz);
@@ -556,11 +707,15 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 	e->riov = calloc(rd, sizeof(*e->riov));
 	e->rsa = calloc(rd, sizeof(*e->rsa));
 	e->rctl = calloc(rd, CTL_LEN);
+	e->rseg = calloc(rd, sizeof(*e->rseg));
+	e->rsrc = calloc(rd, sizeof(*e->rsrc));
 	e->smsg = calloc(td, sizeof(*e->smsg));
 	e->siov = calloc(2 * (size_t)td, sizeof(*e->siov));
+	e->sctl = calloc(td, SCTL_LEN);
+	e->sgrp = calloc(td, sizeof(*e->sgrp));
 	e->txc = calloc(td, sizeof(*e->txc));
 	if (!e->ring || !e->rmsg || !e->riov || !e->rsa || !e->rctl || !e->smsg || !e->siov ||
-	    !e->txc)
+	    !e->sctl || !e->sgrp || !e->txc || !e->rseg || !e->rsrc)
 		goto out_nomem;
 	for (uint32_t i = 0; i < rd; i++)
 		rx_init(e, i);
@@ -571,6 +726,10 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 		goto out_close;
 	}
 	setsockopt(e->fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
+	/* coalesced receives where the kernel has them (5.0+); the buffers
+	 * are big enough either way */
+	e->gro_bufs = o->gro;
+	e->base.gro = o->gro && setsockopt(e->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
 	set_buf(e->fd, SO_SNDBUFFORCE, SO_SNDBUF, o->sndbuf ? o->sndbuf : BUF_DEFAULT);
 	set_buf(e->fd, SO_RCVBUFFORCE, SO_RCVBUF, o->rcvbuf ? o->rcvbuf : BUF_DEFAULT);
 	e->base.port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
@@ -603,4 +762,5 @@ const struct xdg_ops xdg_udp_ops = {
 	.reset = udp_reset,
 	.import = udp_import,
 	.recv_sg = udp_recv_sg,
+	.set_gro = udp_set_gro,
 };
