@@ -94,6 +94,10 @@ _xprt()
 			COMPREPLY=($(compgen -f -- "$cur"))
 			return
 			;;
+		--cache)
+			COMPREPLY=($(compgen -d -- "$cur"))
+			return
+			;;
 		esac
 		# a value we cannot guess (a number, a name, a URI)
 		if grep -qE -- "(^|[][ ,|])$prev [A-Z]" <<<"$text"; then

@@ -24,7 +24,8 @@
 static void usage(FILE *f)
 {
 	fputs("usage: " PROG " [-p PEER_URI]... [--peers FILE.yaml] [--origin PATH] [--local PATH]\n"
-	      "                     [--gen N] FILE [--offset OFF] [--length LEN | --pages LIST]\n"
+	      "                     [--cache DIR] [--gen N] [--size BYTES] FILE [--offset OFF]\n"
+	      "                     [--length LEN | --pages LIST]\n"
 	      "                     [--timeout MS] [--stats] [-o text|yaml|json] [-q] > data\n"
 	      "\n"
 	      "  -p, --peer URI    a peer's ibcache-serve: udp://HOST[:PORT] or ud://HOST[:PORT]\n"
@@ -33,7 +34,10 @@ static void usage(FILE *f)
 	      "  --origin PATH     the origin's copy of FILE: its generation, its size, and\n"
 	      "                    the pages no one else has\n"
 	      "  --local PATH      a local copy, read first (holes are pages it lacks)\n"
+	      "  --cache DIR       keep what is fetched in DIR/FILE (an export root of this host's\n"
+	      "                    ibcache-serve), so that this host serves it to the others\n"
 	      "  --gen N           the generation to ask for (default: the origin's)\n"
+	      "  --size BYTES      the file's size, where no --origin or --local says\n"
 	      "  --offset OFF      first byte (default 0)     --length LEN  bytes (default: to the end)\n"
 	      "  --pages LIST      whole pages instead, e.g. 0-3,7 (ascending)\n"
 	      "  --timeout MS      a request unanswered this long is reaped (default 500)\n"
@@ -84,6 +88,10 @@ static void on_note(void *p, enum ibc_note n, const char *peer, const char *deta
 	case IBC_NOTE_LOCAL_STALE:
 		fprintf(stderr, PROG ": --local %s: another generation than the origin's; not used\n",
 			detail);
+		break;
+	case IBC_NOTE_CACHE:
+		/* the output is whole all the same; only the cache stops */
+		fprintf(stderr, PROG ": --cache %s; the rest is not cached\n", detail);
 		break;
 	}
 }
@@ -136,6 +144,8 @@ static int print_stats(const struct ibc_fetch *f, const char *file, enum xfmt fm
 	xnode_set_u64(n, "local_pages", s.local_pages);
 	xnode_set_u64(n, "peer_pages", s.peer_pages);
 	xnode_set_u64(n, "origin_pages", s.origin_pages);
+	xnode_set_u64(n, "cached_pages", s.cached_pages);
+	xnode_set_u64(n, "home_pages", s.home_pages);
 	xstats_to_node(&s.req, req_stats, sizeof(req_stats) / sizeof(req_stats[0]), n);
 	if (s.req.rtt.count)
 		xhist_to_node(&s.req.rtt, xnode_set_map(n, "rtt_ns"));
@@ -149,7 +159,7 @@ static int print_stats(const struct ibc_fetch *f, const char *file, enum xfmt fm
 
 enum { OPT_PEERS = 256, OPT_ORIGIN, OPT_LOCAL, OPT_GEN, OPT_OFFSET, OPT_LENGTH, OPT_PAGES,
        OPT_TIMEOUT, OPT_WINDOW, OPT_DEPTH, OPT_MTU, OPT_BLOCK, OPT_PSIZE, OPT_SPIN, OPT_REPEAT,
-       OPT_STATS };
+       OPT_STATS, OPT_CACHE, OPT_SIZE };
 
 int main(int argc, char **argv)
 {
@@ -158,6 +168,8 @@ int main(int argc, char **argv)
 		{ "peers", required_argument, NULL, OPT_PEERS },
 		{ "origin", required_argument, NULL, OPT_ORIGIN },
 		{ "local", required_argument, NULL, OPT_LOCAL },
+		{ "cache", required_argument, NULL, OPT_CACHE },
+		{ "size", required_argument, NULL, OPT_SIZE },
 		{ "gen", required_argument, NULL, OPT_GEN },
 		{ "offset", required_argument, NULL, OPT_OFFSET },
 		{ "length", required_argument, NULL, OPT_LENGTH },
@@ -208,6 +220,16 @@ int main(int argc, char **argv)
 			break;
 		case OPT_LOCAL:
 			o.local = optarg;
+			break;
+		case OPT_CACHE:
+			o.cache = optarg;
+			break;
+		case OPT_SIZE:
+			if (xparse_size(optarg, 0, INT64_MAX, &o.size, &es) < 0) {
+				rc = usage_error("--size: '%s' %s", optarg, es);
+				goto out;
+			}
+			o.size_set = true;
 			break;
 		case OPT_GEN:
 			if (ibc_gen_parse(optarg, strlen(optarg), &o.gen)) {

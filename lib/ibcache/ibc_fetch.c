@@ -1,10 +1,17 @@
 /* A fetch: local copy, then peers, then origin (ibc_fetch.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/falloc.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -15,6 +22,11 @@
 enum { P_NEED = 0, P_FLIGHT = 1, P_DONE = 2 };
 #define TRIES_MAX	3	/* asks of one peer for a page before the next */
 #define FLIGHTS		(3 * IBC_DEPTH_MAX)
+#define CACHE_RUN	16	/* pages per write into the cache */
+/* With a cache: a page's home that lacks it is asked again this often, this
+ * many times, before the next peer (it is likely fetching it right now) */
+#define HOME_WAIT_NS	(2 * XTIME_NS_PER_MS)
+#define HOME_WAITS	250
 
 struct flight {
 	bool used;
@@ -31,6 +43,12 @@ struct ibc_fetch {
 	int64_t size;			/* -1: unknown */
 	int origin_fd, local_fd;
 	int64_t local_size;
+	/* --cache: DIR/FILE open for writing (cache_fd), its directory and
+	 * name (to remove it when a write went wrong) */
+	int cache_fd, cache_dfd;
+	char cache_name[NAME_MAX + 1];
+	bool caching;
+	int self;			/* the peer that is this host, or -1 */
 	uint32_t psize;
 	uint64_t block;
 	/* what to output: a byte range, or a list of whole pages */
@@ -41,6 +59,7 @@ struct ibc_fetch {
 	uint64_t keys[IBC_PEERS_MAX];
 	bool usable[IBC_PEERS_MAX];
 	bool noted[IBC_PEERS_MAX];
+	bool hslow[IBC_PEERS_MAX];	/* a home that made a page wait out: not waited for again */
 	ibc_note_fn note;
 	void *nctx;
 	/* the chunk */
@@ -48,6 +67,9 @@ struct ibc_fetch {
 	uint8_t *buf;
 	uint64_t *pg;
 	uint8_t *state, *pos, *tries;
+	uint8_t *fromloc;		/* the page came from the local copy */
+	uint8_t *hwait;			/* times its home was asked again */
+	uint64_t *not_before;		/* not asked again before then */
 	uint16_t *rank;			/* chunk x npeers */
 	uint8_t **dst;			/* scratch for a request */
 	uint64_t *reqpg;
@@ -190,6 +212,55 @@ static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_
 	return 0;
 }
 
+/* Whether u is this host's own server: an address of one of our
+ * interfaces (loopback left out: several servers share it in tests and
+ * benches) whose UDP port is taken here. */
+static bool is_self(const struct xuri *u)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV }, *ai;
+	char port[8];
+	bool self = false;
+
+	if (u->scheme != XURI_UDP)
+		return false;
+	snprintf(port, sizeof(port), "%u", u->port);
+	if (getaddrinfo(u->host, port, &hints, &ai))
+		return false;
+	for (struct addrinfo *a = ai; a && !self; a = a->ai_next) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)a->ai_addr;
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)a->ai_addr;
+		struct sockaddr_storage any;
+		int fd;
+
+		if ((a->ai_family == AF_INET && (ntohl(s4->sin_addr.s_addr) >> 24) == 127) ||
+		    (a->ai_family == AF_INET6 && (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr) ||
+						   IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr))) ||
+		    (a->ai_family != AF_INET && a->ai_family != AF_INET6))
+			continue;
+		fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		/* the address is ours when port 0 binds to it; the server is
+		 * when its port is in use */
+		memcpy(&any, a->ai_addr, a->ai_addrlen);
+		if (a->ai_family == AF_INET)
+			((struct sockaddr_in *)&any)->sin_port = 0;
+		else
+			((struct sockaddr_in6 *)&any)->sin6_port = 0;
+		if (bind(fd, (struct sockaddr *)&any, a->ai_addrlen) == 0) {
+			int fd2 = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+			self = fd2 >= 0 && bind(fd2, a->ai_addr, a->ai_addrlen) < 0 &&
+			       errno == EADDRINUSE;
+			if (fd2 >= 0)
+				close(fd2);
+		}
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return self;
+}
+
 static int add_peers(struct ibc_fetch *f, const struct ibc_dir *dir, const uint16_t *idx,
 		     uint32_t n, char *err, size_t errlen)
 {
@@ -211,8 +282,109 @@ static int add_peers(struct ibc_fetch *f, const struct ibc_dir *dir, const uint1
 		f->keys[id] = p->key;
 		f->usable[id] = true;
 		f->npeers = id + 1;
+		/* with a cache, this host's own server holds what the cache
+		 * does: never asked over the network */
+		if (f->o.cache && f->self < 0 && is_self(&p->u)) {
+			f->self = id;
+			f->usable[id] = false;
+		}
 	}
 	return 0;
+}
+
+/* The directory of rel under root, each component opened without
+ * following a symbolic link (a link must not lead the cache out of its
+ * root), made where missing.  An fd, or -errno. */
+static int cache_dir(const char *root, const char *rel, char *name, size_t namelen)
+{
+	char buf[IBC_PATH_MAX];
+	char *s = buf, *slash;
+	int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	snprintf(buf, sizeof(buf), "%s", rel);
+	while (dfd >= 0 && (slash = strchr(s, '/'))) {
+		int nd;
+
+		*slash = 0;
+		if (mkdirat(dfd, s, 0755) < 0 && errno != EEXIST) {
+			nd = -1;
+		} else {
+			nd = openat(dfd, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		close(dfd);
+		dfd = nd;
+		s = slash + 1;
+	}
+	if (dfd < 0)
+		return -errno;
+	snprintf(name, namelen, "%s", s);
+	return dfd;
+}
+
+/* --cache DIR: DIR/FILE of this generation, opened for writing.  One of
+ * another generation (or size), or none, is replaced by a new sparse file
+ * with the generation set, renamed into place: a server that has the old
+ * one open keeps reading the old one, and none ever finds this
+ * generation's name on another generation's bytes. */
+static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage)
+{
+	char tmp[NAME_MAX + 1], gen[24];
+	struct stat st;
+	uint64_t g;
+	bool xa;
+	int fd, rc;
+
+	if (f->size < 0 || !f->have_gen) {
+		xerr(err, errlen, "--cache needs the size and generation of %s: give --origin, "
+		     "--local, or --gen and --size", f->path);
+		*usage = true;
+		return -EINVAL;
+	}
+	f->cache_dfd = cache_dir(f->o.cache, f->path, f->cache_name, sizeof(f->cache_name));
+	if (f->cache_dfd < 0) {
+		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(-f->cache_dfd));
+		return f->cache_dfd;
+	}
+	fd = openat(f->cache_dfd, f->cache_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == f->size &&
+	    ibc_gen_fd(fd, &st, &g, &xa) == 0 && xa && g == f->gen) {
+		f->cache_fd = fd;
+		f->caching = true;
+		return 0;
+	}
+	if (fd >= 0)
+		close(fd);
+	for (int i = 0;; i++) {
+		snprintf(tmp, sizeof(tmp), ".%.200s.ibcache-%08x", f->cache_name,
+			 (unsigned)(xtime_ns() ^ (uint64_t)getpid() * 2654435761u) + (unsigned)i);
+		fd = openat(f->cache_dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (fd >= 0 || errno != EEXIST || i == 100)
+			break;
+	}
+	if (fd < 0) {
+		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(errno));
+		return -errno;
+	}
+	snprintf(gen, sizeof(gen), "%llu", (unsigned long long)f->gen);
+	if (fsetxattr(fd, IBC_GEN_XATTR, gen, strlen(gen), 0) < 0) {
+		rc = -errno;
+		xerr(err, errlen, "--cache %s: %s: %s%s", f->o.cache, f->path, strerror(errno),
+		     errno == ENOTSUP ? " (the generation is kept in the " IBC_GEN_XATTR
+					" attribute; this file system has no user attributes)" : "");
+		goto fail;
+	}
+	if (ftruncate(fd, f->size) < 0 || renameat(f->cache_dfd, tmp, f->cache_dfd, f->cache_name) < 0) {
+		rc = -errno;
+		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(errno));
+		goto fail;
+	}
+	f->cache_fd = fd;
+	f->caching = true;
+	return 0;
+fail:
+	unlinkat(f->cache_dfd, tmp, 0);
+	close(fd);
+	return rc;
 }
 
 /* What to output, checked against the size where one is known. */
@@ -268,7 +440,8 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 		return NULL;
 	}
 	f->o = *o;
-	f->origin_fd = f->local_fd = -1;
+	f->origin_fd = f->local_fd = f->cache_fd = f->cache_dfd = -1;
+	f->self = -1;
 	f->size = f->local_size = -1;
 	f->note = nfn;
 	f->nctx = ctx;
@@ -285,6 +458,15 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	np = dir ? ibc_dir_find(dir, f->path, idx, &origin) : 0;
 	if (open_copies(f, o->origin ? o->origin : origin, err, errlen))
 		goto fail;
+	if (o->size_set) {
+		if (f->size >= 0 && (uint64_t)f->size != o->size) {
+			xerr(err, errlen, "--size %llu: %s has %lld bytes", (unsigned long long)o->size,
+			     o->origin ? o->origin : o->local ? o->local : "the origin", (long long)f->size);
+			*usage = true;
+			goto fail;
+		}
+		f->size = (int64_t)o->size;
+	}
 	if (np && !f->have_gen) {
 		xerr(err, errlen,
 		     "peers need the generation of %s: give --origin, --local or --gen", f->path);
@@ -293,6 +475,17 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	}
 	if (set_range(f, err, errlen, usage))
 		goto fail;
+	if (o->cache) {
+		if (open_cache(f, err, errlen, usage))
+			goto fail;
+		/* the pages it has are read from it first */
+		if (f->local_fd < 0) {
+			f->local_fd = dup(f->cache_fd);
+			f->local_size = f->size;
+			if (f->local_fd < 0)
+				goto nomem;
+		}
+	}
 	f->block = o->block ? o->block : dir && dir->block ? dir->block : IBC_BLOCK_DEFAULT;
 	if (f->block < f->psize)
 		f->block = f->psize;
@@ -302,14 +495,17 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 		goto fail;
 	f->buf = aligned_alloc(4096, (size_t)f->chunk * f->psize);
 	f->pg = calloc(f->chunk, sizeof(*f->pg));
-	f->state = calloc(f->chunk, 3);
+	f->state = calloc(f->chunk, 5);
+	f->not_before = calloc(f->chunk, sizeof(*f->not_before));
 	f->rank = calloc((size_t)f->chunk * (f->npeers ? f->npeers : 1), sizeof(*f->rank));
 	f->dst = calloc(GFCC_PAGES_MAX, sizeof(*f->dst));
 	f->reqpg = calloc(GFCC_PAGES_MAX, sizeof(*f->reqpg));
-	if (!f->buf || !f->pg || !f->state || !f->rank || !f->dst || !f->reqpg)
+	if (!f->buf || !f->pg || !f->state || !f->rank || !f->dst || !f->reqpg || !f->not_before)
 		goto nomem;
 	f->pos = f->state + f->chunk;
 	f->tries = f->pos + f->chunk;
+	f->fromloc = f->tries + f->chunk;
+	f->hwait = f->fromloc + f->chunk;
 	/* ud:// pages land in the chunk straight from the device */
 	if (f->npeers && ibc_req_register(f->rq, f->buf, (size_t)f->chunk * f->psize, err, errlen))
 		goto fail;
@@ -333,9 +529,14 @@ void ibc_fetch_free(struct ibc_fetch *f)
 		close(f->origin_fd);
 	if (f->local_fd >= 0)
 		close(f->local_fd);
+	if (f->cache_fd >= 0)
+		close(f->cache_fd);
+	if (f->cache_dfd >= 0)
+		close(f->cache_dfd);
 	free(f->buf);
 	free(f->pg);
 	free(f->state);
+	free(f->not_before);
 	free(f->rank);
 	free(f->dst);
 	free(f->reqpg);
@@ -369,8 +570,10 @@ static int fill_local(struct ibc_fetch *f, uint32_t n)
 		if (held && ibc_pages_read(f->local_fd, (uint64_t)f->local_size, f->psize, f->pg[i],
 					   (uint64_t)held, page_buf(f, i)))
 			return -EIO;
-		for (int64_t k = 0; k < held; k++)
+		for (int64_t k = 0; k < held; k++) {
 			f->state[i + k] = P_DONE;
+			f->fromloc[i + k] = 1;
+		}
 		f->st.local_pages += (uint64_t)held;
 		i += (uint32_t)held;
 		if ((uint64_t)held < run) {
@@ -407,10 +610,30 @@ static void peer_gone(struct ibc_fetch *f, int peer, enum ibc_note n, const char
 	note(f, peer, n, detail);
 }
 
+/* A miss at the page's home (a partial copy, or none yet) while every host
+ * caches what it fetches: the home is probably fetching it now, or about
+ * to; asked again shortly, for up to half a second.  A home that lets a
+ * page wait that long is not waited for again in this fetch (it does not
+ * fetch this file), so the wait costs a fetch half a second at most per
+ * such host.  Whether it waits. */
+static bool home_wait(struct ibc_fetch *f, uint32_t i, int peer, uint64_t now)
+{
+	if (!f->caching || f->rank[(size_t)i * f->npeers] != peer || f->hslow[peer])
+		return false;
+	if (f->hwait[i] >= HOME_WAITS) {
+		f->hslow[peer] = true;
+		return false;
+	}
+	f->hwait[i]++;
+	f->not_before[i] = now + HOME_WAIT_NS;
+	return true;
+}
+
 static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 {
 	struct flight *fl = &f->fl[d->tag];
 	int peer = fl->peer;
+	uint64_t now = xtime_ns();
 	char det[128];
 
 	fl->used = false;
@@ -429,8 +652,10 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 			peer_gone(f, peer, IBC_NOTE_ERROR, det);
 		break;
 	}
-	if (d->err == ENOENT)
-		f->usable[peer] = false;	/* a plain miss: no need to say */
+	/* a plain miss: no need to say; but where hosts cache what they
+	 * fetch, the peer may have the file a moment later */
+	if (d->err == ENOENT && !f->caching)
+		f->usable[peer] = false;
 	if (d->err == -ETIMEDOUT && !d->nok) {
 		snprintf(det, sizeof(det), "%llu ms",
 			 (unsigned long long)(f->o.ro.timeout_ns / XTIME_NS_PER_MS));
@@ -447,9 +672,10 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 		f->state[i] = P_NEED;
 		if (j >= d->taken)
 			continue;
-		if (d->err == 0 && j == d->reply_pages)
-			next_peer(f, i);	/* the first page it lacks */
-		else if (d->err == 0)
+		if ((d->err == 0 && j == d->reply_pages) || (d->err == ENOENT && f->caching)) {
+			if (!home_wait(f, i, peer, now))
+				next_peer(f, i);	/* the first page it lacks */
+		} else if (d->err == 0)
 			;			/* after the prefix: not asked yet, again */
 		else if (d->err < 0)
 			f->tries[i]++;		/* lost on the way: again, a few times */
@@ -461,16 +687,25 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 }
 
 /* Requests for every page that has a candidate peer, as far as the pool
- * allows.  Returns whether any page still waits for a peer. */
-static bool submit(struct ibc_fetch *f, uint32_t n)
+ * allows.  Returns whether any page still waits for a peer; *later is the
+ * time the first page held back (home_wait) may go, or UINT64_MAX. */
+static bool submit(struct ibc_fetch *f, uint32_t n, uint64_t *later)
 {
 	bool waiting = false, busy[IBC_PEERS_MAX] = { false };
+	uint64_t now = xtime_ns();
 
+	*later = UINT64_MAX;
 	for (uint32_t i = 0; i < n; i++) {
 		int p;
 
 		if (f->state[i] != P_NEED || (p = candidate(f, i)) < 0 || busy[p])
 			continue;
+		if (f->not_before[i] > now) {
+			waiting = true;
+			if (f->not_before[i] < *later)
+				*later = f->not_before[i];
+			continue;
+		}
 		waiting = true;
 		/* this page and the following ones for the same peer */
 		uint32_t max = ibc_req_max_pages(f->rq, p), k = 0, slot = 0;
@@ -480,7 +715,7 @@ static bool submit(struct ibc_fetch *f, uint32_t n)
 		if (slot == FLIGHTS)
 			break;
 		for (uint32_t j = i; j < n && k < max; j++) {
-			if (f->state[j] != P_NEED || candidate(f, j) != p)
+			if (f->state[j] != P_NEED || candidate(f, j) != p || f->not_before[j] > now)
 				continue;
 			f->fl[slot].idx[k] = j;
 			f->reqpg[k] = f->pg[j];
@@ -519,22 +754,34 @@ static int fill_peers(struct ibc_fetch *f, uint32_t n)
 	for (uint32_t i = 0; i < n; i++) {
 		uint16_t *r = &f->rank[(size_t)i * f->npeers];
 
-		f->pos[i] = f->tries[i] = 0;
+		f->pos[i] = f->tries[i] = f->hwait[i] = 0;
+		f->not_before[i] = 0;
 		for (int p = 0; p < f->npeers; p++)
 			r[p] = (uint16_t)p;
 		/* rendezvous: the block's home peer first */
 		ibc_rdv_rank(f->keys, r, (uint32_t)f->npeers, f->ino, f->pg[i] * f->psize / f->block);
 	}
 	for (;;) {
-		bool waiting = submit(f, n);
+		uint64_t later, now;
+		bool waiting = submit(f, n, &later);
 		int nd;
 
 		if (!ibc_req_inflight(f->rq)) {
 			if (!waiting)
 				return 0;
+			/* only pages held back for their home: until the first may go */
+			now = xtime_ns();
+			if (later != UINT64_MAX && later > now) {
+				struct timespec ts = { 0, (long)(later - now) };
+
+				nanosleep(&ts, NULL);
+			}
 			continue;
 		}
-		nd = ibc_req_poll(f->rq, done, 16, XTIME_NS_PER_S);
+		now = xtime_ns();
+		nd = ibc_req_poll(f->rq, done, 16, later != UINT64_MAX && later > now ?
+				  (later - now < XTIME_NS_PER_S ? later - now : XTIME_NS_PER_S) :
+				  XTIME_NS_PER_S);
 		if (nd < 0)
 			return nd;
 		for (int k = 0; k < nd; k++)
@@ -571,6 +818,62 @@ static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen
 	return 0;
 }
 
+/* A write into the cache that failed (a full disk, an error): the pages it
+ * may have touched become holes again, so that no server takes them for
+ * present; where even that fails, the cache file goes.  No more writes. */
+static void cache_failed(struct ibc_fetch *f, uint64_t off, uint64_t len, int e)
+{
+	char det[300];
+
+	if (fallocate(f->cache_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+		      (off_t)len) < 0) {
+		unlinkat(f->cache_dfd, f->cache_name, 0);
+		snprintf(det, sizeof(det), "%s/%s: %s; removed", f->o.cache, f->path, strerror(e));
+	} else {
+		snprintf(det, sizeof(det), "%s/%s: %s", f->o.cache, f->path, strerror(e));
+	}
+	f->caching = false;
+	note(f, -1, IBC_NOTE_CACHE, det);
+}
+
+/* The chunk's pages that did not come from the local copy, into the cache:
+ * runs of whole pages (the last one as long as the file), each a page of
+ * the page cache that a reader finds either absent (a hole) or whole. */
+static void write_cache(struct ibc_fetch *f, uint32_t n)
+{
+	for (uint32_t i = 0; i < n && f->caching;) {
+		uint32_t run = 1;
+		uint64_t off, len, done = 0;
+
+		if (f->fromloc[i]) {
+			i++;
+			continue;
+		}
+		/* at most CACHE_RUN pages a write: what a failed one takes back */
+		while (i + run < n && run < CACHE_RUN && !f->fromloc[i + run] &&
+		       f->pg[i + run] == f->pg[i] + run)
+			run++;
+		off = f->pg[i] * f->psize;
+		len = (uint64_t)run * f->psize;
+		if (off + len > (uint64_t)f->size)
+			len = (uint64_t)f->size - off;
+		while (done < len) {
+			ssize_t w = pwrite(f->cache_fd, page_buf(f, i) + done, len - done,
+					   (off_t)(off + done));
+
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				cache_failed(f, off, len, w < 0 ? errno : ENOSPC);
+				return;
+			}
+			done += (uint64_t)w;
+		}
+		f->st.cached_pages += run;
+		i += run;
+	}
+}
+
 static int write_chunk(struct ibc_fetch *f, uint32_t n, ibc_write_fn out, void *octx)
 {
 	int rc;
@@ -599,27 +902,81 @@ static int write_chunk(struct ibc_fetch *f, uint32_t n, ibc_write_fn out, void *
 	return 0;
 }
 
-int ibc_fetch_run(struct ibc_fetch *f, ibc_write_fn out, void *octx, char *err, size_t errlen)
+/* Pages f->pg[0..n) from the local copy, the peers and the origin, and
+ * into the cache. */
+static int fill(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 {
-	uint64_t t0 = xtime_ns(), first = f->o.pages ? 0 : f->off / f->psize;
 	int rc;
 
+	for (uint32_t i = 0; i < n; i++) {
+		f->state[i] = P_NEED;
+		f->fromloc[i] = 0;
+	}
+	if (f->local_fd >= 0 && (rc = fill_local(f, n))) {
+		xerr(err, errlen, "%s: %s", f->o.local ? f->o.local : f->o.cache, strerror(-rc));
+		return rc;
+	}
+	if (f->npeers && (rc = fill_peers(f, n))) {
+		xerr(err, errlen, "%s", strerror(-rc));
+		return rc;
+	}
+	if ((rc = fill_origin(f, n, err, errlen)))
+		return rc;
+	if (f->caching)
+		write_cache(f, n);
+	return 0;
+}
+
+/* Page number k of the range. */
+static uint64_t range_page(const struct ibc_fetch *f, uint64_t k)
+{
+	return f->o.pages ? f->o.pages[k] : f->off / f->psize + k;
+}
+
+/* The pages of the range whose block has this host as its rendezvous home,
+ * into the cache before anything else: the other hosts, fetching the
+ * same file at the same time, ask the home first. */
+static int fill_home(struct ibc_fetch *f, char *err, size_t errlen)
+{
+	uint16_t r[IBC_PEERS_MAX];
+	uint64_t k = 0;
+	int rc;
+
+	while (k < f->npages && f->caching) {
+		uint32_t n = 0;
+
+		for (; k < f->npages && n < f->chunk; k++) {
+			uint64_t p = range_page(f, k);
+
+			for (int i = 0; i < f->npeers; i++)
+				r[i] = (uint16_t)i;
+			ibc_rdv_rank(f->keys, r, (uint32_t)f->npeers, f->ino, p * f->psize / f->block);
+			if (r[0] == f->self)
+				f->pg[n++] = p;
+		}
+		if (!n)
+			continue;
+		if ((rc = fill(f, n, err, errlen)))
+			return rc;
+		for (uint32_t i = 0; i < n; i++)
+			f->st.home_pages += !f->fromloc[i];
+	}
+	return 0;
+}
+
+int ibc_fetch_run(struct ibc_fetch *f, ibc_write_fn out, void *octx, char *err, size_t errlen)
+{
+	uint64_t t0 = xtime_ns();
+	int rc;
+
+	if (f->caching && f->self >= 0 && f->npeers > 1 && (rc = fill_home(f, err, errlen)))
+		return rc;
 	for (uint64_t done = 0; done < f->npages;) {
 		uint32_t n = f->npages - done < f->chunk ? (uint32_t)(f->npages - done) : f->chunk;
 
-		for (uint32_t i = 0; i < n; i++) {
-			f->pg[i] = f->o.pages ? f->o.pages[done + i] : first + done + i;
-			f->state[i] = P_NEED;
-		}
-		if (f->local_fd >= 0 && (rc = fill_local(f, n))) {
-			xerr(err, errlen, "%s: %s", f->o.local, strerror(-rc));
-			return rc;
-		}
-		if (f->npeers && (rc = fill_peers(f, n))) {
-			xerr(err, errlen, "%s", strerror(-rc));
-			return rc;
-		}
-		if ((rc = fill_origin(f, n, err, errlen)))
+		for (uint32_t i = 0; i < n; i++)
+			f->pg[i] = range_page(f, done + i);
+		if ((rc = fill(f, n, err, errlen)))
 			return rc;
 		if ((rc = write_chunk(f, n, out, octx))) {
 			xerr(err, errlen, "write: %s", strerror(-rc));

@@ -11,14 +11,25 @@
  *   short reply   the page after the prefix is missing there: next peer;
  *                 the rest are asked of the same peer again
  *   ESTALE/ENOENT the peer's copy is another generation / it has none:
- *                 not asked again for this file
+ *                 not asked again for this file (ENOENT with a cache: next
+ *                 peer for those pages only -- the others cache too)
  *   no answer     reaped after the timeout; a closed port at once: the
  *                 peer is not asked again (pages that came whole over UDP
  *                 are kept)
  * and only pages no peer gave are read from the origin.
  *
  * The range goes out in chunks (chunk_pages), each written once it is
- * whole, so memory stays bounded whatever the size. */
+ * whole, so memory stays bounded whatever the size.
+ *
+ * A cache (opts.cache, seed 004's cooperative page cache): the pages that
+ * came from peers or the origin are also written into DIR/FILE, a sparse
+ * copy carrying the generation in IBC_GEN_XATTR, so that an ibcache-serve
+ * exporting DIR answers for them; pages not there yet are holes.  A copy
+ * of another generation is replaced by a new file renamed over it, never
+ * rewritten in place.  The cache is also the local copy (unless one is
+ * given).  With a cache, the peer that is this host (its address is
+ * local) is not asked, and the blocks whose rendezvous home it is are
+ * fetched first: the others then find them at their home. */
 #ifndef XPRT_IBCACHE_IBC_FETCH_H
 #define XPRT_IBCACHE_IBC_FETCH_H
 
@@ -35,6 +46,8 @@ struct ibc_fetch_opts {
 	const char *local;		/* a local copy, maybe partial (NULL: none) */
 	bool gen_set;
 	uint64_t gen;
+	bool size_set;			/* the file's size, where no copy here says */
+	uint64_t size;
 	uint64_t offset;
 	bool length_set;
 	uint64_t length;
@@ -42,6 +55,7 @@ struct ibc_fetch_opts {
 	uint32_t npages;
 	uint64_t block;			/* rendezvous block bytes (0: directory's or 64 KiB) */
 	uint32_t chunk_pages;		/* 0: 4096 */
+	const char *cache;		/* an export root to keep what is fetched in, or NULL */
 	struct ibc_req_opts ro;
 };
 
@@ -53,6 +67,7 @@ enum ibc_note {
 	IBC_NOTE_STALE,		/* its copy has another generation */
 	IBC_NOTE_ERROR,		/* it answered an error: detail */
 	IBC_NOTE_LOCAL_STALE,	/* --local has another generation: not used */
+	IBC_NOTE_CACHE,		/* the cache could not take a write: detail; not written to again */
 };
 typedef void (*ibc_note_fn)(void *ctx, enum ibc_note n, const char *peer, const char *detail);
 /* Writes all of buf; 0 or -errno. */
@@ -60,6 +75,8 @@ typedef int (*ibc_write_fn)(void *ctx, const void *buf, size_t len);
 
 struct ibc_fetch_stats {
 	uint64_t local_pages, peer_pages, origin_pages;
+	uint64_t cached_pages;		/* written into the cache */
+	uint64_t home_pages;		/* of those, fetched first as this host's blocks */
 	uint64_t bytes_out;
 	uint64_t fetches;
 	struct xhist fetch_ns;		/* per ibc_fetch_run */

@@ -339,6 +339,111 @@ print(h.hex())')" \
 	[ "$(srv_status states)" -eq 0 ]
 }
 
+# holes FILE: the 4 KiB pages of FILE that hold data, as "a-b,c" runs.
+data_pages() {
+	python3 - "$1" <<-'EOF'
+	import os, sys
+	fd = os.open(sys.argv[1], os.O_RDONLY); size = os.fstat(fd).st_size; out = []; off = 0
+	while off < size:
+	    try: d = os.lseek(fd, off, os.SEEK_DATA)
+	    except OSError: break
+	    h = os.lseek(fd, d, os.SEEK_HOLE)
+	    out.append("%d-%d" % (d // 4096, (h - 1) // 4096)); off = h
+	print(",".join(out))
+	EOF
+}
+xattr_gen() { python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.ibcache.gen").decode())' "$1"; }
+
+@test "--cache: what is fetched is kept with its generation, served from there; holes for the rest; another generation is replaced, not rewritten" {
+	local C=$BATS_TEST_TMPDIR/cache gen ino1 ino2
+	mkdir -p "$C"
+	mkdata sub/f $((1048576 + 123))
+	start_serve udp://127.0.0.1:0
+	local A=${URIS[0]}
+	# a part: those pages, and holes elsewhere, the whole size
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "$A" --origin "$ORG/sub/f" --cache "$C" --pages 0-3,100,256 sub/f
+	[ "$(data_pages "$C/sub/f")" = "0-3,100-100,256-256" ] || die "cached pages: $(data_pages "$C/sub/f")"
+	[ "$(stat -c %s "$C/sub/f")" -eq $((1048576 + 123)) ]
+	gen=$(stat_of gen)
+	[ "$(xattr_gen "$C/sub/f")" = "$gen" ]
+	[ "$(stat_of cached_pages)" -eq 6 ]
+	# the cache's server has those pages, not the others
+	start_serve -e "$C" udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/sub/f" sub/f
+	same "$BATS_TEST_TMPDIR/o" "$ORG/sub/f"
+	[ "$(stat_of peer_pages)" -eq 6 ] || die "$STATS"
+	[ "$(stat_of origin_pages)" -eq 251 ]
+	# the rest: what the cache has is read from it, the others fetched and kept
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "$A" --origin "$ORG/sub/f" --cache "$C" sub/f
+	same "$BATS_TEST_TMPDIR/o" "$ORG/sub/f"
+	same "$C/sub/f" "$ORG/sub/f"
+	[ "$(stat_of local_pages)" -eq 6 ] && [ "$(stat_of cached_pages)" -eq 251 ] || die "$STATS"
+	# a new generation at the origin: a new file renamed over the old one
+	ino1=$(stat -c %i "$C/sub/f")
+	head -c 300000 /dev/urandom >"$ORG/sub/f"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 --origin "$ORG/sub/f" --cache "$C" --pages 2 sub/f
+	ino2=$(stat -c %i "$C/sub/f")
+	[ "$ino1" != "$ino2" ] || die "the old generation's file was rewritten in place"
+	[ "$(data_pages "$C/sub/f")" = "2-2" ]
+	[ "$(stat -c %s "$C/sub/f")" -eq 300000 ]
+	[ "$(xattr_gen "$C/sub/f")" = "$(stat_of gen)" ]
+	[ "$(stat_of gen)" != "$gen" ]
+	# nothing left behind but the file
+	[ "$(ls -A "$C/sub")" = f ] || die "left in the cache: $(ls -A "$C/sub")"
+}
+
+@test "--cache: bad uses in one line; symbolic links are not followed out of the cache" {
+	local C=$BATS_TEST_TMPDIR/cache out=$BATS_TEST_TMPDIR/outside
+	mkdir -p "$C" "$out"
+	mkdata f 40000
+	run_tool 2 "$F" --cache "$C" -p udp://127.0.0.1:1 --gen 5 --length 100 f
+	[[ $stderr == *"--cache needs the size and generation of f: give --origin, --local, or --gen and --size"* ]] || die "$stderr"
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	run_tool 1 "$F" --cache "$BATS_TEST_TMPDIR/none" --origin "$ORG/f" f
+	[[ $stderr == *"--cache $BATS_TEST_TMPDIR/none: f: No such file or directory"* ]] || die "$stderr"
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	# a link where the file goes is replaced, not written through
+	echo keep >"$out/target"
+	ln -s "$out/target" "$C/f"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 --origin "$ORG/f" --cache "$C" f
+	same "$BATS_TEST_TMPDIR/o" "$ORG/f"
+	[ "$(cat "$out/target")" = keep ] && [ -f "$C/f" ] && [ ! -L "$C/f" ] && same "$C/f" "$ORG/f"
+	# a linked directory on the way: refused, nothing written there
+	mkdata d/g 40000
+	ln -s "$out" "$C/d"
+	run_tool 1 "$F" --origin "$ORG/d/g" --cache "$C" d/g
+	[[ $stderr == *"--cache $C: d/g: "* ]] || die "$stderr"
+	[ "$(ls "$out")" = target ]
+}
+
+@test "--cache on a full file system: the output is whole, exit 0, the cache holds no wrong page" {
+	mkdata f $((2 * 1048576))
+	start_serve udp://127.0.0.1:0
+	# a 512 KiB tmpfs in a mount namespace of our own (user attributes on
+	# tmpfs: Linux 6.6; a loop-mounted ext4 where that is missing)
+	run --separate-stderr timeout 120 unshare -m sh -ec '
+		C=$1/small; mkdir -p "$C"
+		if ! { mount -t tmpfs -o size=512k tmpfs "$C" && python3 -c "import os,sys; open(sys.argv[1],\"w\").close(); os.setxattr(sys.argv[1], \"user.t\", b\"1\")" "$C/t" 2>/dev/null; }; then
+			umount "$C" 2>/dev/null || true
+			truncate -s 2M "$1/img" && mkfs.ext4 -q -F "$1/img" && mount -o loop "$1/img" "$C" || exit 99
+		fi
+		rm -f "$C/t"
+		"$2" -p "$3" --origin "$4" --cache "$C" f >"$1/o"
+		cmp "$1/o" "$4"
+		"$5" -e "$C" -l udp://127.0.0.1:0 --spin 0 >"$1/srv.out" &
+		for i in $(seq 100); do grep -q listening "$1/srv.out" && break; sleep 0.05; done
+		"$2" -p "$(sed -n "s/^listening //p" "$1/srv.out")" --origin "$4" f --stats >"$1/o2"
+		kill $!
+		cmp "$1/o2" "$4"
+	' sh "$BATS_TEST_TMPDIR" "$F" "${URIS[0]}" "$ORG/f" "$S"
+	[ "$status" -ne 99 ] || skip "no small file system with user attributes here (tmpfs, loop)"
+	[ "$status" -eq 0 ] || die "status $status: $stderr"
+	[[ $stderr == *"--cache $BATS_TEST_TMPDIR/small/f: No space left on device; the rest is not cached"* ]] ||
+		die "no note about the full cache: $stderr"
+	# the cache's server gave some pages, all right (cmp above)
+	[[ $stderr =~ peer_pages\ +[1-9] ]] || die "the cache served nothing: $stderr"
+}
+
 # netns_fetch BYTES: a file of BYTES served in the server's namespace and
 # fetched in the client's (whatever stands between them is on the way):
 # byte-exact, every page from the peer; sets STATS.
