@@ -317,7 +317,10 @@ static int cache_dir(const char *root, const char *rel, char *name, size_t namel
 	}
 	if (dfd < 0)
 		return -errno;
-	snprintf(name, namelen, "%s", s);
+	if ((size_t)snprintf(name, namelen, "%s", s) >= namelen) {
+		close(dfd);
+		return -ENAMETOOLONG;
+	}
 	return dfd;
 }
 
@@ -334,9 +337,14 @@ static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage
 	bool xa;
 	int fd, rc;
 
+	if (f->o.local) {
+		xerr(err, errlen, "--cache is the local copy: not with --local");
+		*usage = true;
+		return -EINVAL;
+	}
 	if (f->size < 0 || !f->have_gen) {
 		xerr(err, errlen, "--cache needs the size and generation of %s: give --origin, "
-		     "--local, or --gen and --size", f->path);
+		     "or --gen and --size", f->path);
 		*usage = true;
 		return -EINVAL;
 	}
@@ -345,7 +353,8 @@ static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage
 		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(-f->cache_dfd));
 		return f->cache_dfd;
 	}
-	fd = openat(f->cache_dfd, f->cache_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	/* (O_NONBLOCK: a FIFO or a device under that name is not waited on) */
+	fd = openat(f->cache_dfd, f->cache_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == f->size &&
 	    ibc_gen_fd(fd, &st, &g, &xa) == 0 && xa && g == f->gen) {
 		f->cache_fd = fd;
@@ -373,7 +382,20 @@ static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage
 					" attribute; this file system has no user attributes)" : "");
 		goto fail;
 	}
-	if (ftruncate(fd, f->size) < 0 || renameat(f->cache_dfd, tmp, f->cache_dfd, f->cache_name) < 0) {
+	if (ftruncate(fd, f->size) < 0) {
+		rc = -errno;
+		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(errno));
+		goto fail;
+	}
+	/* pages not fetched must read as holes, or a server would serve
+	 * zeros: a file system that cannot say so cannot hold a cache */
+	if (f->size && lseek(fd, 0, SEEK_DATA) >= 0) {
+		rc = -EOPNOTSUPP;
+		xerr(err, errlen, "--cache %s: this file system does not report holes (SEEK_DATA), "
+		     "which a partial cache needs", f->o.cache);
+		goto fail;
+	}
+	if (renameat(f->cache_dfd, tmp, f->cache_dfd, f->cache_name) < 0) {
 		rc = -errno;
 		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(errno));
 		goto fail;
@@ -824,10 +846,19 @@ static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen
 static void cache_failed(struct ibc_fetch *f, uint64_t off, uint64_t len, int e)
 {
 	char det[300];
+	struct stat a, b;
 
+	/* whole pages (the file's last one is cut at its end, but its block
+	 * is not: punch it all) */
+	len = (len + f->psize - 1) / f->psize * f->psize;
 	if (fallocate(f->cache_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
 		      (off_t)len) < 0) {
-		unlinkat(f->cache_dfd, f->cache_name, 0);
+		/* removed by name only while the name is still this file (not
+		 * a newer generation another fetch renamed over it) */
+		if (fstat(f->cache_fd, &a) == 0 &&
+		    fstatat(f->cache_dfd, f->cache_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			unlinkat(f->cache_dfd, f->cache_name, 0);
 		snprintf(det, sizeof(det), "%s/%s: %s; removed", f->o.cache, f->path, strerror(e));
 	} else {
 		snprintf(det, sizeof(det), "%s/%s: %s", f->o.cache, f->path, strerror(e));
@@ -913,7 +944,7 @@ static int fill(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 		f->fromloc[i] = 0;
 	}
 	if (f->local_fd >= 0 && (rc = fill_local(f, n))) {
-		xerr(err, errlen, "%s: %s", f->o.local ? f->o.local : f->o.cache, strerror(-rc));
+		xerr(err, errlen, "%s: %s", f->o.local ? f->o.local : "the cache", strerror(-rc));
 		return rc;
 	}
 	if (f->npeers && (rc = fill_peers(f, n))) {

@@ -82,6 +82,7 @@ struct udp_ep {
 	 * each (0: nothing to hand out) from rsrc[i]. */
 	uint32_t pend_slot, pend_end, pend_off;
 	bool gro_bufs;			/* opened with gro: buffers for runs */
+	bool gro_none;			/* the kernel has no UDP_GRO */
 	uint32_t *rseg;
 	struct udp_addr **rsrc;
 	uint8_t *ring;			/* rx_depth * rxsz */
@@ -414,7 +415,10 @@ static int rx_batch(struct udp_ep *e, uint32_t first, uint32_t vlen, struct xdg_
 				}
 			}
 		}
-		if (h->msg_flags & MSG_TRUNC) {
+		/* a datagram over the MTU is truncated, also where the
+		 * buffers are big for runs and the kernel coalesced one while
+		 * gro was on (it is off now: no UDP_GRO to cut it by) */
+		if ((h->msg_flags & MSG_TRUNC) || (e->rseg[s] == len && len > d->mtu)) {
 			d->stats.rx_truncated++;
 			e->rseg[s] = 0;
 		} else if (!(e->rsrc[s] = addr_get(e, (struct sockaddr *)&e->rsa[s],
@@ -587,8 +591,12 @@ static int udp_set_gro(struct xdg *d, bool on)
 
 	if (!e->gro_bufs)
 		return -EINVAL;
-	if (setsockopt(e->fd, SOL_UDP, UDP_GRO, &v, sizeof(v)) < 0)
-		return errno == ENOPROTOOPT ? -EOPNOTSUPP : -errno;
+	if (e->gro_none)
+		return -EOPNOTSUPP;
+	if (setsockopt(e->fd, SOL_UDP, UDP_GRO, &v, sizeof(v)) < 0) {
+		e->gro_none = errno == ENOPROTOOPT;
+		return e->gro_none ? -EOPNOTSUPP : -errno;
+	}
 	d->gro = on;
 	return 0;
 }
@@ -601,6 +609,7 @@ static int udp_reset(struct xdg *d, uint32_t qkey)
 	socklen_t l = sizeof(soerr);
 
 	(void)qkey;
+	e->pend_slot = e->pend_end = e->pend_off = 0;	/* nothing of before */
 	do {
 		rx_rearm(e, 0, e->rx_depth);
 		n = recvmmsg(e->fd, e->rmsg, e->rx_depth, MSG_DONTWAIT, NULL);
@@ -618,7 +627,7 @@ static int udp_wait(struct xdg *d, uint64_t timeout_ns)
 			       (long)(timeout_ns % 1000000000ull) };
 	int rc;
 
-	if (e->txc_head != e->txc_tail)
+	if (e->txc_head != e->txc_tail || e->pend_slot < e->pend_end)
 		return 1;
 	rc = ppoll(&p, 1, &ts, NULL);
 	if (rc < 0)
@@ -730,6 +739,7 @@ static struct xdg *udp_open(const struct xuri *u, const struct xdg_opts *o, char
 	 * are big enough either way */
 	e->gro_bufs = o->gro;
 	e->base.gro = o->gro && setsockopt(e->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+	e->gro_none = o->gro && !e->base.gro && errno == ENOPROTOOPT;
 	set_buf(e->fd, SO_SNDBUFFORCE, SO_SNDBUF, o->sndbuf ? o->sndbuf : BUF_DEFAULT);
 	set_buf(e->fd, SO_RCVBUFFORCE, SO_RCVBUF, o->rcvbuf ? o->rcvbuf : BUF_DEFAULT);
 	e->base.port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port

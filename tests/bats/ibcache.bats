@@ -397,8 +397,10 @@ xattr_gen() { python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.ib
 	mkdir -p "$C" "$out"
 	mkdata f 40000
 	run_tool 2 "$F" --cache "$C" -p udp://127.0.0.1:1 --gen 5 --length 100 f
-	[[ $stderr == *"--cache needs the size and generation of f: give --origin, --local, or --gen and --size"* ]] || die "$stderr"
+	[[ $stderr == *"--cache needs the size and generation of f: give --origin, or --gen and --size"* ]] || die "$stderr"
 	[ "${#stderr_lines[@]}" -eq 1 ]
+	run_tool 2 "$F" --cache "$C" --local "$ORG/f" --origin "$ORG/f" f
+	[[ $stderr == *"--cache is the local copy: not with --local"* ]] || die "$stderr"
 	run_tool 1 "$F" --cache "$BATS_TEST_TMPDIR/none" --origin "$ORG/f" f
 	[[ $stderr == *"--cache $BATS_TEST_TMPDIR/none: f: No such file or directory"* ]] || die "$stderr"
 	[ "${#stderr_lines[@]}" -eq 1 ]

@@ -376,6 +376,22 @@ static void test_gso_gro(void **state)
 	xdg_get_stats(r[0], &st);
 	assert_true(st.rx_runs > runs_before);
 	assert_int_equal(st.rx_truncated, 0);
+	{	/* a reset drops what a run left pending, and xdg_wait sees it */
+		struct xdg_dgram dg[10];
+		struct xdg_wc wc[8];
+		uint64_t end = xtime_ns() + 5 * XTIME_NS_PER_S;
+
+		for (int i = 0; i < 10; i++)
+			dg[i] = (struct xdg_dgram){ .to = to[0], .buf = buf[i], .len = 1000 };
+		assert_int_equal(xdg_send_dgrams(c, dg, 10, 0), 10);
+		while (xdg_poll(r[0], wc, 1) == 0 && xtime_ns() < end)
+			xdg_wait(r[0], 100 * XTIME_NS_PER_MS);
+		/* eight more are pending in a run, or queued: either wakes a waiter */
+		assert_int_equal(xdg_poll(r[0], wc, 1), 1);
+		assert_int_equal(xdg_wait(r[0], 0), 1);
+		assert_int_equal(xdg_reset(r[0], 0), 0);
+		assert_int_equal(xdg_poll(r[0], wc, 8), 0);
+	}
 	xdg_get_stats(r[1], &st);
 	assert_int_equal(st.rx_runs, 0);
 	xdg_close(c);
