@@ -14,23 +14,6 @@
 #include "core/xtime.h"
 #include "rtrs/rtrs_srv_pri.h"
 
-static const char hex[] = "0123456789abcdef";
-
-/* "xxxxxxxx-xxxx-..." for the log: uuids are raw bytes on the wire. */
-static const char *uuid_str(const uint8_t u[16], char buf[37])
-{
-	char *p = buf;
-
-	for (int i = 0; i < 16; i++) {
-		if (i == 4 || i == 6 || i == 8 || i == 10)
-			*p++ = '-';
-		*p++ = hex[u[i] >> 4];
-		*p++ = hex[u[i] & 15];
-	}
-	*p = '\0';
-	return buf;
-}
-
 void rtrs_srv_opts_default(struct rtrs_srv_opts *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -146,142 +129,6 @@ int rtrs_srv_fd(const struct rtrs_srv *srv) { return srv->epfd; }
 
 /* --- sessions and paths -------------------------------------------------- */
 
-static bool sess_live(const struct rtrs_srv_sess *s)
-{
-	for (const struct srv_path *p = s->paths; p; p = p->next)
-		if (p->state != RTRS_SRV_CLOSING)
-			return true;
-	return false;
-}
-
-/* get_or_create_srv: a session whose paths are all closing is not joined
- * (the kernel's refcount_inc_not_zero); a new one takes its uuid. */
-static struct rtrs_srv_sess *sess_find(struct rtrs_srv *srv, const uint8_t uuid[16])
-{
-	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next)
-		if (!memcmp(s->paths_uuid, uuid, 16) && !s->dying && (s->npaths == 0 || sess_live(s)))
-			return s;
-	return NULL;
-}
-
-static struct rtrs_srv_sess *sess_new(struct rtrs_srv *srv, const uint8_t uuid[16])
-{
-	struct rtrs_srv_sess *s = calloc(1, sizeof(*s));
-
-	if (!s)
-		return NULL;
-	s->srv = srv;
-	memcpy(s->paths_uuid, uuid, 16);
-	/* The chunk pool: queue_depth buffers of chunk_size, allocated once
-	 * per session as the kernel does (seed 002: "memory allocated once on
-	 * server at session establishment"), shared by all its paths. */
-	s->chunks_len = (size_t)srv->o.queue_depth * srv->o.chunk_size;
-	s->chunks = mmap(NULL, s->chunks_len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (s->chunks == MAP_FAILED) {
-		free(s);
-		return NULL;
-	}
-	s->next = srv->sessions;
-	srv->sessions = s;
-	return s;
-}
-
-static void sess_free(struct rtrs_srv_sess *s)
-{
-	struct rtrs_srv_sess **pp = &s->srv->sessions;
-
-	while (*pp && *pp != s)
-		pp = &(*pp)->next;
-	if (*pp)
-		*pp = s->next;
-	munmap(s->chunks, s->chunks_len);
-	free(s);
-}
-
-static struct srv_path *path_find(struct rtrs_srv_sess *s, const uint8_t uuid[16])
-{
-	for (struct srv_path *p = s->paths; p; p = p->next)
-		if (!memcmp(p->sess_uuid, uuid, 16) && p->state != RTRS_SRV_CLOSING)
-			return p;
-	return NULL;
-}
-
-/* The host part of "ADDR:PORT" / "[ADDR]:PORT". */
-static void host_of(const char *peer, char *out, size_t len)
-{
-	const char *c = strrchr(peer, ':');
-	size_t n = c ? (size_t)(c - peer) : strlen(peer);
-
-	if (n >= 2 && peer[0] == '[' && peer[n - 1] == ']') {
-		peer++;
-		n -= 2;
-	}
-	snprintf(out, len, "%.*s", (int)n, peer);
-}
-
-static bool wildcard(const char *host)
-{
-	return !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !host[0];
-}
-
-/* __is_path_w_addr_exists: another live path of the session between the
- * same two addresses (ours: the one the client connected to, also behind
- * a wildcard listener; "" when the transport could not say). */
-static bool path_addr_exists(const struct rtrs_srv_sess *s, const char *peer_host,
-			     const char *local_host)
-{
-	if (!local_host[0])
-		return false;
-	for (const struct srv_path *p = s->paths; p; p = p->next)
-		if (p->state != RTRS_SRV_CLOSING && !strcmp(p->peer_host, peer_host) &&
-		    !strcmp(p->local_host, local_host))
-			return true;
-	return false;
-}
-
-static struct srv_path *path_new(struct rtrs_srv_sess *s, const struct rtrs_conn_req *cr,
-				 const char *peer, const char *local_host, unsigned li)
-{
-	struct rtrs_srv *srv = s->srv;
-	struct srv_path *p = calloc(1, sizeof(*p)), **pp;
-
-	if (!p)
-		return NULL;
-	p->con = calloc(cr->cid_num, sizeof(*p->con));
-	p->ops = calloc(srv->o.queue_depth, sizeof(*p->ops));
-	if (!p->con || !p->ops) {
-		free(p->con);
-		free(p->ops);
-		free(p);
-		return NULL;
-	}
-	p->sess = s;
-	p->state = RTRS_SRV_CONNECTING;
-	memcpy(p->sess_uuid, cr->sess_uuid, 16);
-	snprintf(p->peer, sizeof(p->peer), "%s", peer);
-	host_of(peer, p->peer_host, sizeof(p->peer_host));
-	snprintf(p->local_host, sizeof(p->local_host), "%s", local_host);
-	p->listener = li;
-	p->scheme = srv->lsn[li].uri.scheme;
-	p->cid_num = cr->cid_num;
-	p->recon_cnt = cr->recon_cnt;
-	p->created_ns = srv->now;
-	p->hb.latency_ns = -1;
-	p->bindq_tail = &p->bindq;
-	p->bound_tail = &p->bound;
-	for (uint32_t i = 0; i < srv->o.queue_depth; i++) {
-		p->ops[i].path = p;
-		p->ops[i].buf_id = i;
-	}
-	/* arrival order, for status */
-	for (pp = &s->paths; *pp; pp = &(*pp)->next)
-		;
-	*pp = p;
-	s->npaths++;
-	return p;
-}
-
 /* The session's chunks in this path's domain: one region for all of them,
  * or with always_invalidate one region and one window per chunk (rxe
  * checks a window's requests against the bounds of the region under it,
@@ -362,24 +209,6 @@ static void path_teardown(struct srv_path *p)
 	p->cid_up = 0;
 }
 
-void srv_path_close(struct srv_path *p, const char *why)
-{
-	char u[37];
-
-	if (p->state == RTRS_SRV_CLOSING)
-		return;
-	p->state = RTRS_SRV_CLOSING;
-	p->why = why;
-	p->info_pending = false;
-	p->sess->srv->reap = true;
-	if (why) {
-		p->sess->srv->closed++;
-		xlog_info("path %s of session '%s' (%s) closed: %s", p->peer,
-			  p->sess->sessname[0] ? p->sess->sessname : "?",
-			  uuid_str(p->sess_uuid, u), why);
-	}
-}
-
 /* Frees a closing path whose requests are all answered; the session's last
  * established path going takes the session down (rtrs_srv_sess_down, after
  * the kernel's wait for in-flight requests). */
@@ -387,7 +216,6 @@ static void path_reap(struct srv_path *p)
 {
 	struct rtrs_srv_sess *s = p->sess;
 	struct rtrs_srv *srv = s->srv;
-	struct srv_path **pp;
 
 	if (!p->torn) {
 		path_teardown(p);
@@ -395,16 +223,8 @@ static void path_reap(struct srv_path *p)
 	}
 	if (p->st.inflight)
 		return;
-	for (pp = &s->paths; *pp && *pp != p; pp = &(*pp)->next)
-		;
-	if (*pp)
-		*pp = p->next;
-	s->npaths--;
-	if (p->established && --s->paths_up == 0 && srv->ops.sess_ev)
+	if (srv_path_unlink(p) && srv->ops.sess_ev)
 		srv->ops.sess_ev(srv->ctx, s, RTRS_SRV_SESS_DOWN);
-	free(p->con);
-	free(p->ops);
-	free(p);
 }
 
 /* --- connection requests ------------------------------------------------- */
@@ -465,57 +285,26 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 	struct rtrs_conn_req cr;
 	struct rtrs_conn_rsp rsp = { 0 };
 	uint8_t rbuf[RTRS_CONN_RSP_LEN];
-	char peer[64], host[64], local[64] = "", err[256];
-	struct rtrs_srv_sess *s;
+	char peer[64], local[64] = "", err[256];
+	const char *why;
 	struct srv_path *p;
 	struct srv_con *c;
 	struct xrc_opts xo;
 	struct xrc *x;
 	size_t len;
 	const void *pd = xrc_req_data(rq, &len);
-	int rc = rtrs_conn_req_decode(pd, len, &cr);
+	int rc;
 
 	snprintf(peer, sizeof(peer), "%s", xrc_req_peer(rq));
-	host_of(peer, host, sizeof(host));
 	/* the address the client connected to: on a wildcard listener the
 	 * transport says which (the kernel compares the route's addresses) */
 	if (xrc_req_local(rq)[0])
-		host_of(xrc_req_local(rq), local, sizeof(local));
-	else if (!wildcard(srv->lsn[li].uri.host))
+		srv_host_of(xrc_req_local(rq), local, sizeof(local));
+	else if (!srv_wildcard(srv->lsn[li].uri.host))
 		snprintf(local, sizeof(local), "%s", srv->lsn[li].uri.host);
-	/* rtrs_rdma_connect: a malformed request is refused with -ECONNRESET */
+	rc = srv_admit(srv, li, pd, len, peer, local, &cr, &p, &why);
 	if (rc < 0)
-		return reject(srv, rq, -ECONNRESET,
-			      rc == -EPROTO ? "bad magic" :
-			      rc == -EPROTONOSUPPORT ? "unsupported major version" :
-			      rc == -EMSGSIZE ? "short conn_req" : "cid or cid_num out of range");
-	if (srv->o.allow && srv->o.allow(srv->o.allow_ctx ? srv->o.allow_ctx : srv->ctx, host, NULL) < 0)
-		return reject(srv, rq, -EACCES, "not in the allow list");
-	s = sess_find(srv, cr.paths_uuid);
-	if (!s) {
-		if (!cr.first_conn)
-			return reject(srv, rq, -ENXIO, "not the first connection of an unknown session");
-		s = sess_new(srv, cr.paths_uuid);
-		if (!s)
-			return reject(srv, rq, -ENOMEM, "no memory for the session's chunks");
-	}
-	p = path_find(s, cr.sess_uuid);
-	if (p) {
-		if (p->state != RTRS_SRV_CONNECTING)
-			return reject(srv, rq, -ECONNRESET, "path already established");
-		if (cr.cid_num != p->cid_num)
-			return reject(srv, rq, -ECONNRESET, "cid_num differs from the path's");
-		if (p->con[cr.cid])
-			return reject(srv, rq, -ECONNRESET, "connection already exists");
-	} else {
-		if (s->npaths >= RTRS_MAX_PATHS_NUM)
-			return reject(srv, rq, -ECONNRESET, "too many paths");
-		if (path_addr_exists(s, host, local))
-			return reject(srv, rq, -EEXIST, "a path between these addresses exists");
-		p = path_new(s, &cr, peer, local, li);
-		if (!p)
-			return reject(srv, rq, -ENOMEM, "out of memory");
-	}
+		return reject(srv, rq, rc, why);
 	rsp.queue_depth = (uint16_t)srv->o.queue_depth;
 	rsp.max_hdr_size = RTRS_MAX_HDR_SIZE;
 	rsp.max_io_size = srv->o.chunk_size - RTRS_MAX_HDR_SIZE;
@@ -542,8 +331,7 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 	c->cid = cr.cid;
 	c->sq_cap = xrc_sq_depth(x);
 	c->wait_tail = &c->wait;
-	p->con[cr.cid] = c;
-	p->cid_up++;
+	srv_con_attached(p, cr.cid, c);
 	{
 		struct epoll_event ev = { .events = EPOLLIN };
 
@@ -581,21 +369,6 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 }
 
 /* --- the INFO exchange --------------------------------------------------- */
-
-/* Another session's path already uses the name (the kernel's
- * exist_pathname: -EPERM). */
-static bool name_taken(const struct rtrs_srv *srv, const struct rtrs_srv_sess *self,
-		       const char *name)
-{
-	for (const struct rtrs_srv_sess *s = srv->sessions; s; s = s->next) {
-		if (s == self || !memcmp(s->paths_uuid, self->paths_uuid, 16))
-			continue;
-		for (const struct srv_path *p = s->paths; p; p = p->next)
-			if (p->state != RTRS_SRV_CLOSING && !strcmp(p->sessname, name))
-				return true;
-	}
-	return false;
-}
 
 /* INFO_RSP on connection 0, once it is up: with always_invalidate the
  * chunk windows are bound first, on the same send queue, so the keys it
@@ -647,30 +420,13 @@ void srv_info_req(struct srv_con *c, const void *buf, uint32_t len)
 	struct rtrs_srv_sess *s = p->sess;
 	struct rtrs_srv *srv = s->srv;
 	struct rtrs_info_req m;
-	int rc;
+	const char *why;
 
-	if (c->cid != 0 || p->state != RTRS_SRV_CONNECTING)
-		return srv_path_close(p, "unexpected SEND");
-	/* the client sends INFO_REQ once all its connections are up */
-	if (p->cid_up != p->cid_num)
-		return srv_path_close(p, "INFO_REQ before all connections");
-	rc = rtrs_info_req_decode(buf, len, &m);
-	if (rc < 0)
-		return srv_path_close(p, rc == -EINVAL ? "INFO_REQ pathname empty or with '/' or '.'"
-					      : "malformed INFO_REQ");
-	if (name_taken(srv, s, m.pathname))
-		return srv_path_close(p, "session name used by another session (-EPERM)");
-	if (srv->o.allow && srv->o.allow(srv->o.allow_ctx ? srv->o.allow_ctx : srv->ctx, p->peer_host,
-					 m.pathname) < 0)
-		return srv_path_close(p, "not in the allow list");
-	snprintf(p->sessname, sizeof(p->sessname), "%s", m.pathname);
-	if (!s->sessname[0])
-		snprintf(s->sessname, sizeof(s->sessname), "%s", m.pathname);
+	if (srv_info_admit(p, c->cid, buf, len, &m, &why) < 0)
+		return srv_path_close(p, why);
+	srv_path_up(p, m.pathname, srv->now);
 	if (post_recv_empty(c, RTRS_SERVICE_CON_QUEUE_DEPTH, 1) < 0)
 		return srv_path_close(p, "posting receives failed");
-	p->state = RTRS_SRV_CONNECTED;
-	p->up_ns = srv->now;
-	rtrs_hb_init(&p->hb, srv->o.hb_interval_ms, srv->o.hb_missed_max, srv->now);
 	p->info_pending = true;
 	info_send(p);
 	if (p->state != RTRS_SRV_CONNECTED)
@@ -815,13 +571,10 @@ int rtrs_srv_poll(struct rtrs_srv *srv, uint64_t now)
 		}
 	}
 	if (srv->reap) {
-		struct rtrs_srv_sess *s, *sn;
-
 		srv->reap = false;
-		for (s = srv->sessions; s; s = sn) {
+		for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next) {
 			struct srv_path *p, *pn;
 
-			sn = s->next;
 			for (p = s->paths; p; p = pn) {
 				pn = p->next;
 				if (p->state == RTRS_SRV_CLOSING) {
@@ -832,11 +585,8 @@ int rtrs_srv_poll(struct rtrs_srv *srv, uint64_t now)
 			for (p = s->paths; p; p = p->next)
 				if (p->state == RTRS_SRV_CLOSING)
 					srv->reap = true;	/* requests still out */
-			if (!s->paths)
-				sess_free(s);
-			else if (!sess_live(s))
-				s->dying = true;
 		}
+		srv_tidy(srv);
 	}
 	return work;
 }
@@ -908,7 +658,7 @@ void rtrs_srv_free(struct rtrs_srv *srv)
 			p->st.inflight = 0;	/* whatever is out is abandoned */
 			path_reap(p);
 		}
-		sess_free(s);
+		srv_sess_free(s);
 	}
 	for (unsigned i = 0; i < srv->nlsn; i++)
 		xrc_listener_close(srv->lsn[i].l);

@@ -122,8 +122,38 @@ struct rtrs_srv {
 	uint64_t rejected, closed;
 };
 
-/* rtrs_srv.c */
+/* rtrs_srv_core.c: sessions and paths, without I/O */
+/* A connection request (its private data pd) from peer ("ADDR:PORT") to the
+ * local address local ("" when unknown) on listener li: the path it joins
+ * or starts, the session made where needed.  0 with *cr and *pp, or the
+ * -errno to refuse it with (the kernel's) and why. */
+int srv_admit(struct rtrs_srv *srv, unsigned li, const void *pd, size_t len, const char *peer,
+	      const char *local, struct rtrs_conn_req *cr, struct srv_path **pp, const char **why);
+/* Connection cid of p is up (c: the driver's). */
+void srv_con_attached(struct srv_path *p, uint16_t cid, struct srv_con *c);
+/* process_info_req's checks of INFO_REQ on connection cid of p: 0 with *m,
+ * or -errno and why (the path is to be closed). */
+int srv_info_admit(struct srv_path *p, uint16_t cid, const void *buf, uint32_t len,
+		   struct rtrs_info_req *m, const char **why);
+/* INFO_REQ accepted: p is connected under name. */
+void srv_path_up(struct srv_path *p, const char *name, uint64_t now);
+/* p closing (from any state; why NULL: no log line, not counted). */
 void srv_path_close(struct srv_path *p, const char *why);
+/* A closed path, its transport released, out of its session and freed.
+ * Whether it was the session's last established path (the session goes
+ * down). */
+bool srv_path_unlink(struct srv_path *p);
+/* Sessions without paths freed, those without a live path not joinable. */
+void srv_tidy(struct rtrs_srv *srv);
+bool srv_sess_live(const struct rtrs_srv_sess *s);
+void srv_sess_free(struct rtrs_srv_sess *s);
+/* The host part of "ADDR:PORT" / "[ADDR]:PORT". */
+void srv_host_of(const char *peer, char *out, size_t len);
+bool srv_wildcard(const char *host);
+/* "xxxxxxxx-xxxx-..." for the log. */
+const char *srv_uuid_str(const uint8_t u[16], char buf[37]);
+
+/* rtrs_srv.c */
 /* INFO_REQ arrived on c (connection 0, connecting): process_info_req. */
 void srv_info_req(struct srv_con *c, const void *buf, uint32_t len);
 uint32_t srv_chunk_size(const struct rtrs_srv *srv);
