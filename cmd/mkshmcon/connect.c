@@ -379,7 +379,17 @@ static void ns_to_timeout(uint64_t ns, struct timespec *ts)
 	ts->tv_nsec = (long)(ns % 1000000000u);
 }
 
-int cmd_connect(int argc, char **argv)
+/* What connect's command line asks for. */
+struct connect_opts {
+	struct shmcm_params p;
+	uint64_t wait_ns, linger_ns;
+	bool linger;
+	enum direction dir;
+};
+
+/* The command line into co and pe's flags.  -1 to go on, or the exit
+ * status (a usage error, --help). */
+static int connect_args(int argc, char **argv, struct connect_opts *co, struct pipe_end *pe)
 {
 	enum { OPT_SEND_ONLY = 256 };
 	static const struct option opts[] = {
@@ -396,72 +406,57 @@ int cmd_connect(int argc, char **argv)
 		{ "help",      no_argument,       NULL, 'h' },
 		{ 0 }
 	};
-	struct pipe_end pe = { .wake_efd = -1, .out_fd = STDOUT_FILENO, .abort_efd = -1,
-			       .sfd = -1, .quit_efd = -1 };
-	pthread_t sig_tid;
-	bool sig_started = false;
-	struct shmcm_params p = { .side = -1, .flow = SHMCM_FLOW_WAIT, .max_msg = MAX_MSG };
-	struct shmcm_upcalls uc = { on_connected, on_disconnected, on_deliver, &pe, NULL, on_eof };
-	uint64_t wait_ns = 0, linger_ns = 0;
-	bool linger = false;
-	enum direction dir = DIR_BOTH;
-	enum fin_state fin = FIN_NONE;
-	struct outcome o = { .input_open = true };
 	const char *errstr;
-	char err[256];
-	uint8_t *buf = NULL;
-	size_t have = 0;
-	int c, rc = EXIT_FAIL;
-	sigset_t mask;
+	int c;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "x:MF:w:l:vdh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'x':
 			if (!strcmp(optarg, "a") || !strcmp(optarg, "A"))
-				p.side = MBOX_SIDE_A;
+				co->p.side = MBOX_SIDE_A;
 			else if (!strcmp(optarg, "b") || !strcmp(optarg, "B"))
-				p.side = MBOX_SIDE_B;
+				co->p.side = MBOX_SIDE_B;
 			else
 				return usage_error("connect", "side '%s' must be a or b", optarg);
 			break;
 		case 'M':
-			pe.message = true;
+			pe->message = true;
 			break;
 		case 'F':
 			if (!strcmp(optarg, "wait"))
-				p.flow = SHMCM_FLOW_WAIT;
+				co->p.flow = SHMCM_FLOW_WAIT;
 			else if (!strcmp(optarg, "defer"))
-				p.flow = SHMCM_FLOW_DEFER;
+				co->p.flow = SHMCM_FLOW_DEFER;
 			else
 				return usage_error("connect", "flow '%s' must be wait or defer", optarg);
 			break;
 		case 'w':
 			if (xparse_duration(optarg, 1000000000ull, 1, 365ull * 86400 * 1000000000ull,
-					    &wait_ns, &errstr) < 0)
+					    &co->wait_ns, &errstr) < 0)
 				return usage_error("connect", "wait timeout '%s' %s", optarg, errstr);
 			break;
 		case 'l':
 			if (xparse_duration(optarg, 1000000000ull, 0, 365ull * 86400 * 1000000000ull,
-					    &linger_ns, &errstr) < 0)
+					    &co->linger_ns, &errstr) < 0)
 				return usage_error("connect", "linger time '%s' %s", optarg, errstr);
-			linger = true;
+			co->linger = true;
 			break;
 		case 'd':
-			if (dir == DIR_SEND_ONLY)
+			if (co->dir == DIR_SEND_ONLY)
 				return usage_error("connect", "-d (--recv-only) and --send-only exclude each other");
-			dir = DIR_RECV_ONLY;
+			co->dir = DIR_RECV_ONLY;
 			break;
 		case OPT_SEND_ONLY:
-			if (dir == DIR_RECV_ONLY)
+			if (co->dir == DIR_RECV_ONLY)
 				return usage_error("connect", "-d (--recv-only) and --send-only exclude each other");
-			dir = DIR_SEND_ONLY;
+			co->dir = DIR_SEND_ONLY;
 			break;
 		case 'C':
-			p.no_cma = true;
+			co->p.no_cma = true;
 			break;
 		case 'v':
-			pe.verbose = true;
+			pe->verbose = true;
 			if (xlog_level() < XLOG_INFO)
 				xlog_set_level(XLOG_INFO);
 			break;
@@ -476,14 +471,235 @@ int cmd_connect(int argc, char **argv)
 		return usage_error("connect", "connection name missing");
 	if (optind + 1 < argc)
 		return usage_error("connect", "unexpected argument '%s'", argv[optind + 1]);
-	if (p.side < 0)
+	if (co->p.side < 0)
 		return usage_error("connect", "which side? -x a or -x b");
-	if (linger && dir == DIR_SEND_ONLY)
+	if (co->linger && co->dir == DIR_SEND_ONLY)
 		return usage_error("connect", "--linger has no use with --send-only");
-	pe.name = p.name = strip_db_prefix(argv[optind]);
-	if (check_name(p.name))
+	pe->name = co->p.name = strip_db_prefix(argv[optind]);
+	if (check_name(co->p.name))
 		return EXIT_USAGE;
+	return -1;
+}
 
+/* Standard input on its way into the connection: records (-M) that
+ * straddle reads wait in buf. */
+struct input {
+	uint8_t *buf;
+	size_t have;
+	bool direct;		/* stream mode, wait flow: read into the slots */
+};
+
+/* Readable standard input into the connection.  0 to go on (end of input
+ * clears o->input_open); -1 when the loop must stop, o->failed set and
+ * the reason said. */
+static int pump_input(struct pipe_end *pe, struct input *in, struct outcome *o)
+{
+	int trc = 0;
+	bool eof = false;
+	ssize_t n;
+
+	if (in->direct) {
+		n = send_stream_direct(pe, &trc);
+		if (n == -1)
+			goto failed;
+		if (n == -3)
+			return 0;
+		eof = n == 0;
+	} else {
+		n = read(STDIN_FILENO, in->buf + in->have, IN_CHUNK);
+		if (n < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				return 0;
+			fprintf(stderr, "mkshmcon: reading stdin: %s\n", strerror(errno));
+			goto failed;
+		} else if (n == 0) {
+			eof = true;
+		} else if (!pe->message) {
+			trc = send_stream(pe, in->buf, (size_t)n);
+			if (trc == 0)
+				pe->in_bytes += (uint64_t)n;
+		} else {
+			ssize_t used;
+
+			in->have += (size_t)n;
+			used = send_records(pe, in->buf, in->have);
+			if (used < 0) {
+				trc = (int)used;
+			} else {
+				memmove(in->buf, in->buf + used, in->have - (size_t)used);
+				in->have -= (size_t)used;
+				pe->in_bytes += (uint64_t)used;
+			}
+		}
+	}
+	if (eof) {
+		if (in->have) {
+			fprintf(stderr, "mkshmcon: input ends inside a record (%zu bytes left over)\n",
+				in->have);
+			goto failed;
+		}
+		o->input_open = false;
+		return 0;
+	}
+	if (trc == -EMSGSIZE)
+		goto failed;	/* send_records said why */
+	if (trc == -ENOBUFS) {
+		fprintf(stderr, "mkshmcon: connection '%s' reset: deferred queue overflow"
+			" (the peer did not keep up; see create -d)\n", pe->name);
+		goto failed;
+	}
+	if (trc < 0 && trc != -ENOTCONN) {
+		fprintf(stderr, "mkshmcon: sending: %s\n", strerror(-trc));
+		goto failed;
+	}
+	return 0;
+failed:
+	o->failed = true;
+	return -1;
+}
+
+/* The connection's life, until it goes down, both directions are done,
+ * the linger time runs out, a signal or a failure: our end of data (CON_FIN)
+ * once connected and the input ended, the peer's reading of it, and input
+ * pumped in as the mailbox takes it. */
+static void run_connection(struct pipe_end *pe, const struct connect_opts *co,
+			   struct input *in, struct outcome *o, enum fin_state *fin)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = pe->wake_efd, .events = POLLIN },
+		{ .fd = STDIN_FILENO, .events = POLLIN },
+	};
+	bool was_up = false;
+	uint64_t deadline = co->wait_ns ? xtime_ns() + co->wait_ns : 0;
+	uint64_t tx_done_at = 0, nap = 0;
+
+	for (;;) {
+		bool up = atomic_load(&pe->up);
+		struct timespec ts, *tsp = NULL;
+		uint64_t now;
+		int nfd;
+
+		if (atomic_load(&pe->down) || atomic_load(&pe->out_err) || atomic_load(&pe->sig))
+			return;
+		if (up && !was_up) {
+			was_up = true;
+			pe->legacy_peer = !shmcm_peer_has_fin(pe->c);
+			xlog(XLOG_INFO, "connected%s", pe->legacy_peer ?
+			     " (the peer predates half-close: our end of input will close the connection)" : "");
+		}
+		/* End of our data: CON_FIN once connected, after all of it. */
+		if (up && !o->input_open && *fin == FIN_NONE) {
+			int src = shmcm_shutdown(pe->c);
+
+			if (src == 0)
+				*fin = FIN_SENT;
+			else if (src == -EOPNOTSUPP)
+				*fin = FIN_LEGACY;
+			else
+				continue;	/* going down: the next round sees it */
+			nap = 20000;
+		}
+		now = xtime_ns();
+		if (*fin != FIN_NONE && !o->tx_done && shmcm_drained(pe->c)) {
+			o->tx_done = true;
+			tx_done_at = now;
+			xlog(XLOG_INFO, "the peer has all our data (%" PRIu64 " bytes)", pe->in_bytes);
+		}
+		if (atomic_load(&pe->peer_eof))
+			o->rx_done = true;
+		/* The peer that predates CON_FIN learns of our end of data
+		 * the old way, by our close. */
+		if (o->tx_done && (o->rx_done || co->dir == DIR_SEND_ONLY || *fin == FIN_LEGACY)) {
+			if (*fin == FIN_LEGACY)
+				o->rx_done = true;
+			return;
+		}
+		if (o->tx_done && co->linger && now - tx_done_at >= co->linger_ns) {
+			o->linger_out = true;
+			return;
+		}
+		if (!up && deadline) {
+			if (now >= deadline) {
+				fprintf(stderr, "mkshmcon: connection '%s': no peer on side %s within the wait timeout\n",
+					pe->name, co->p.side ? "a" : "b");
+				o->failed = true;
+				return;
+			}
+			tsp = &ts;
+			ns_to_timeout(deadline - now, tsp);
+		} else if (*fin != FIN_NONE && !o->tx_done) {
+			/* the peer reading our last packets is not signalled:
+			 * look again soon, then less often */
+			tsp = &ts;
+			ns_to_timeout(nap, tsp);
+			if (nap < 2000000)
+				nap *= 2;
+		} else if (o->tx_done && co->linger) {
+			tsp = &ts;
+			ns_to_timeout(tx_done_at + co->linger_ns - now, tsp);
+		}
+		nfd = up && o->input_open ? 2 : 1;
+		if (ppoll(pfd, (nfds_t)nfd, tsp, NULL) < 0) {
+			if (errno == EINTR)
+				continue;
+			fprintf(stderr, "mkshmcon: poll: %s\n", strerror(errno));
+			o->failed = true;
+			return;
+		}
+		if (pfd[0].revents) {
+			uint64_t v;
+
+			if (read(pe->wake_efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				xlog_warn("eventfd: %m");
+		}
+		if (nfd == 2 && pfd[1].revents && pump_input(pe, in, o) < 0)
+			return;
+	}
+}
+
+/* After the loop: what a reset found done -- everything before the peer's
+ * CON_RST was handled, and the peer read our packets before it reset. */
+static void settle(struct pipe_end *pe, struct outcome *o, enum fin_state fin)
+{
+	o->was_up = atomic_load(&pe->up);
+	if (atomic_load(&pe->peer_eof))
+		o->rx_done = true;
+	if (fin != FIN_NONE && !o->tx_done &&
+	    (shmcm_drained(pe->c) ||
+	     /* a peer that closed cleanly had our CON_FIN, hence all before it */
+	     (fin == FIN_SENT && atomic_load(&pe->down) &&
+	      shmcm_get_peer_reason(pe->c) == SHMCM_R_CLOSED))) {
+		o->tx_done = true;
+		xlog(XLOG_INFO, "the peer has all our data (%" PRIu64 " bytes)", pe->in_bytes);
+	}
+	/* A peer that predates CON_FIN closes after its end of input, the
+	 * only end of data it can say. */
+	if (pe->legacy_peer && atomic_load(&pe->reason) == SHMCM_R_PEER_RST &&
+	    shmcm_get_peer_reason(pe->c) == SHMCM_R_LOCAL)
+		o->rx_done = true;
+}
+
+int cmd_connect(int argc, char **argv)
+{
+	struct pipe_end pe = { .wake_efd = -1, .out_fd = STDOUT_FILENO, .abort_efd = -1,
+			       .sfd = -1, .quit_efd = -1 };
+	struct connect_opts co = {
+		.p = { .side = -1, .flow = SHMCM_FLOW_WAIT, .max_msg = MAX_MSG },
+		.dir = DIR_BOTH,
+	};
+	struct shmcm_upcalls uc = { on_connected, on_disconnected, on_deliver, &pe, NULL, on_eof };
+	enum fin_state fin = FIN_NONE;
+	struct outcome o = { .input_open = true };
+	struct input in = { 0 };
+	pthread_t sig_tid;
+	bool sig_started = false;
+	char err[256];
+	int rc = connect_args(argc, argv, &co, &pe);
+	sigset_t mask;
+
+	if (rc >= 0)
+		return rc;
+	rc = EXIT_FAIL;
 	/* Signals arrive through a signalfd, read by a thread of their own
 	 * (every thread, the library's too, has them blocked). */
 	signal(SIGPIPE, SIG_IGN);
@@ -496,8 +712,8 @@ int cmd_connect(int argc, char **argv)
 	pe.wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pe.abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pe.quit_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	buf = malloc(IN_CHUNK + MAX_MSG + 4);
-	if (pe.sfd < 0 || pe.wake_efd < 0 || pe.abort_efd < 0 || pe.quit_efd < 0 || !buf) {
+	in.buf = malloc(IN_CHUNK + MAX_MSG + 4);
+	if (pe.sfd < 0 || pe.wake_efd < 0 || pe.abort_efd < 0 || pe.quit_efd < 0 || !in.buf) {
 		fprintf(stderr, "mkshmcon: setup: %s\n", strerror(errno));
 		goto out;
 	}
@@ -505,7 +721,7 @@ int cmd_connect(int argc, char **argv)
 	grow_pipe(STDIN_FILENO);
 	grow_pipe(STDOUT_FILENO);
 	pe.out_fd = open_out();
-	pe.c = shmcm_open(&p, &uc, err, sizeof(err));
+	pe.c = shmcm_open(&co.p, &uc, err, sizeof(err));
 	if (!pe.c) {
 		fprintf(stderr, "mkshmcon: %s\n", err);
 		goto out;
@@ -515,187 +731,19 @@ int cmd_connect(int argc, char **argv)
 		goto out_close;
 	}
 	sig_started = true;
-	xlog(XLOG_INFO, "side %s of '%s' attached, connecting", p.side ? "b" : "a", pe.name);
+	xlog(XLOG_INFO, "side %s of '%s' attached, connecting", co.p.side ? "b" : "a", pe.name);
 	shmcm_connect(pe.c);
 
-	struct pollfd pfd[2] = {
-		{ .fd = pe.wake_efd, .events = POLLIN },
-		{ .fd = STDIN_FILENO, .events = POLLIN },
-	};
-	bool direct = !pe.message && p.flow == SHMCM_FLOW_WAIT;
-	bool was_up = false;
-	uint64_t deadline = wait_ns ? xtime_ns() + wait_ns : 0;
-	uint64_t tx_done_at = 0, nap = 0;
-
-	if (dir == DIR_RECV_ONLY)
+	in.direct = !pe.message && co.p.flow == SHMCM_FLOW_WAIT;
+	if (co.dir == DIR_RECV_ONLY)
 		o.input_open = false;
-	for (;;) {
-		bool up = atomic_load(&pe.up);
-		struct timespec ts, *tsp = NULL;
-		uint64_t now;
-
-		if (atomic_load(&pe.down) || atomic_load(&pe.out_err) || atomic_load(&pe.sig))
-			break;
-		if (up && !was_up) {
-			was_up = true;
-			pe.legacy_peer = !shmcm_peer_has_fin(pe.c);
-			xlog(XLOG_INFO, "connected%s", pe.legacy_peer ?
-			     " (the peer predates half-close: our end of input will close the connection)" : "");
-		}
-		/* End of our data: CON_FIN once connected, after all of it. */
-		if (up && !o.input_open && fin == FIN_NONE) {
-			int src = shmcm_shutdown(pe.c);
-			if (src == 0)
-				fin = FIN_SENT;
-			else if (src == -EOPNOTSUPP)
-				fin = FIN_LEGACY;
-			else
-				continue;	/* going down: the next round sees it */
-			nap = 20000;
-		}
-		now = xtime_ns();
-		if (fin != FIN_NONE && !o.tx_done && shmcm_drained(pe.c)) {
-			o.tx_done = true;
-			tx_done_at = now;
-			xlog(XLOG_INFO, "the peer has all our data (%" PRIu64 " bytes)", pe.in_bytes);
-		}
-		if (atomic_load(&pe.peer_eof))
-			o.rx_done = true;
-		/* The peer that predates CON_FIN learns of our end of data
-		 * the old way, by our close. */
-		if (o.tx_done && (o.rx_done || dir == DIR_SEND_ONLY || fin == FIN_LEGACY)) {
-			if (fin == FIN_LEGACY)
-				o.rx_done = true;
-			break;
-		}
-		if (o.tx_done && linger && now - tx_done_at >= linger_ns) {
-			o.linger_out = true;
-			break;
-		}
-		if (!up && deadline) {
-			if (now >= deadline) {
-				fprintf(stderr, "mkshmcon: connection '%s': no peer on side %s within the wait timeout\n",
-					pe.name, p.side ? "a" : "b");
-				o.failed = true;
-				break;
-			}
-			tsp = &ts;
-			ns_to_timeout(deadline - now, tsp);
-		} else if (fin != FIN_NONE && !o.tx_done) {
-			/* the peer reading our last packets is not signalled:
-			 * look again soon, then less often */
-			tsp = &ts;
-			ns_to_timeout(nap, tsp);
-			if (nap < 2000000)
-				nap *= 2;
-		} else if (o.tx_done && linger) {
-			tsp = &ts;
-			ns_to_timeout(tx_done_at + linger_ns - now, tsp);
-		}
-		int nfd = up && o.input_open ? 2 : 1;
-		if (ppoll(pfd, (nfds_t)nfd, tsp, NULL) < 0) {
-			if (errno == EINTR)
-				continue;
-			fprintf(stderr, "mkshmcon: poll: %s\n", strerror(errno));
-			o.failed = true;
-			break;
-		}
-		if (pfd[0].revents) {
-			uint64_t v;
-			if (read(pe.wake_efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-				xlog_warn("eventfd: %m");
-		}
-		if (nfd < 2 || !pfd[1].revents)
-			continue;
-
-		int trc = 0;
-		bool eof = false;
-		ssize_t n;
-
-		if (direct) {
-			n = send_stream_direct(&pe, &trc);
-			if (n == -1) {
-				o.failed = true;
-				break;
-			}
-			if (n == -3)
-				continue;
-			eof = n == 0;
-		} else {
-			n = read(STDIN_FILENO, buf + have, IN_CHUNK);
-			if (n < 0) {
-				if (errno == EINTR || errno == EAGAIN)
-					continue;
-				fprintf(stderr, "mkshmcon: reading stdin: %s\n", strerror(errno));
-				o.failed = true;
-				break;
-			} else if (n == 0) {
-				eof = true;
-			} else if (!pe.message) {
-				trc = send_stream(&pe, buf, (size_t)n);
-				if (trc == 0)
-					pe.in_bytes += (uint64_t)n;
-			} else {
-				ssize_t used;
-				have += (size_t)n;
-				used = send_records(&pe, buf, have);
-				if (used < 0) {
-					trc = (int)used;
-				} else {
-					memmove(buf, buf + used, have - (size_t)used);
-					have -= (size_t)used;
-					pe.in_bytes += (uint64_t)used;
-				}
-			}
-		}
-		if (eof) {
-			if (have) {
-				fprintf(stderr, "mkshmcon: input ends inside a record (%zu bytes left over)\n", have);
-				o.failed = true;
-				break;
-			}
-			o.input_open = false;
-			continue;
-		}
-		if (trc == -EMSGSIZE) {
-			o.failed = true;	/* send_records said why */
-			break;
-		}
-		if (trc == -ENOBUFS) {
-			fprintf(stderr, "mkshmcon: connection '%s' reset: deferred queue overflow"
-				" (the peer did not keep up; see create -d)\n", pe.name);
-			o.failed = true;
-			break;
-		}
-		if (trc < 0 && trc != -ENOTCONN) {
-			fprintf(stderr, "mkshmcon: sending: %s\n", strerror(-trc));
-			o.failed = true;
-			break;
-		}
-	}
-
-	/* What a reset found done: everything before the peer's CON_RST was
-	 * handled, and the peer read our packets before it reset. */
-	o.was_up = atomic_load(&pe.up);
-	if (atomic_load(&pe.peer_eof))
-		o.rx_done = true;
-	if (fin != FIN_NONE && !o.tx_done &&
-	    (shmcm_drained(pe.c) ||
-	     /* a peer that closed cleanly had our CON_FIN, hence all before it */
-	     (fin == FIN_SENT && atomic_load(&pe.down) &&
-	      shmcm_get_peer_reason(pe.c) == SHMCM_R_CLOSED))) {
-		o.tx_done = true;
-		xlog(XLOG_INFO, "the peer has all our data (%" PRIu64 " bytes)", pe.in_bytes);
-	}
-	/* A peer that predates CON_FIN closes after its end of input, the
-	 * only end of data it can say. */
-	if (pe.legacy_peer && atomic_load(&pe.reason) == SHMCM_R_PEER_RST &&
-	    shmcm_get_peer_reason(pe.c) == SHMCM_R_LOCAL)
-		o.rx_done = true;
-	rc = exit_status(&pe, &o, dir);
+	run_connection(&pe, &co, &in, &o, &fin);
+	settle(&pe, &o, fin);
+	rc = exit_status(&pe, &o, co.dir);
 out_close:
 	if (sig_started) {
 		uint64_t one = 1;
+
 		if (write(pe.quit_efd, &one, sizeof(one)) < 0)
 			xlog_warn("eventfd: %m");
 		pthread_join(sig_tid, NULL);
@@ -703,7 +751,7 @@ out_close:
 	/* close sends CON_RST when still connected */
 	shmcm_close(pe.c);
 out:
-	free(buf);
+	free(in.buf);
 	if (pe.out_fd > STDOUT_FILENO)
 		close(pe.out_fd);
 	int fds[] = { pe.sfd, pe.wake_efd, pe.abort_efd, pe.quit_efd };
