@@ -277,7 +277,20 @@ static void server_free(struct server *s)
 enum { OPT_MTU = 256, OPT_RECV, OPT_SEND, OPT_STATES, OPT_MEM, OPT_TTL, OPT_RESIDENT, OPT_SPIN,
        OPT_NAME, OPT_CTL };
 
-int cmd_serve(int argc, char **argv)
+/* What serve's command line asks for (the engine's limits go straight into
+ * the server). */
+struct serve_opts {
+	const char *listen[MAX_LISTEN], *root, *name, *ctlp;
+	int nlisten;
+	uint32_t mtu;
+	uint64_t spin_ns;		/* UINT64_MAX: the default for this machine */
+	bool verbose;
+	struct ibc_export_opts xo;
+};
+
+/* The command line into so and s's limits.  -1 to go on, or the exit
+ * status (a usage error, --help). */
+static int serve_args(int argc, char **argv, struct serve_opts *so, struct server *s)
 {
 	static const struct option lo[] = {
 		{ "listen", required_argument, NULL, 'l' },
@@ -297,35 +310,26 @@ int cmd_serve(int argc, char **argv)
 		{ 0 }
 	};
 	static const char *const os = "l:e:vh";
-	static struct server srv;
-	struct server *s = &srv;
-	struct ibc_export_opts xo = { 0 };
-	const char *listen[MAX_LISTEN], *root = NULL, *name = NULL, *ctlp = NULL, *es;
-	uint64_t v, spin_ns = UINT64_MAX, idle_since, next_timer = 0, next_ctl = 0;
-	uint32_t mtu = 0;
-	int nlisten = 0, c, epfd = -1, ret = EXIT_FAIL;
-	bool verbose = false;
-	struct xctl *ctl = NULL;
-	char err[512], path[256];
+	const char *es;
+	uint64_t v;
+	int c;
 
 	opterr = 0;
-	s->recv_depth = 512;
-	s->send_depth = 1024;
 	while ((c = getopt_long(argc, argv, os, lo, NULL)) != -1) {
 		switch (c) {
 		case 'l':
-			if (nlisten == MAX_LISTEN)
+			if (so->nlisten == MAX_LISTEN)
 				return usage_error("at most %d -l", MAX_LISTEN);
-			listen[nlisten++] = optarg;
+			so->listen[so->nlisten++] = optarg;
 			break;
 		case 'e':
-			root = optarg;
+			so->root = optarg;
 			break;
 		case OPT_MTU:
 			if (xparse_size(optarg, GFCC_MTU_MIN, GFCC_MTU_MAX, &v, &es) < 0)
 				return usage_error("--mtu: '%s' %s (%u..%u)", optarg, es, GFCC_MTU_MIN,
 						   GFCC_MTU_MAX);
-			mtu = (uint32_t)v;
+			so->mtu = (uint32_t)v;
 			break;
 		case OPT_RECV:
 		case OPT_SEND:
@@ -350,20 +354,21 @@ int cmd_serve(int argc, char **argv)
 						   optarg, es);
 			break;
 		case OPT_RESIDENT:
-			xo.resident_only = true;
+			so->xo.resident_only = true;
 			break;
 		case OPT_SPIN:
-			if (xparse_duration(optarg, XTIME_NS_PER_US, 0, XTIME_NS_PER_S, &spin_ns, &es) < 0)
+			if (xparse_duration(optarg, XTIME_NS_PER_US, 0, XTIME_NS_PER_S, &so->spin_ns,
+					    &es) < 0)
 				return usage_error("--spin: '%s' %s (0..1s; a bare number is us)", optarg, es);
 			break;
 		case OPT_NAME:
-			name = optarg;
+			so->name = optarg;
 			break;
 		case OPT_CTL:
-			ctlp = optarg;
+			so->ctlp = optarg;
 			break;
 		case 'v':
-			verbose = true;
+			so->verbose = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -374,57 +379,29 @@ int cmd_serve(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
-	if (!root)
+	if (!so->root)
 		return usage_error("no export given (-e ROOT)");
-	if (name && ctlp)
+	if (so->name && so->ctlp)
 		return usage_error("--name and --ctl both name the control socket: give one");
-	if (name && (!*name || strchr(name, '/')))
-		return usage_error("--name: '%s' is not a plain name", name);
-	if (!nlisten)
-		listen[nlisten++] = "udp://0.0.0.0:7480";
+	if (so->name && (!*so->name || strchr(so->name, '/')))
+		return usage_error("--name: '%s' is not a plain name", so->name);
+	if (!so->nlisten)
+		so->listen[so->nlisten++] = "udp://0.0.0.0:7480";
+	return -1;
+}
 
-	s->x = ibc_export_open(root, &xo, err, sizeof(err));
-	if (!s->x)
-		return fail("-e %s", err);
-	for (int i = 0; i < nlisten; i++)
-		if ((c = add_listener(s, listen[i], mtu)) != EXIT_OK) {
-			server_free(s);
-			return c;
-		}
-	fflush(stdout);
-	s->started_ns = xtime_ns();
+/* Requests answered until SIGINT/SIGTERM: each listener served in turn,
+ * the engines' timers every TIMER_NS, the control socket every
+ * CTL_EVERY_NS; after --spin without work, asleep in epoll until a
+ * datagram, a status request or the next timer. */
+static void serve_loop(struct server *s, struct xctl *ctl, int epfd)
+{
+	uint64_t spin_ns = s->spin_ns, idle_since = xtime_ns(), next_timer = 0, next_ctl = 0;
 
-	cli_stop_handlers();
-
-	c = ctl_path(name, ctlp, path, sizeof(path));
-	if (c == 0)
-		ctl = xctl_listen(path, err, sizeof(err));
-	if (!ctl)
-		/* serving does not depend on it: say so, and go on */
-		fprintf(stderr, PROG ": no control socket (status will not reach this server): %s%s\n",
-			c ? strerror(-c) : err, c || name || ctlp ? "" : "; give --name");
-	else if (verbose)
-		fprintf(stderr, PROG ": control socket %s\n", path);
-
-	epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (epfd < 0) {
-		fail("epoll: %s", strerror(errno));
-		goto out;
-	}
-	if (ctl) {
-		struct epoll_event e = { .events = EPOLLIN, .data.u32 = UINT32_MAX };
-
-		epoll_ctl(epfd, EPOLL_CTL_ADD, xctl_fd(ctl), &e);
-	}
-
-	if (spin_ns == UINT64_MAX)
-		spin_ns = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? DEFAULT_SPIN_NS : 0;
-	s->spin_ns = spin_ns;
-	idle_since = xtime_ns();
 	while (!cli_stop_requested) {
 		uint64_t now = xtime_ns(), wake = UINT64_MAX;
 		struct epoll_event ev[MAX_LISTEN + 1];
-		int work = 0, ms;
+		int work = 0, ms, n;
 		bool busy = false;
 
 		for (int i = 0; i < s->nl; i++) {
@@ -463,8 +440,8 @@ int cmd_serve(int argc, char **argv)
 		if (ms > 1000)
 			ms = 1000;
 		watch(s, epfd, true);
-		c = epoll_wait(epfd, ev, MAX_LISTEN + 1, ms);
-		for (int i = 0; i < c; i++)
+		n = epoll_wait(epfd, ev, MAX_LISTEN + 1, ms);
+		for (int i = 0; i < n; i++)
 			if (ev[i].data.u32 == UINT32_MAX && ctl) {
 				xctl_poll(ctl, ctl_handler, s);
 				next_ctl = xtime_ns() + CTL_EVERY_NS;
@@ -472,11 +449,62 @@ int cmd_serve(int argc, char **argv)
 		idle_since = xtime_ns();
 		/* the first poll after a sleep is work, but not spin-worthy
 		 * unless something came */
-		if (c <= 0)
+		if (n <= 0)
 			idle_since -= spin_ns;
 		else if (spin_ns)
 			watch(s, epfd, false);	/* spinning again */
 	}
+}
+
+int cmd_serve(int argc, char **argv)
+{
+	static struct server srv;
+	struct server *s = &srv;
+	struct serve_opts so = { .spin_ns = UINT64_MAX };
+	int c, epfd = -1, ret = EXIT_FAIL;
+	struct xctl *ctl = NULL;
+	char err[512], path[256];
+
+	s->recv_depth = 512;
+	s->send_depth = 1024;
+	if ((c = serve_args(argc, argv, &so, s)) >= 0)
+		return c;
+	s->x = ibc_export_open(so.root, &so.xo, err, sizeof(err));
+	if (!s->x)
+		return fail("-e %s", err);
+	for (int i = 0; i < so.nlisten; i++)
+		if ((c = add_listener(s, so.listen[i], so.mtu)) != EXIT_OK) {
+			server_free(s);
+			return c;
+		}
+	fflush(stdout);
+	s->started_ns = xtime_ns();
+
+	cli_stop_handlers();
+
+	c = ctl_path(so.name, so.ctlp, path, sizeof(path));
+	if (c == 0)
+		ctl = xctl_listen(path, err, sizeof(err));
+	if (!ctl)
+		/* serving does not depend on it: say so, and go on */
+		fprintf(stderr, PROG ": no control socket (status will not reach this server): %s%s\n",
+			c ? strerror(-c) : err, c || so.name || so.ctlp ? "" : "; give --name");
+	else if (so.verbose)
+		fprintf(stderr, PROG ": control socket %s\n", path);
+
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (epfd < 0) {
+		fail("epoll: %s", strerror(errno));
+		goto out;
+	}
+	if (ctl) {
+		struct epoll_event e = { .events = EPOLLIN, .data.u32 = UINT32_MAX };
+
+		epoll_ctl(epfd, EPOLL_CTL_ADD, xctl_fd(ctl), &e);
+	}
+	s->spin_ns = so.spin_ns != UINT64_MAX ? so.spin_ns :
+		     sysconf(_SC_NPROCESSORS_ONLN) > 1 ? DEFAULT_SPIN_NS : 0;
+	serve_loop(s, ctl, epfd);
 	ret = EXIT_OK;
 out:
 	if (epfd >= 0)
