@@ -11,7 +11,7 @@
 #include "core/log.h"
 #include "core/parse.h"
 #include "core/xtime.h"
-#include "probe/probe_wire.h"
+#include "probe/probe_srv.h"
 #include "xprt/xdev.h"
 #include "xprt/xdg.h"
 
@@ -23,13 +23,6 @@
 #include <unistd.h>
 
 #define MAX_URIS	16
-/* Buffers on top of what one client's window needs, so a few clients with
- * the same size class can run at once. */
-#define SHARE_SLACK	8
-/* Control replies one node may have waiting; more requests are ignored
- * (a client that never takes its replies must not tie up the port). */
-#define CTL_PER_NODE	8
-#define CTL_NODES	256
 #define SBUF_ALIGN	64
 
 /* A server-owned receive buffer; the header sits just before the memory
@@ -46,27 +39,10 @@ struct sbuf {
 	_Alignas(SBUF_ALIGN) unsigned char mem[];
 };
 
-struct sink_ent {
-	uint32_t node;
-	unsigned port;
-	bool used;
-	uint64_t msgs, bytes;
-};
-
-#define SINK_TABLE 1024
-
-struct dg_sess {
-	struct xdg_addr *from;
-	uint32_t session;
-	uint64_t pkts, bytes, first_ns, last_ns;
-};
-
-#define DG_SESS 256
-
 struct dgsrv {
 	struct xdg *d;
 	uint8_t *tx;		/* one MTU for replies */
-	struct dg_sess sess[DG_SESS];
+	struct probe_dgsrv core;
 };
 
 struct server {
@@ -79,11 +55,7 @@ struct server {
 	bool closing;		/* ports closing: callbacks must not re-provide */
 	uint32_t max_size;
 	struct sbuf *backlog, **backlog_tail;
-	struct sink_ent sink[SINK_TABLE];
-	struct ctl_slot {
-		uint32_t node;
-		unsigned n;
-	} ctl[CTL_NODES];
+	struct probe_srv core;		/* sink counts, control replies waiting */
 	struct dgsrv dg[MAX_URIS];
 	int ndg;
 	bool verbose;
@@ -149,32 +121,6 @@ static int ensure_buffers(struct server *s, unsigned port, enum xp_prio prio, un
 	return 0;
 }
 
-static struct sink_ent *sink_find(struct server *s, uint32_t node, unsigned port, bool add)
-{
-	unsigned i = (node * 64 + port) % SINK_TABLE;
-
-	for (unsigned n = 0; n < SINK_TABLE; n++, i = (i + 1) % SINK_TABLE) {
-		struct sink_ent *e = &s->sink[i];
-
-		if (e->used && e->node == node && e->port == port)
-			return e;
-		if (!e->used) {
-			if (!add)
-				return NULL;
-			*e = (struct sink_ent){ node, port, true, 0, 0 };
-			return e;
-		}
-	}
-	if (!add)
-		return NULL;
-	/* Full: forget everybody (counts are per test run, and a client
-	 * resets its entry with SETUP anyway). */
-	memset(s->sink, 0, sizeof(s->sink));
-	return sink_find(s, node, port, true);
-}
-
-/* --- echo ---------------------------------------------------------------- */
-
 static void echo_sent(struct xp_port *p, void *ctx, enum xp_status st);
 
 static int echo_send(struct server *s, struct sbuf *b)
@@ -239,22 +185,11 @@ struct reply {
 	unsigned port;
 };
 
-static unsigned *ctl_pending(struct server *s, uint32_t node)
-{
-	struct ctl_slot *c = &s->ctl[node % CTL_NODES];
-
-	if (c->node != node)
-		*c = (struct ctl_slot){ node, 0 };
-	return &c->n;
-}
-
 static void reply_sent(struct xp_port *p, void *ctx, enum xp_status st)
 {
 	struct reply *r = ctx;
-	unsigned *n = ctl_pending(r->s, r->node);
 
-	if (*n)
-		(*n)--;
+	probe_srv_reply_end(&r->s->core, r->node);
 	/* A client that takes no replies stops its stream: let the rest of
 	 * what waits for it go, so the port's tokens come back. */
 	if (st != XP_SUCCESS && st != XP_SEND_DROPPED)
@@ -264,18 +199,19 @@ static void reply_sent(struct xp_port *p, void *ctx, enum xp_status st)
 
 static void ctl_reply(struct server *s, const struct xp_event *ev, const struct probe_ctl *c)
 {
-	unsigned *n = ctl_pending(s, ev->sender_node);
 	struct reply *r;
 	int rc;
 
-	if (*n >= CTL_PER_NODE) {
+	if (!probe_srv_reply_begin(&s->core, ev->sender_node)) {
 		xlog_ratelimited(XLOG_INFO, "node %u: %u control replies waiting; request ignored",
-				 ev->sender_node, *n);
+				 ev->sender_node, PROBE_CTL_PER_NODE);
 		return;
 	}
 	r = malloc(sizeof(*r));
-	if (!r)
+	if (!r) {
+		probe_srv_reply_end(&s->core, ev->sender_node);
 		return;
+	}
 	r->s = s;
 	r->node = ev->sender_node;
 	r->port = ev->sender_port;
@@ -285,71 +221,39 @@ static void ctl_reply(struct server *s, const struct xp_event *ev, const struct 
 	if (rc < 0) {
 		xlog_ratelimited(XLOG_INFO, "control reply to node %u: %s", ev->sender_node,
 				 strerror(-rc));
+		probe_srv_reply_end(&s->core, ev->sender_node);
 		free(r);
-		return;
 	}
-	(*n)++;
 }
 
-/* Control messages are rare: kept out of the echo path's code. */
+/* A control request: the rules answer it (probe_srv_ctl), the buffers a
+ * SETUP needs come from here. */
 static void on_ctl(struct server *s, const struct xp_event *ev)
 {
-	struct probe_ctl c, rep;
-	int rc = probe_ctl_decode(ev->buffer, ev->length, &c);
+	struct probe_ctl_act act;
+	const struct probe_ctl *c = &act.req;
+	int rc = probe_srv_ctl(&s->core, ev->buffer, ev->length, ev->sender_node, ev->sender_port,
+			       &act);
 
+	if (rc == -EBADMSG) {
+		xlog_ratelimited(XLOG_WARN, "node %u: unexpected control message type %u",
+				 ev->sender_node, c->type);
+		return;
+	}
 	if (rc < 0) {
 		xlog_ratelimited(XLOG_WARN, "node %u port %u: bad control message (%s)",
 				 ev->sender_node, ev->sender_port, strerror(-rc));
 		return;
 	}
-	memset(&rep, 0, sizeof(rep));
-	rep.service = c.service;
-	rep.prio = c.prio;
-	rep.size = c.size;
-	rep.window = c.window;
-	rep.max_size = s->max_size;
-	switch (c.type) {
-	case PROBE_SETUP_REQ:
-		rep.type = PROBE_SETUP_REP;
-		if (c.size > s->max_size)
-			rep.status = EMSGSIZE;
-		else if (c.window == 0 || c.window > 4096)
-			rep.status = EINVAL;
-		else
-			/* A message holds its buffer from arrival until the
-			 * application is done with it -- for the echo, until
-			 * the reply is acknowledged -- while the sender already
-			 * has the next window in flight: provide for both. */
-			rep.status = ensure_buffers(s, c.service, c.prio,
-						    xp_min_size_for_length(c.size),
-						    2 * c.window + 2 + SHARE_SLACK);
-		if (c.service == PROBE_PORT_SINK) {
-			struct sink_ent *e = sink_find(s, ev->sender_node, ev->sender_port, true);
-
-			e->msgs = e->bytes = 0;
-		}
-		if (s->verbose)
-			xlog((XLOG_ERROR), "node %u (%s) port %u: %s %u x %u B, %s priority: %s",
-			     ev->sender_node, xp_node_name(s->h, ev->sender_node), ev->sender_port,
-			     c.service == PROBE_PORT_ECHO ? "ping" : "bw", c.window, c.size,
-			     c.prio ? "high" : "low", rep.status ? strerror((int)rep.status) : "ok");
-		break;
-	case PROBE_STATS_REQ: {
-		struct sink_ent *e = sink_find(s, ev->sender_node, ev->sender_port, false);
-
-		rep.type = PROBE_STATS_REP;
-		if (e) {
-			rep.msgs = e->msgs;
-			rep.bytes = e->bytes;
-		}
-		break;
-	}
-	default:
-		xlog_ratelimited(XLOG_WARN, "node %u: unexpected control message type %u",
-				 ev->sender_node, c.type);
-		return;
-	}
-	ctl_reply(s, ev, &rep);
+	if (act.buffers)
+		act.rep.status = ensure_buffers(s, c->service, c->prio, xp_min_size_for_length(c->size),
+						act.buffers);
+	if (c->type == PROBE_SETUP_REQ && s->verbose)
+		xlog((XLOG_ERROR), "node %u (%s) port %u: %s %u x %u B, %s priority: %s",
+		     ev->sender_node, xp_node_name(s->h, ev->sender_node), ev->sender_port,
+		     c->service == PROBE_PORT_ECHO ? "ping" : "bw", c->window, c->size,
+		     c->prio ? "high" : "low", act.rep.status ? strerror((int)act.rep.status) : "ok");
+	ctl_reply(s, ev, &act.rep);
 }
 
 /* Takes what the round's progress queued on every service port, up to
@@ -373,10 +277,7 @@ static int serve_ports(struct server *s)
 				continue;
 			}
 			if (i == PROBE_PORT_SINK) {
-				struct sink_ent *e = sink_find(s, ev.sender_node, ev.sender_port, true);
-
-				e->msgs++;
-				e->bytes += ev.length;
+				probe_srv_sink(&s->core, ev.sender_node, ev.sender_port, ev.length);
 			} else {
 				on_ctl(s, &ev);
 			}
@@ -389,23 +290,6 @@ static int serve_ports(struct server *s)
 
 /* --- datagrams ------------------------------------------------------------ */
 
-static struct dg_sess *dg_sess(struct dgsrv *g, struct xdg_addr *from, uint32_t session,
-			       uint64_t now)
-{
-	struct dg_sess *old = &g->sess[0];
-
-	for (int i = 0; i < DG_SESS; i++) {
-		struct dg_sess *e = &g->sess[i];
-
-		if (e->from == from && e->session == session && e->from)
-			return e;
-		if (e->last_ns < old->last_ns)
-			old = e;
-	}
-	*old = (struct dg_sess){ from, session, 0, 0, now, now };
-	return old;
-}
-
 static int serve_dg(struct dgsrv *g)
 {
 	struct xdg_wc wc[32];
@@ -413,42 +297,17 @@ static int serve_dg(struct dgsrv *g)
 	uint64_t now = xtime_ns();
 
 	for (int i = 0; i < n; i++) {
-		struct probe_dg pd;
-		struct dg_sess *e;
+		int r;
 
 		if (wc[i].op != XDG_OP_RECV || wc[i].status)
 			continue;
 		done++;
-		if (probe_dg_decode(wc[i].data, wc[i].len, &pd) < 0) {
+		r = probe_dg_input(&g->core, wc[i].src, wc[i].data, wc[i].len, now, g->tx);
+		if (r < 0)
 			xlog_ratelimited(XLOG_INFO, "%s: not an xprobe datagram (%u bytes)",
 					 xdg_addr_str(wc[i].src), wc[i].len);
-			continue;
-		}
-		switch (pd.type) {
-		case PROBE_DG_PING:
-			memcpy(g->tx, wc[i].data, wc[i].len);
-			pd.type = PROBE_DG_PONG;
-			probe_dg_encode(&pd, g->tx);
-			xdg_send(g->d, wc[i].src, g->tx, wc[i].len, 0, 0);
-			break;
-		case PROBE_DG_DATA:
-			e = dg_sess(g, wc[i].src, pd.session, now);
-			e->pkts++;
-			e->bytes += wc[i].len;
-			e->last_ns = now;
-			break;
-		case PROBE_DG_STATS_REQ:
-			e = dg_sess(g, wc[i].src, pd.session, now);
-			pd.type = PROBE_DG_STATS_REP;
-			pd.pkts = e->pkts;
-			pd.bytes = e->bytes;
-			pd.span_ns = e->last_ns - e->first_ns;
-			probe_dg_encode(&pd, g->tx);
-			xdg_send(g->d, wc[i].src, g->tx, PROBE_DG_STATS_LEN, 0, 0);
-			break;
-		default:
-			break;	/* PONG / STATS_REP are not for a server */
-		}
+		else if (r > 0)
+			xdg_send(g->d, wc[i].src, g->tx, (size_t)r, 0, 0);
 	}
 	return done;
 }
@@ -642,6 +501,7 @@ int cmd_serve(int argc, char **argv)
 		if ((rc = parse_target("serve", argv[optind + i], s->verbose, &uris[i])))
 			return rc;
 	ho.max_msg = s->max_size;
+	probe_srv_init(&s->core, s->max_size);
 
 	cli_stop_handlers();
 	s->backlog_tail = &s->backlog;
