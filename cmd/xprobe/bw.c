@@ -156,7 +156,7 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	uint64_t start, last_progress;
 	int rc, ret = EXIT_FAIL;
 
-	if ((rc = pclient_open(&c, "bw", u, o->co.spin_ns, (uint32_t)o->window)))
+	if ((rc = pclient_open(&c, "bw", u, o->co.spin_ns, (uint32_t)o->window, 0)))
 		return rc;
 	snprintf(r->target, sizeof(r->target), "%s", c.target);
 	r->transport = xuri_scheme_name(u->scheme);

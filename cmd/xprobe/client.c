@@ -49,10 +49,10 @@ void dg_local(const struct xuri *peer, struct xuri *local)
 }
 
 int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns,
-		 uint32_t window)
+		 uint32_t window, uint64_t send_timeout_ns)
 {
 	/* tokens for the window and the control messages */
-	struct xp_host_opts ho = { .send_tokens = window + 8 };
+	struct xp_host_opts ho = { .send_tokens = window + 8, .send_timeout_ns = send_timeout_ns };
 	char err[512];
 	int rc;
 

@@ -38,10 +38,12 @@ int one_target(const char *cmd, int argc, char **argv, bool verbose, struct xuri
 /* The local end for talking to a datagram peer: any address of its family. */
 void dg_local(const struct xuri *peer, struct xuri *local);
 
-/* Connects and opens the client port.  EXIT_OK or EXIT_FAIL (printed). */
-/* `window`: data messages the caller will keep in flight. */
+/* Connects and opens the client port.  EXIT_OK or EXIT_FAIL (printed).
+ * `window`: data messages the caller will keep in flight;
+ * `send_timeout_ns`: how long a send waits for a buffer at the receiver
+ * before it fails with XP_SEND_TIMED_OUT (0: the library's 10 s). */
 int pclient_open(struct pclient *c, const char *cmd, const struct xuri *u, uint64_t spin_ns,
-		 uint32_t window);
+		 uint32_t window, uint64_t send_timeout_ns);
 /* SETUP service (ECHO or SINK) for `window` messages of `size` bytes at
  * prio.  EXIT_OK, or EXIT_FAIL with the server's reason printed. */
 int pclient_setup(struct pclient *c, unsigned service, uint32_t size, enum xp_prio prio,

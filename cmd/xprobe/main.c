@@ -15,7 +15,7 @@ static const struct cmd cmds[] = {
 	{ "serve",   cmd_serve,   "URI... [-v] [--spin DURATION] [--max-mem SIZE] [--max-size SIZE]",
 	  "answer pings and bandwidth tests on every URI" },
 	{ "ping",    cmd_ping,    "URI [-c COUNT] [-i INTERVAL] [-s SIZE] [-W TIMEOUT] [--prio low|high]\n"
-	  "                    [--load SIZE] [--warmup N] [--spin DURATION] [-q] [-v]\n"
+	  "                    [--load SIZE] [--warmup N] [--port N] [--spin DURATION] [-q] [-v]\n"
 	  "                    [-o text|yaml|json]",
 	  "measure round trips" },
 	{ "bw",      cmd_bw,      "URI [-s SIZE] [-T SECONDS] [--window TOKENS] [--prio low|high]\n"

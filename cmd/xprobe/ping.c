@@ -31,6 +31,7 @@ struct ping_opts {
 	uint64_t timeout_ns;
 	uint64_t load_size;	/* 0 = no background flow */
 	uint64_t warmup;	/* round trips not counted (ports) */
+	unsigned port;		/* --port: the server's port pinged (PROBE_PORT_ECHO) */
 	bool size_set, timeout_set;
 	struct common_opts co;
 };
@@ -271,6 +272,97 @@ static int ping_loop(const struct ping_opts *o, struct pclient *c,
 	return EXIT_OK;
 }
 
+struct port_send {
+	bool done;
+	enum xp_status st;
+};
+
+static void port_sent(struct xp_port *p, void *ctx, enum xp_status st)
+{
+	struct port_send *ps = ctx;
+
+	(void)p;
+	ps->done = true;
+	ps->st = st;
+}
+
+/* --port P, another port than the echo: a message of -s bytes to port P of
+ * the server's host, -c times; each answer is its send's completion --
+ * taken into a buffer there, or the GM status that says why not (the port
+ * is closed, no buffer of that size and priority was provided there
+ * within -W, the size is not accepted there).  EXIT_OK or EXIT_FAIL after
+ * saying why. */
+static int ping_port(const struct ping_opts *o, struct pclient *c, struct ping_result *r)
+{
+	void *tx = calloc(1, o->size ? o->size : 1);
+
+	if (!tx)
+		return fail("ping", "out of memory");
+	if (o->co.fmt == XFMT_TEXT && !o->co.quiet)
+		printf("PING %s port %u (%s): %llu bytes, %s priority; the answer is the send's "
+		       "completion\n", c->target, o->port, r->transport, (unsigned long long)o->size,
+		       o->co.prio == XP_HIGH ? "high" : "low");
+	r->start_ns = xtime_ns();
+	for (uint64_t seq = 1; !o->count || seq <= o->count; seq++) {
+		struct port_send ps = { false, XP_SUCCESS };
+		uint64_t t0 = xtime_ns(), deadline = t0 + o->timeout_ns + XTIME_NS_PER_S;
+		int rc;
+
+		if (cli_stop_requested)
+			break;
+		rc = xp_send(c->p, c->node, o->port, o->co.prio, tx, o->size, port_sent, &ps);
+		if (rc < 0) {
+			free(tx);
+			return fail("ping", "%s: send to port %u: %s", c->target, o->port,
+				    strerror(-rc));
+		}
+		r->sent++;
+		/* the completion runs inside xp_receive(), which returns for
+		 * events only: look, spin, then sleep a millisecond at a time */
+		while (!ps.done && !cli_stop_requested) {
+			struct xp_event ev;
+			uint64_t now = xtime_ns();
+
+			if (now >= deadline || !xp_node_up(c->h, c->node))
+				break;
+			rc = xp_receive(c->p, &ev);
+			if (rc == 1)
+				xp_provide_receive_buffer(c->p, ev.buffer, ev.size, ev.prio);
+			else if (!ps.done && now - t0 >= o->co.spin_ns)
+				xp_host_wait(c->h, deadline - now < XTIME_NS_PER_MS ? deadline - now
+										: XTIME_NS_PER_MS);
+		}
+		if (!ps.done) {
+			free(tx);
+			if (cli_stop_requested)
+				break;
+			return fail("ping", "%s: %s", c->target, xp_node_up(c->h, c->node) ?
+				    "no completion of the send" : "connection lost");
+		}
+		if (ps.st != XP_SUCCESS) {
+			free(tx);
+			return fail("ping", "%s: port %u: %s", c->target, o->port, xp_strstatus(ps.st));
+		}
+		r->received++;
+		xhist_add(&r->rtt, xtime_ns() - t0);
+		if (o->co.fmt == XFMT_TEXT && !o->co.quiet)
+			printf("%llu bytes to %s port %u: seq=%llu delivered in %.2f us\n",
+			       (unsigned long long)o->size, c->target, o->port, (unsigned long long)seq,
+			       (xtime_ns() - t0) / 1000.0);
+		if (o->count && seq >= o->count)
+			break;
+		if (o->interval_ns) {
+			struct timespec ts = { (time_t)(o->interval_ns / XTIME_NS_PER_S),
+					       (long)(o->interval_ns % XTIME_NS_PER_S) };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	r->end_ns = xtime_ns();
+	free(tx);
+	return EXIT_OK;
+}
+
 static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct ping_result *r)
 {
 	struct pclient c;
@@ -279,8 +371,17 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 	void *tx = NULL, *rx[2] = { NULL, NULL };
 	int rc, ret = EXIT_FAIL;
 
-	if ((rc = pclient_open(&c, "ping", u, o->co.spin_ns, 1 + LOAD_WINDOW)))
+	/* another port than the echo: a GM status within -W says what
+	 * became of each message */
+	if ((rc = pclient_open(&c, "ping", u, o->co.spin_ns, 1 + LOAD_WINDOW,
+			       o->port != PROBE_PORT_ECHO ? o->timeout_ns : 0)))
 		return rc;
+	r->target = c.target;
+	r->transport = xuri_scheme_name(u->scheme);
+	if (o->port != PROBE_PORT_ECHO) {
+		ret = ping_port(o, &c, r);
+		goto out_close;
+	}
 	r->target = c.target;
 	r->transport = xuri_scheme_name(u->scheme);
 	if ((rc = pclient_setup(&c, PROBE_PORT_ECHO, (uint32_t)o->size, o->co.prio, 1)))
@@ -446,6 +547,7 @@ int cmd_ping(int argc, char **argv)
 		{ "load", required_argument, NULL, 'L' },
 		{ "spin", required_argument, NULL, OPT_SPIN },
 		{ "warmup", required_argument, NULL, 'U' },
+		{ "port", required_argument, NULL, 'T' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "output", required_argument, NULL, 'o' },
@@ -491,6 +593,15 @@ int cmd_ping(int argc, char **argv)
 			if (xparse_u64(optarg, 0, 1000000, &o.warmup, &es) < 0)
 				return usage_error("ping", "--warmup: '%s' %s", optarg, es);
 			break;
+		case 'T': {
+			uint64_t v;
+
+			if (xparse_u64(optarg, 0, XP_MAX_PORTS - 1, &v, &es) < 0)
+				return usage_error("ping", "--port: '%s' %s (0..%d)", optarg, es,
+						   XP_MAX_PORTS - 1);
+			o.port = (unsigned)v;
+			break;
+		}
 		case 'h':
 			cmd_usage(stdout, "ping");
 			return EXIT_OK;
@@ -502,6 +613,9 @@ int cmd_ping(int argc, char **argv)
 	}
 	if ((rc = one_target("ping", argc, argv, o.co.verbose, &u)))
 		return rc;
+	if (o.port != PROBE_PORT_ECHO && (is_datagram(&u) || o.load_size || o.warmup))
+		return usage_error("ping", "--port: a port of shm://, tcp:// or rdma://, without "
+				   "--load or --warmup");
 	if (is_datagram(&u)) {
 		if (o.load_size)
 			return usage_error("ping", "--load needs a port transport (shm, tcp, rdma), "

@@ -110,6 +110,30 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	[[ $output == *"rtt min/avg/p50/p99/max = "*" us"* ]]
 }
 
+@test "ping --port: a closed port and a port without buffers answer in GM's words; one with buffers takes the message" {
+	start_server tcp://127.0.0.1:0 "shm://$SHM"
+	for u in "${URIS[0]}" "shm://$SHM"; do
+		run_xprobe 1 ping "$u" --port 5 -c 1
+		[[ $stderr == "xprobe ping: $u: port 5: target port closed" ]] || die "$stderr"
+		# the sink provides buffers only for a client's SETUP: none of this size
+		run_xprobe 1 ping "$u" --port 1 -s 100 -c 1 -W 300ms
+		[[ $stderr == "xprobe ping: $u: port 1: send timed out (receiver provided no buffer)" ]] ||
+			die "$stderr"
+		# the control port has buffers for its 40-byte messages
+		run_xprobe 0 ping "$u" --port 2 -s 40 -c 3 -i 0
+		[[ ${lines[0]} == "PING $u port 2 ("*"): 40 bytes, low priority; the answer is the send's completion" ]] ||
+			die "${lines[0]}"
+		[[ ${lines[1]} == "40 bytes to $u port 2: seq=1 delivered in "*" us" ]] || die "${lines[1]}"
+		[[ $output == *"3 sent, 3 received, 0.0% loss"* ]]
+	done
+	# the server still answers pings on its echo port
+	run_xprobe 0 ping "${URIS[0]}" -c 2 -i 0
+	run_xprobe 2 ping "${URIS[0]}" --port 64
+	[[ $stderr == "xprobe ping: --port: '64' "* ]] || die "$stderr"
+	run_xprobe 2 ping udp://127.0.0.1:1 --port 2
+	[[ ${stderr_lines[0]} == "xprobe ping: --port: a port of shm://, tcp:// or rdma://, without --load or --warmup" ]] || die "$stderr"
+}
+
 @test "ping over shm" {
 	start_server "shm://$SHM"
 	run_xprobe 0 ping "shm://$SHM" -c 3 -i 0.01
