@@ -15,6 +15,7 @@
 #include "cmd.h"
 #include "core/ctl.h"
 #include "core/log.h"
+#include "core/spin.h"
 #include "core/node.h"
 #include "core/parse.h"
 #include "core/stats.h"
@@ -396,7 +397,10 @@ static int serve_args(int argc, char **argv, struct serve_opts *so, struct serve
  * datagram, a status request or the next timer. */
 static void serve_loop(struct server *s, struct xctl *ctl, int epfd)
 {
-	uint64_t spin_ns = s->spin_ns, idle_since = xtime_ns(), next_timer = 0, next_ctl = 0;
+	uint64_t next_timer = 0, next_ctl = 0;
+	struct xspin sp;
+
+	xspin_init(&sp, s->spin_ns, xtime_ns());
 
 	while (!cli_stop_requested) {
 		uint64_t now = xtime_ns(), wake = UINT64_MAX;
@@ -417,16 +421,15 @@ static void serve_loop(struct server *s, struct xctl *ctl, int epfd)
 			xctl_poll(ctl, ctl_handler, s);
 			next_ctl = now + CTL_EVERY_NS;
 		}
-		if (work || busy) {
-			bool drained = !busy && !spin_ns;
+		if (xspin_again(&sp, now, work || busy)) {
+			/* without --spin, a round that emptied every socket
+			 * may sleep at once */
+			bool drained = (work || busy) && !busy && !s->spin_ns;
 
-			for (int i = 0; i < s->nl; i++)
+			for (int i = 0; drained && i < s->nl; i++)
 				drained &= s->l[i].drained;
-			idle_since = now;
 			if (!drained)
 				continue;
-		} else if (now - idle_since < spin_ns) {
-			continue;
 		}
 		/* asleep until a datagram, a status request or the timer */
 		for (int i = 0; i < s->nl; i++) {
@@ -446,12 +449,10 @@ static void serve_loop(struct server *s, struct xctl *ctl, int epfd)
 				xctl_poll(ctl, ctl_handler, s);
 				next_ctl = xtime_ns() + CTL_EVERY_NS;
 			}
-		idle_since = xtime_ns();
 		/* the first poll after a sleep is work, but not spin-worthy
 		 * unless something came */
-		if (n <= 0)
-			idle_since -= spin_ns;
-		else if (spin_ns)
+		xspin_woke(&sp, xtime_ns(), n > 0);
+		if (n > 0 && s->spin_ns)
 			watch(s, epfd, false);	/* spinning again */
 	}
 }

@@ -4,6 +4,7 @@
 #include "cmd.h"
 #include "core/ctl.h"
 #include "core/log.h"
+#include "core/spin.h"
 #include "core/node.h"
 #include "core/parse.h"
 #include "core/xtime.h"
@@ -390,8 +391,9 @@ static int start(struct serve_state *st, struct srv_conf *c, struct xctl **ctl)
 static int loop(struct serve_state *st, struct xctl *ctl)
 {
 	struct epoll_event ev = { .events = EPOLLIN }, evs[4];
-	uint64_t idle_since = xtime_ns(), last_ctl = 0;
+	uint64_t last_ctl = 0;
 	int ep = epoll_create1(EPOLL_CLOEXEC), ret = EXIT_OK;
+	struct xspin sp;
 
 	if (ep < 0)
 		return fail("epoll: %s", strerror(errno));
@@ -403,6 +405,7 @@ static int loop(struct serve_state *st, struct xctl *ctl)
 		ev.data.u32 = 2;
 		epoll_ctl(ep, EPOLL_CTL_ADD, rnbd_srv_fd(st->rnbd), &ev);
 	}
+	xspin_init(&sp, SPIN_NS, xtime_ns());
 	while (!cli_stop_requested) {
 		uint64_t now = xtime_ns(), next;
 		int rc = rtrs_srv_poll(st->srv, now), n, tmo;
@@ -425,11 +428,7 @@ static int loop(struct serve_state *st, struct xctl *ctl)
 			if (poll(&p, 1, 0) > 0)
 				xctl_poll(ctl, ctl_handler, st);
 		}
-		if (rc > 0) {
-			idle_since = now;
-			continue;
-		}
-		if (now - idle_since < SPIN_NS || rtrs_srv_arm(st->srv))
+		if (xspin_again(&sp, now, rc > 0) || rtrs_srv_arm(st->srv))
 			continue;
 		next = rtrs_srv_next_timer(st->srv);
 		tmo = next <= now ? 0 : next - now >= 1000 * XTIME_NS_PER_MS ? 1000 :
@@ -438,9 +437,7 @@ static int loop(struct serve_state *st, struct xctl *ctl)
 		for (int i = 0; i < n; i++)
 			if (evs[i].data.u32 == 1)
 				xctl_poll(ctl, ctl_handler, st);
-		idle_since = xtime_ns();
-		if (n > 0)
-			continue;
+		xspin_woke(&sp, xtime_ns(), true);
 	}
 	close(ep);
 	return ret;

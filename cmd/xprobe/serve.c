@@ -9,6 +9,7 @@
 #include "cmd.h"
 #include "core/cc.h"
 #include "core/log.h"
+#include "core/spin.h"
 #include "core/parse.h"
 #include "core/xtime.h"
 #include "probe/probe_srv.h"
@@ -396,10 +397,10 @@ static void server_free(struct server *s)
  * EXIT_FAIL after saying why. */
 static int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
 {
-	uint64_t idle_since;
+	struct xspin sp;
 	int rc;
 
-	idle_since = xtime_ns();
+	xspin_init(&sp, spin_ns, xtime_ns());
 	while (!cli_stop_requested) {
 		int work = 0;
 
@@ -413,13 +414,7 @@ static int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
 		}
 		for (int i = 0; i < s->ndg; i++)
 			work += serve_dg(&s->dg[i]);
-		uint64_t now = xtime_ns();
-
-		if (work) {
-			idle_since = now;
-			continue;
-		}
-		if (now - idle_since < spin_ns)
+		if (xspin_again(&sp, xtime_ns(), work))
 			continue;
 		/* Progress inside one port's xp_receive() may have queued
 		 * events for a port drained before it, or frames to send. */
