@@ -120,11 +120,10 @@ cl_fetch_all() {
 	local alone=$WALL sent_alone
 	sent_alone=$(srv_status pages_sent "$T/ctl.1")
 
-	# with it: each host keeps what it fetched and serves it
-	kill_bg
-	BG_PIDS=()
-	for ((k = 1; k <= N; k++)); do cl_serve "$k"; done
-	cl_wait_serving $(seq 1 $N)
+	# with it: each host keeps what it fetched and serves it (host 1's
+	# server goes on; what it sends from here is counted from here)
+	for ((k = 2; k <= N; k++)); do cl_serve "$k"; done
+	cl_wait_serving $(seq 2 $N)
 	cl_fetch_all "$T/all.yaml" 1
 	local pages=$(((SIZE + 4095) / 4096)) sent home=0 peer=0
 	for ((k = 2; k <= N; k++)); do
@@ -135,7 +134,7 @@ cl_fetch_all() {
 		home=$((home + $(stat_of home_pages)))
 		peer=$((peer + $(stat_of peer_pages)))
 	done
-	sent=$(srv_status pages_sent "$T/ctl.1")
+	sent=$(($(srv_status pages_sent "$T/ctl.1") - sent_alone))
 	echo "# $MB MiB to 15 hosts: host 1 sent $sent pages with the cache (${pages} a copy; " \
 		"$(awk -v a="$sent" -v b="$pages" 'BEGIN { printf "%.2f", a / b }')x), $sent_alone without" >&3
 	echo "# time to the last copy: $WALL s cooperating, $alone s all from host 1" >&3
