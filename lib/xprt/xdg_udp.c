@@ -66,6 +66,7 @@ struct udp_addr {
 	struct sockaddr_storage sa;
 	socklen_t sl;
 	bool pinned;			/* from xdg_resolve(): never recycled */
+	bool nogso;			/* its route refused UDP_SEGMENT (EINVAL) */
 	struct udp_addr *hnext;
 	struct xdg_lru_node lru;	/* on the endpoint's list while unpinned */
 };
@@ -192,6 +193,7 @@ static struct udp_addr *addr_get(struct udp_ep *e, const struct sockaddr *sa, so
 	memcpy(&a->sa, sa, sl);
 	a->sl = sl;
 	a->pinned = false;
+	a->nogso = false;
 	addr_fmt(a);
 	a->hnext = e->hash[h];
 	e->hash[h] = a;
@@ -282,7 +284,7 @@ static int build_msgs(struct udp_ep *e, const struct xdg_dgram *m, int cnt, bool
 			bytes += m[i].hlen + m[i].len;
 			nd++;
 			i++;
-		} while (gso && i < cnt && m[i].to == &a->base && nd < GSO_SEGS &&
+		} while (gso && !a->nogso && i < cnt && m[i].to == &a->base && nd < GSO_SEGS &&
 			 m[i - 1].hlen + m[i - 1].len == seg && m[i].hlen + m[i].len <= seg &&
 			 m[i].hlen + m[i].len > 0 &&
 			 bytes + m[i].hlen + m[i].len <= GSO_BYTES);
@@ -323,14 +325,17 @@ static int udp_send_batch(struct xdg *d, const struct xdg_dgram *m, int n, unsig
 		while (sent < 0 && errno == EINTR);
 		/* The first message was refused for its segmentation: no
 		 * UDP_SEGMENT in this kernel (EIO: the device cannot checksum
-		 * it either), or not for this route (EINVAL: a datagram
-		 * longer than its MTU).  Without it, then. */
+		 * it either) -- none for this endpoint from now on -- or not
+		 * for this route (EINVAL, EMSGSIZE: a segment longer than the
+		 * route's MTU, which the kernel would fragment one datagram at
+		 * a time but cannot cut out of a run) -- none to that peer. */
 		if (sent < 0 && gso && e->sgrp[0] > 1 &&
-		    (errno == EINVAL || errno == EIO || errno == ENOPROTOOPT ||
+		    (errno == EINVAL || errno == EMSGSIZE || errno == EIO || errno == ENOPROTOOPT ||
 		     errno == EOPNOTSUPP)) {
-			if (errno != EINVAL)
-				e->gso_off = true;
-			gso = false;
+			if (errno == EINVAL || errno == EMSGSIZE)
+				((struct udp_addr *)m[0].to)->nogso = true;
+			else
+				gso = !(e->gso_off = true);
 			continue;
 		}
 		break;

@@ -401,6 +401,10 @@ xattr_gen() { python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.ib
 	[ "${#stderr_lines[@]}" -eq 1 ]
 	run_tool 2 "$F" --cache "$C" --local "$ORG/f" --origin "$ORG/f" f
 	[[ $stderr == *"--cache is the local copy: not with --local"* ]] || die "$stderr"
+	run_tool 2 "$F" --size 5 --origin "$ORG/f" f
+	[[ $stderr == *"--size 5: $ORG/f has 40000 bytes"* ]] || die "$stderr"
+	run_tool 2 "$F" --size lots --origin "$ORG/f" f
+	[[ $stderr == *"--size: 'lots' "* ]] || die "$stderr"
 	run_tool 1 "$F" --cache "$BATS_TEST_TMPDIR/none" --origin "$ORG/f" f
 	[[ $stderr == *"--cache $BATS_TEST_TMPDIR/none: f: No such file or directory"* ]] || die "$stderr"
 	[ "${#stderr_lines[@]}" -eq 1 ]
@@ -471,6 +475,20 @@ netns_fetch() {
 	netns_fetch 8388608
 	# the loss was there, and was repaired
 	[ "$(stat_of segments_asked)" -gt 0 ] || die "no repair under loss: $STATS"
+}
+
+@test "a path MTU smaller on the server's side (9000 here, 1500 there): runs go unsegmented to that peer, nothing lost on the way" {
+	load netns
+	netns_available || skip "network namespaces need root and iproute2 ($(id -un), $(command -v ip || echo no ip))"
+	netns_setup 1
+	# the requester asks for 9000-byte segments; the responder's route
+	# cannot cut such runs (UDP_SEGMENT: EMSGSIZE) but fragments single
+	# datagrams
+	ip -n "$NS_CLI" link set "$(_ns_dev c 0)" mtu 9000
+	ip -n "$NS_SRV" link set "$(_ns_dev s 0)" mtu 1500
+	netns_fetch 8388608
+	[ "$(stat_of retries)" -eq 0 ] && [ "$(stat_of segments_asked)" -eq 0 ] ||
+		die "segments were lost and asked for again: $STATS"
 }
 
 @test "a local firewall dropping 30% of our datagrams (output hook, EPERM): byte-exact, all from the peer" {
