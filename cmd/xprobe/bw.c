@@ -163,7 +163,8 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	if ((rc = pclient_setup(&c, PROBE_PORT_SINK, (uint32_t)o->size, o->co.prio,
 				(uint32_t)o->window)))
 		goto out_close;
-	f.buf = aligned_alloc(4096, (o->size + 4095) / 4096 * 4096 + 4096);
+	/* DMA memory: over rdma the messages go from it with no copy */
+	f.buf = xp_dma_malloc(c.p, o->size ? o->size : 1);
 	if (!f.buf) {
 		fail("bw", "out of memory for %llu-byte messages", (unsigned long long)o->size);
 		goto out_close;
@@ -214,9 +215,9 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	}
 	ret = EXIT_OK;
 out_free:
-	/* the transport may still be sending from the buffer: close first */
+	/* closing the port waits for the transport to be done with the
+	 * buffer, and frees it */
 	pclient_close(&c);
-	free(f.buf);
 	return ret;
 out_close:
 	pclient_close(&c);

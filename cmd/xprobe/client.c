@@ -149,6 +149,10 @@ static int ctl(struct pclient *c, const struct probe_ctl *req, struct probe_ctl 
 			return fail(c->cmd, "%s: connection lost", c->target);
 		if (rc == 0)
 			continue;
+		if (ev.type != XP_RECV_EVENT && ev.type != XP_HIGH_RECV_EVENT) {
+			xp_unknown(c->p, &ev);	/* our control send's callback */
+			continue;
+		}
 		if (!is_ctl_reply(c, &ev)) {
 			/* Nothing else is in flight while we talk to the server. */
 			continue;
@@ -212,6 +216,10 @@ XHOT_INLINE int pclient_wait_until(struct pclient *c, struct xp_event *ev, uint6
 			return rc;
 		if (c->lost || !xp_node_up(c->h, c->node))
 			return -ENOTCONN;
+		if (ev->type != XP_RECV_EVENT && ev->type != XP_HIGH_RECV_EVENT) {
+			xp_unknown(c->p, ev);
+			return 2;
+		}
 		if (!is_ctl_reply(c, ev))
 			return 1;
 		xp_provide_receive_buffer(c->p, ev->buffer, ev->size, XP_HIGH);

@@ -50,8 +50,9 @@ int pclient_setup(struct pclient *c, unsigned service, uint32_t size, enum xp_pr
 		  uint32_t window);
 /* STATS of the sink for our port.  EXIT_OK or EXIT_FAIL. */
 int pclient_stats(struct pclient *c, uint64_t *msgs, uint64_t *bytes);
-/* Waits for the next event that is not a control reply, running callbacks;
- * 1 event, 0 timeout, -EINTR, -ENOTCONN (connection lost). */
+/* Waits for the next message that is not a control reply: 1 with *ev, or
+ * 2 when the port's send callbacks or alarms ran instead (xp_unknown), 0
+ * timeout, -EINTR, -ENOTCONN (connection lost). */
 int pclient_wait(struct pclient *c, struct xp_event *ev, uint64_t timeout_ns);
 /* The same until `until` (xtime_ns() clock), spinning until spin_until:
  * for a caller that has just read the clock. */

@@ -233,7 +233,10 @@ static int ping_loop(const struct ping_opts *o, struct pclient *c,
 		/* the previous reply's checks and books while this one flies */
 		if (last.ev.buffer && reply_done(o, c, r, &last, tx) < 0)
 			return EXIT_FAIL;
-		rc = pclient_wait_until(c, &ev, t0 + o->timeout_ns, t0 + o->co.spin_ns);
+		/* the reply, or a failure of the ping's send */
+		do
+			rc = pclient_wait_until(c, &ev, t0 + o->timeout_ns, t0 + o->co.spin_ns);
+		while (rc == 2 && c->failed == XP_SUCCESS);
 		back_to_back = !o->interval_ns && (!o->count || seq < o->count) && seq != 0;
 		t1 = back_to_back ? 0 : xtime_ns();
 		if (rc == -EINTR || cli_stop_requested)
@@ -242,7 +245,7 @@ static int ping_loop(const struct ping_opts *o, struct pclient *c,
 			fail("ping", "%s: connection lost", c->target);
 			return EXIT_FAIL;
 		}
-		if (rc == 0 && c->failed != XP_SUCCESS) {
+		if ((rc == 0 || rc == 2) && c->failed != XP_SUCCESS) {
 			fail("ping", "%s: %s", c->target, xp_strstatus(c->failed));
 			return EXIT_FAIL;
 		}
@@ -317,8 +320,8 @@ static int ping_port(const struct ping_opts *o, struct pclient *c, struct ping_r
 				    strerror(-rc));
 		}
 		r->sent++;
-		/* the completion runs inside xp_receive(), which returns for
-		 * events only: look, spin, then sleep a millisecond at a time */
+		/* the completion runs inside xp_unknown(): look, spin, then
+		 * sleep a millisecond at a time */
 		while (!ps.done && !cli_stop_requested) {
 			struct xp_event ev;
 			uint64_t now = xtime_ns();
@@ -326,8 +329,10 @@ static int ping_port(const struct ping_opts *o, struct pclient *c, struct ping_r
 			if (now >= deadline || !xp_node_up(c->h, c->node))
 				break;
 			rc = xp_receive(c->p, &ev);
-			if (rc == 1)
+			if (rc == 1 && (ev.type == XP_RECV_EVENT || ev.type == XP_HIGH_RECV_EVENT))
 				xp_provide_receive_buffer(c->p, ev.buffer, ev.size, ev.prio);
+			else if (rc == 1)
+				xp_unknown(c->p, &ev);
 			else if (!ps.done && now - t0 >= o->co.spin_ns)
 				xp_host_wait(c->h, deadline - now < XTIME_NS_PER_MS ? deadline - now
 										: XTIME_NS_PER_MS);
@@ -389,7 +394,8 @@ static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct pi
 	if (o->load_size && (rc = pclient_setup(&c, PROBE_PORT_SINK, (uint32_t)o->load_size,
 						XP_LOW, LOAD_WINDOW)))
 		goto out_close;
-	tx = aligned_alloc(64, (o->size + 63) / 64 * 64 + 64);
+	/* DMA memory: over rdma the pings go from it with no copy */
+	tx = xp_dma_malloc(c.p, o->size ? o->size : 1);
 	for (int i = 0; i < 2; i++)
 		rx[i] = aligned_alloc(64, (xp_max_length_for_size(size_class) + 127) / 64 * 64);
 	if (!tx || !rx[0] || !rx[1]) {
@@ -430,10 +436,9 @@ out_close:
 		r->target = target;
 	}
 	/* the transport may still be sending from (or writing into) the
-	 * buffers until the port is closed */
+	 * buffers until the port is closed; closing it frees tx */
 	pclient_close(&c);
 	free(load.buf);
-	free(tx);
 	free(rx[0]);
 	free(rx[1]);
 	return ret == EXIT_OK ? EXIT_OK : (rc == EXIT_USAGE ? rc : EXIT_FAIL);

@@ -271,8 +271,12 @@ static int serve_ports(struct server *s)
 	for (unsigned i = 0; i < 3; i++) {
 		for (int k = 0; k < PORT_BURST && xp_port_pending(s->port[i]); k++) {
 			if (xp_receive(s->port[i], &ev) != 1)
-				continue;	/* that was a callback */
+				continue;
 			n++;
+			if (ev.type != XP_RECV_EVENT && ev.type != XP_HIGH_RECV_EVENT) {
+				xp_unknown(s->port[i], &ev);	/* send callbacks */
+				continue;
+			}
 			if (i == PROBE_PORT_ECHO) {
 				on_echo(s, &ev);
 				continue;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 int xpl_shm_listeners(struct xp_host *h);
@@ -28,6 +29,9 @@ const char *xp_strstatus(enum xp_status s)
 	}
 	return "unknown status";
 }
+
+static void mem_forget(struct xp_host *h, unsigned i);
+static void alarms_cancel_port(struct xp_host *h, const struct xp_port *p);
 
 static uint64_t random_nonce(void)
 {
@@ -111,6 +115,9 @@ void xp_host_free(struct xp_host *h)
 		xpl_free(h->links[i]);
 	for (unsigned i = 0; i < h->nls; i++)
 		xpl_listener_free(h->ls[i]);
+	while (h->nmem)
+		mem_forget(h, h->nmem - 1);
+	free(h->mem);
 	free(h->links);
 	pe_free(h->e);
 	close(h->epfd);
@@ -225,6 +232,29 @@ int xp_host_progress(struct xp_host *h)
 
 /* ------------------------------------------------------------- ports */
 
+/* Waits up to a second for the transports to give back every frame of
+ * port `id`'s sends (pe_frame_done), then cuts the links that still hold
+ * some: afterwards nothing reads the port's send buffers. */
+static void port_drain(struct xp_host *h, unsigned id, const char *why)
+{
+	uint64_t deadline = xtime_ns() + XTIME_NS_PER_S;
+
+	while (pe_port_refs(h->e, id) && xtime_ns() < deadline)
+		xp_host_progress(h);
+	for (uint32_t i = 0; pe_port_refs(h->e, id) && i < h->nlinks; i++)
+		if (h->links[i] && pe_node_port_refs(h->e, h->links[i]->node, id))
+			xpl_fail(h->links[i], why);
+}
+
+/* The callback of xp_send_no_callback()'s sends: never called, it marks
+ * completions that xp_receive() turns into events. */
+static void sent_event(struct xp_port *p, void *ctx, enum xp_status st)
+{
+	(void)p;
+	(void)ctx;
+	(void)st;
+}
+
 struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t errlen)
 {
 	int rc;
@@ -239,35 +269,33 @@ struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t e
 		return NULL;
 	}
 	h->ports[port_id].open = true;
+	h->zc_bytes[port_id] = 0;
 	return &h->ports[port_id];
 }
 
 void xp_close(struct xp_port *p)
 {
 	struct xp_host *h;
-	uint64_t deadline;
-	xp_send_cb cb;
-	void *ctx;
-	enum xp_status st;
+	struct pe_done d;
 
 	if (!p || !p->open)
 		return;
 	h = p->h;
 	pe_port_close(h->e, p->id);
 	p->open = false;
+	alarms_cancel_port(h, p);
 	/* The transport may still read frames of our sends (tcp sends from
 	 * the user's buffer): let it finish before the callbacks hand the
-	 * buffers back -- or, past a second, cut the links that hold them. */
-	deadline = xtime_ns() + XTIME_NS_PER_S;
-	while (pe_port_refs(h->e, p->id) && xtime_ns() < deadline)
-		xp_host_progress(h);
-	for (uint32_t i = 0; pe_port_refs(h->e, p->id) && i < h->nlinks; i++)
-		if (h->links[i] && pe_node_port_refs(h->e, h->links[i]->node, p->id))
-			xpl_fail(h->links[i], "closing a port whose frames it would not release");
-	/* port.h: pending sends complete DROPPED */
-	while (pe_next_completion(h->e, p->id, &cb, &ctx, &st))
-		if (cb)
-			cb(p, ctx, st);
+	 * buffers back and the port's registrations go. */
+	port_drain(h, p->id, "closing a port whose frames it would not release");
+	/* port.h: pending sends complete DROPPED -- the callbacks now, as
+	 * the port has no event loop any more */
+	while (pe_next_completion(h->e, p->id, &d))
+		if (d.cb && d.cb != sent_event)
+			d.cb(p, d.ctx, d.status);
+	for (unsigned i = h->nmem; i-- > 0;)
+		if (h->mem[i].port == p->id)
+			mem_forget(h, i);
 }
 
 unsigned xp_port_id(const struct xp_port *p) { return p->id; }
@@ -275,9 +303,17 @@ void xp_port_set_user(struct xp_port *p, void *user) { p->user = user; }
 void *xp_port_user(const struct xp_port *p) { return p->user; }
 unsigned xp_host_listeners(const struct xp_host *h) { return h->nls; }
 
+/* The host's next timer: the engine's retries and timeouts, and alarms. */
+static uint64_t next_timer(const struct xp_host *h)
+{
+	uint64_t t = pe_next_timer(h->e);
+
+	return h->alarms && h->alarms->due < t ? h->alarms->due : t;
+}
+
 int xp_host_timeout_ms(const struct xp_host *h, int max_ms)
 {
-	uint64_t now = xtime_ns(), t = pe_next_timer(h->e), ms;
+	uint64_t now = xtime_ns(), t = next_timer(h), ms;
 	int nshm;
 
 	if (t <= now)
@@ -329,6 +365,12 @@ XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enu
 	return rc;
 }
 
+int xp_send_no_callback(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio prio,
+			const void *buf, size_t len)
+{
+	return xp_send(p, node, dst_port, prio, buf, len, sent_event, NULL);
+}
+
 XHOT_INLINE int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size,
 					   enum xp_prio prio)
 {
@@ -342,41 +384,282 @@ void xp_set_acceptable_sizes(struct xp_port *p, enum xp_prio prio, uint64_t mask
 	pe_set_acceptable(p->h->e, p->id, (unsigned)prio, mask);
 }
 
-/* seed 001 section 2: callbacks run only inside the receive calls. */
-XINLINE void run_callbacks(struct xp_port *p)
-{
-	xp_send_cb cb;
-	void *ctx;
-	enum xp_status st;
+/* ------------------------------------------------------ the event loop */
 
-	while (p->open && pe_next_completion(p->h->e, p->id, &cb, &ctx, &st))
-		if (cb)
-			cb(p, ctx, st);
+static bool alarm_due(const struct xp_host *h, const struct xp_port *p)
+{
+	for (const struct xp_alarm *a = h->alarms; a && a->due <= h->now; a = a->next)
+		if (a->port == p)
+			return true;
+	return false;
 }
 
 XHOT_INLINE bool xp_port_pending(const struct xp_port *p)
 {
-	return p->open && pe_port_pending(p->h->e, p->id);
+	return p->open && (pe_port_pending(p->h->e, p->id) || (p->h->alarms && alarm_due(p->h, p)));
 }
 
 XHOT_INLINE int xp_receive(struct xp_port *p, struct xp_event *ev)
 {
+	struct xp_host *h = p->h;
+	xp_send_cb cb;
+
 	if (!p->open) {
 		*ev = (struct xp_event){ .type = XP_NO_EVENT };
 		return 0;
 	}
 	/* What is already queued comes first: a caller draining a busy port
 	 * must not pull more traffic in with every event it takes. */
-	if (!pe_port_pending(p->h->e, p->id))
-		xp_host_progress(p->h);
-	run_callbacks(p);
-	return pe_next_event(p->h->e, p->id, ev);
+	if (!pe_port_pending(h->e, p->id))
+		xp_host_progress(h);
+	/* seed 001 section 2: send callbacks wait for xp_unknown() */
+	if (pe_peek_completion(h->e, p->id, &cb)) {
+		struct pe_done d;
+
+		if (cb != sent_event) {
+			*ev = (struct xp_event){ .type = XP_SENT_TOKENS_EVENT };
+			return 1;
+		}
+		pe_next_completion(h->e, p->id, &d);
+		*ev = (struct xp_event){
+			.type = d.status == XP_SUCCESS ? XP_SENT_EVENT : XP_FAILED_SEND_EVENT,
+			.buffer = (void *)d.buf, .length = d.len, .prio = (enum xp_prio)d.prio,
+			.target_node = d.node, .target_port = d.dst_port, .status = d.status,
+		};
+		return 1;
+	}
+	if (h->alarms && alarm_due(h, p)) {
+		*ev = (struct xp_event){ .type = XP_ALARM_EVENT };
+		return 1;
+	}
+	return pe_next_event(h->e, p->id, ev);
+}
+
+void xp_unknown(struct xp_port *p, const struct xp_event *ev)
+{
+	struct xp_host *h = p->h;
+	struct pe_done d;
+	xp_send_cb cb;
+
+	if (!p->open)
+		return;
+	switch (ev->type) {
+	case XP_SENT_TOKENS_EVENT:
+		/* every due callback up to the next completion that is an
+		 * event of its own; each one hands its send token back */
+		while (p->open && pe_peek_completion(h->e, p->id, &cb) && cb != sent_event) {
+			pe_next_completion(h->e, p->id, &d);
+			if (d.cb)
+				d.cb(p, d.ctx, d.status);
+		}
+		break;
+	case XP_ALARM_EVENT:
+		for (;;) {
+			struct xp_alarm *a = h->alarms;
+
+			while (a && a->due <= h->now && a->port != p)
+				a = a->next;
+			if (!a || a->due > h->now || !p->open)
+				break;
+			xp_cancel_alarm(a);
+			a->cb(a->ctx);
+		}
+		break;
+	case XP_RECV_EVENT:
+	case XP_HIGH_RECV_EVENT:
+		/* the receive token goes back to the port, with its buffer */
+		pe_provide(h->e, p->id, ev->buffer, ev->size, (unsigned)ev->prio);
+		break;
+	default:
+		break;
+	}
+}
+
+/* ----------------------------------------------------------- alarms */
+
+void xp_initialize_alarm(struct xp_alarm *a)
+{
+	*a = (struct xp_alarm){ 0 };
+}
+
+void xp_cancel_alarm(struct xp_alarm *a)
+{
+	struct xp_alarm **pp;
+
+	if (!a->set)
+		return;
+	for (pp = &a->port->h->alarms; *pp; pp = &(*pp)->next)
+		if (*pp == a) {
+			*pp = a->next;
+			break;
+		}
+	a->set = false;
+	a->next = NULL;
+}
+
+void xp_set_alarm(struct xp_port *p, struct xp_alarm *a, uint64_t usecs, void (*cb)(void *ctx),
+		  void *ctx)
+{
+	struct xp_alarm **pp;
+
+	xp_cancel_alarm(a);
+	if (!p->open)
+		return;
+	a->port = p;
+	a->due = xtime_ns() + usecs * XTIME_NS_PER_US;
+	a->cb = cb;
+	a->ctx = ctx;
+	a->set = true;
+	/* by due time; equal times in the order they were set */
+	for (pp = &p->h->alarms; *pp && (*pp)->due <= a->due; pp = &(*pp)->next)
+		;
+	a->next = *pp;
+	*pp = a;
+}
+
+static void alarms_cancel_port(struct xp_host *h, const struct xp_port *p)
+{
+	struct xp_alarm **pp = &h->alarms;
+
+	while (*pp)
+		if ((*pp)->port == p) {
+			struct xp_alarm *a = *pp;
+
+			*pp = a->next;
+			a->set = false;
+			a->next = NULL;
+		} else {
+			pp = &(*pp)->next;
+		}
+}
+
+/* ------------------------------------------------------- DMA memory */
+
+static int mem_find(const struct xp_host *h, unsigned port, const void *addr, size_t len)
+{
+	const uint8_t *a = addr;
+
+	for (unsigned i = 0; i < h->nmem; i++)
+		if (h->mem[i].port == port && a < h->mem[i].addr + h->mem[i].len &&
+		    h->mem[i].addr < a + len)
+			return (int)i;
+	return -1;
+}
+
+static void mem_forget(struct xp_host *h, unsigned i)
+{
+	struct xp_mem *m = &h->mem[i];
+
+	for (unsigned j = 0; j < m->ndom; j++)
+		xrc_dereg(m->dom[j].mr);
+	if (m->dma)
+		munmap(m->addr, m->len);
+	h->mem[i] = h->mem[--h->nmem];
+}
+
+static int mem_add(struct xp_host *h, unsigned port, void *addr, size_t len, bool dma)
+{
+	if (!len)
+		return -EINVAL;
+	if (mem_find(h, port, addr, len) >= 0)
+		return -EEXIST;
+	if (h->nmem == h->memcap) {
+		unsigned cap = h->memcap ? h->memcap * 2 : 8;
+		struct xp_mem *m = realloc(h->mem, cap * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		h->mem = m;
+		h->memcap = cap;
+	}
+	h->mem[h->nmem++] = (struct xp_mem){ .addr = addr, .len = len, .port = port, .dma = dma };
+	return 0;
+}
+
+struct xrc_mr *xp_mem_mr(struct xp_host *h, struct xrc_dom *d, const void *addr, size_t len)
+{
+	const uint8_t *a = addr;
+	char err[160];
+
+	for (unsigned i = 0; i < h->nmem; i++) {
+		struct xp_mem *m = &h->mem[i];
+
+		if (a < m->addr || a + len > m->addr + m->len)
+			continue;
+		for (unsigned j = 0; j < m->ndom; j++)
+			if (m->dom[j].d == d)
+				return m->dom[j].mr;
+		if (m->ndom == XP_MEM_DOMS)
+			return NULL;
+		/* first use on this device: pin it now (a failure -- the
+		 * locked-memory limit, say -- means copies from then on) */
+		m->dom[m->ndom].d = d;
+		m->dom[m->ndom].mr = xrc_reg(d, m->addr, m->len, 0, err, sizeof(err));
+		return m->dom[m->ndom++].mr;
+	}
+	return NULL;
+}
+
+int xp_register_memory(struct xp_port *p, void *ptr, size_t len)
+{
+	if (!p->open)
+		return -EINVAL;
+	return mem_add(p->h, p->id, ptr, len, false);
+}
+
+int xp_deregister_memory(struct xp_port *p, void *ptr, size_t len)
+{
+	struct xp_host *h = p->h;
+	int i;
+
+	if (!p->open || !len)
+		return -EINVAL;
+	i = mem_find(h, p->id, ptr, len);
+	if (i < 0 || h->mem[i].addr != ptr || h->mem[i].len != len || h->mem[i].dma)
+		return -EINVAL;
+	port_drain(h, p->id, "deregistering memory its frames still use");
+	mem_forget(h, (unsigned)i);
+	return 0;
+}
+
+void *xp_dma_malloc(struct xp_port *p, size_t len)
+{
+	void *m;
+	int rc;
+
+	if (!p->open || !len) {
+		errno = EINVAL;
+		return NULL;
+	}
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	if ((rc = mem_add(p->h, p->id, m, len, true)) < 0) {
+		munmap(m, len);
+		errno = -rc;
+		return NULL;
+	}
+	return m;
+}
+
+void xp_dma_free(struct xp_port *p, void *ptr)
+{
+	struct xp_host *h = p->h;
+
+	if (!ptr)
+		return;
+	for (unsigned i = 0; i < h->nmem; i++)
+		if (h->mem[i].dma && h->mem[i].addr == ptr && h->mem[i].port == p->id) {
+			port_drain(h, p->id, "freeing DMA memory its frames still use");
+			mem_forget(h, i);
+			return;
+		}
 }
 
 /* Sleeps until something may have come in, a timer is due, or `until`. */
 static int host_wait(struct xp_host *h, uint64_t until)
 {
-	uint64_t now = xtime_ns(), t = pe_next_timer(h->e);
+	uint64_t now = xtime_ns(), t = next_timer(h);
 	struct epoll_event evs[8];
 	struct shmcm_conn *one;
 	int nshm, rc;
@@ -453,7 +736,7 @@ int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t u
 			continue;
 		/* Progress may have queued completions of other ports, or
 		 * frames still to go: sleep only when idle. */
-		if (xp_host_progress(p->h) > 0 || pe_port_pending(p->h->e, p->id))
+		if (xp_host_progress(p->h) > 0 || xp_port_pending(p))
 			continue;
 		if ((rc = host_wait(p->h, until)) < 0)
 			return rc;
@@ -486,4 +769,5 @@ void xp_drop_sends(struct xp_port *p, enum xp_prio prio, uint32_t node, unsigned
 void xp_port_stats(const struct xp_port *p, struct xp_port_stats *s)
 {
 	pe_port_stats(p->h->e, p->id, s);
+	s->zero_copy_bytes = p->h->zc_bytes[p->id];
 }

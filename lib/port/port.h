@@ -26,9 +26,32 @@
  * ceil(log2(len + 8)) and lands only in a buffer provided with that size
  * class and the message's priority.
  *
- * Callbacks run only inside xp_receive()/xp_blocking_receive() on the same
- * port, never from the send path.  Everything is single-threaded: one
- * thread calls into a host and its ports.
+ * The event loop (seed 001 section 2): xp_receive() returns one event.
+ * XP_RECV_EVENT and XP_HIGH_RECV_EVENT are messages; XP_SENT_EVENT and
+ * XP_FAILED_SEND_EVENT finish sends made with xp_send_no_callback(); every
+ * other event goes to xp_unknown(), and only there do send callbacks and
+ * alarm callbacks run -- never from the send path, never from progress:
+ *
+ *	switch (xp_receive(p, &ev) ? ev.type : XP_NO_EVENT) {
+ *	case XP_NO_EVENT:	break;
+ *	case XP_RECV_EVENT:
+ *	case XP_HIGH_RECV_EVENT: use(ev.buffer, ev.length); provide it again;
+ *				break;
+ *	default:		xp_unknown(p, &ev);
+ *	}
+ *
+ * Everything is single-threaded: one thread calls into a host and its
+ * ports.
+ *
+ * DMA memory (seed 001 section 1): xp_dma_malloc() gives memory that is
+ * registered with every RDMA device the host uses, xp_register_memory()
+ * registers memory the program already has.  Over rdma:// a send whose
+ * bytes lie in registered memory goes from that memory (the NIC gathers
+ * header and payload: no copy); any other buffer is copied into the
+ * lane's own registered buffers first.  Over tcp:// the kernel copies from
+ * the user's buffer in any case; over shm:// the sender writes the bytes
+ * once into the mailbox and the receiver copies them once into its buffer.
+ * Received messages always land in the buffers the receiver provided.
  *
  * Errors a user can act on (GM statuses, same numbers):
  *   XP_SEND_TARGET_PORT_CLOSED  the receiving port is not open
@@ -130,7 +153,9 @@ int xp_host_wait(struct xp_host *h, uint64_t timeout_ns);
 
 /* Ports. */
 struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t errlen);
-void xp_close(struct xp_port *p);	/* NULL ok; pending sends complete DROPPED */
+/* NULL ok.  Pending sends complete XP_SEND_DROPPED: their callbacks run
+ * inside xp_close() (the port has no event loop after it). */
+void xp_close(struct xp_port *p);
 unsigned xp_port_id(const struct xp_port *p);
 /* A pointer for the application, e.g. for use in send callbacks. */
 void xp_port_set_user(struct xp_port *p, void *user);
@@ -173,20 +198,48 @@ int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size, enum 
  * others fail at the sender with XP_SEND_REJECTED.  Default: all. */
 void xp_set_acceptable_sizes(struct xp_port *p, enum xp_prio prio, uint64_t mask);
 
-enum xp_event_type { XP_NO_EVENT = 0, XP_RECV_EVENT = 11, XP_HIGH_RECV_EVENT = 12 };
+/* Sends like xp_send(), with no callback: the completion comes back from
+ * xp_receive() as an XP_SENT_EVENT (buffer and length of the message, and
+ * the send token with it) or, when it failed, an XP_FAILED_SEND_EVENT with
+ * the status (GM's gm_send() and its GM_SENT_EVENT). */
+int xp_send_no_callback(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio prio,
+			const void *buf, size_t len);
+
+/* Event types keep GM's numbers where GM has them. */
+enum xp_event_type {
+	XP_NO_EVENT = 0,
+	XP_FAILED_SEND_EVENT = 1,	/* xp_send_no_callback() failed */
+	XP_ALARM_EVENT = 2,		/* for xp_unknown(): an alarm is due */
+	XP_SENT_EVENT = 3,		/* xp_send_no_callback() delivered */
+	XP_RECV_EVENT = 11,		/* a low-priority message */
+	XP_HIGH_RECV_EVENT = 12,	/* a high-priority message */
+	XP_SENT_TOKENS_EVENT = 32,	/* for xp_unknown(): send callbacks are due */
+};
 struct xp_event {
 	enum xp_event_type type;
-	void *buffer;		/* the provided buffer now holding the message */
+	void *buffer;		/* RECV: the provided buffer now holding the message;
+				 * SENT, FAILED_SEND: the buffer that was sent */
 	uint32_t length;
-	unsigned size;
+	unsigned size;		/* RECV: the size class */
 	enum xp_prio prio;
-	uint32_t sender_node;	/* unforgeable: the connection it came on */
+	uint32_t sender_node;	/* RECV: unforgeable, the connection it came on */
 	unsigned sender_port;
+	uint32_t target_node;	/* SENT, FAILED_SEND: where it went */
+	unsigned target_port;
+	enum xp_status status;	/* FAILED_SEND: why */
 };
-/* Progress (unless this port already has something queued), then due
- * send callbacks of this port, then one event.  Returns
- * 1 with *ev filled, 0 when there is none (ev->type XP_NO_EVENT). */
+/* Progress (unless this port already has something queued), then one
+ * event: due send callbacks first (as one XP_SENT_TOKENS_EVENT, or an
+ * XP_SENT_EVENT/XP_FAILED_SEND_EVENT), then a due alarm, then a message.
+ * Returns 1 with *ev filled, 0 when there is none (ev->type XP_NO_EVENT). */
 int xp_receive(struct xp_port *p, struct xp_event *ev);
+/* The handler for every event the program does not handle itself: runs the
+ * due send callbacks (XP_SENT_TOKENS_EVENT) or alarm callbacks
+ * (XP_ALARM_EVENT); a receive event passed here gives its buffer back to
+ * the port for the next message of that size and priority (GM: the
+ * receive token returns to GM).  Any other type: nothing.  A callback may
+ * send, set alarms and close the port. */
+void xp_unknown(struct xp_port *p, const struct xp_event *ev);
 /* Whether xp_receive() on this port has an event or a callback to give.
  * An application that sleeps on xp_host_fd() itself must look at this
  * (after a last xp_host_progress() that did nothing) before it sleeps:
@@ -203,10 +256,45 @@ int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout
 int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
 			      uint64_t spin_until);
 
+/* Alarms (GM's gm_set_alarm): the callback runs inside xp_unknown() for an
+ * XP_ALARM_EVENT of the port, no earlier than usecs after xp_set_alarm().
+ * The struct is the caller's and must stay put while the alarm is set.
+ * Setting a set alarm moves it; cancelling one that is not set, or
+ * already ran, does nothing; xp_close() cancels the port's alarms. */
+struct xp_alarm {
+	struct xp_alarm *next;		/* fields of the library */
+	struct xp_port *port;
+	uint64_t due;
+	void (*cb)(void *ctx);
+	void *ctx;
+	bool set;
+};
+void xp_initialize_alarm(struct xp_alarm *a);
+void xp_set_alarm(struct xp_port *p, struct xp_alarm *a, uint64_t usecs, void (*cb)(void *ctx),
+		  void *ctx);
+void xp_cancel_alarm(struct xp_alarm *a);
+
+/* DMA memory (GM's gm_dma_malloc and gm_register_memory).  Registration
+ * pins memory on the host's RDMA devices (now or when a link first needs
+ * it there) so sends from it go without a copy; without an RDMA link it
+ * only records the range.  Ranges of one port may not overlap.
+ * Deregistering waits (briefly: up to a second, then it cuts the links
+ * that would not give them back) until no transport still reads frames
+ * of this port's sends.
+ * xp_dma_malloc: page-aligned, zeroed, registered memory of len bytes, or
+ * NULL with errno.  xp_register_memory / xp_deregister_memory: 0 or -EINVAL
+ * (empty range, or not exactly a registered one), -EEXIST (overlaps one),
+ * -ENOMEM.  Closing the port frees its DMA memory and forgets its
+ * registrations. */
+void *xp_dma_malloc(struct xp_port *p, size_t len);
+void xp_dma_free(struct xp_port *p, void *ptr);
+int xp_register_memory(struct xp_port *p, void *ptr, size_t len);
+int xp_deregister_memory(struct xp_port *p, void *ptr, size_t len);
+
 /* GM's fault-tolerance calls for the stream (this port -> node:dst_port,
  * prio) after a failed send.  resume: the stream's waiting sends go out
- * again.  drop: they complete with XP_SEND_DROPPED (callbacks run inside
- * the next xp_receive). */
+ * again.  drop: they complete with XP_SEND_DROPPED (their callbacks run
+ * through the port's next XP_SENT_TOKENS_EVENT). */
 void xp_resume_sending(struct xp_port *p, enum xp_prio prio, uint32_t node, unsigned dst_port);
 void xp_drop_sends(struct xp_port *p, enum xp_prio prio, uint32_t node, unsigned dst_port);
 
@@ -215,6 +303,7 @@ struct xp_port_stats {
 	uint64_t sent_msgs, sent_bytes, recv_msgs, recv_bytes;
 	uint64_t nacks_nobuf;	/* our sends refused for want of a buffer (retried) */
 	uint64_t send_failures;
+	uint64_t zero_copy_bytes; /* sent straight from registered memory (rdma) */
 };
 void xp_port_stats(const struct xp_port *p, struct xp_port_stats *s);
 

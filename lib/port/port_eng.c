@@ -821,8 +821,7 @@ void pe_drop(struct pe_eng *e, unsigned port, unsigned prio, uint32_t node, unsi
 	s->stopped = false;
 }
 
-XHOT_INLINE int pe_next_completion(struct pe_eng *e, unsigned port, xp_send_cb *cb, void **ctx,
-				   enum xp_status *st)
+XHOT_INLINE int pe_next_completion(struct pe_eng *e, unsigned port, struct pe_done *out)
 {
 	struct pe_port *p;
 	struct pe_send *d;
@@ -832,14 +831,24 @@ XHOT_INLINE int pe_next_completion(struct pe_eng *e, unsigned port, xp_send_cb *
 	p = &e->ports[port];
 	if (!(d = sq_pop(&p->comp)))
 		return 0;
-	*cb = d->cb;
-	*ctx = d->ctx;
-	*st = (enum xp_status)d->status;
+	*out = (struct pe_done){ .cb = d->cb, .ctx = d->ctx, .status = (enum xp_status)d->status,
+				 .buf = d->buf, .len = d->len, .node = d->s->node->id,
+				 .dst_port = d->s->dst, .prio = d->s->prio };
 	/* seed 001 section 2: the callback hands the send token back */
 	d->next = p->dfree;
 	p->dfree = d;
 	p->stok++;
 	return 1;
+}
+
+XHOT_INLINE bool pe_peek_completion(const struct pe_eng *e, unsigned port, xp_send_cb *cb)
+{
+	const struct pe_send *d = port < PW_MAX_PORTS ? e->ports[port].comp.head : NULL;
+
+	if (!d)
+		return false;
+	*cb = d->cb;
+	return true;
 }
 
 XHOT_INLINE int pe_next_event(struct pe_eng *e, unsigned port, struct xp_event *ev)

@@ -110,9 +110,20 @@ void pe_set_acceptable(struct pe_eng *e, unsigned port, unsigned prio, uint64_t 
 void pe_resume(struct pe_eng *e, unsigned port, unsigned prio, uint32_t node, unsigned dst);
 void pe_drop(struct pe_eng *e, unsigned port, unsigned prio, uint32_t node, unsigned dst);
 
+/* A finished send: what its callback gets, and what it was. */
+struct pe_done {
+	xp_send_cb cb;
+	void *ctx;
+	enum xp_status status;
+	const void *buf;
+	uint32_t len;
+	uint32_t node;
+	unsigned dst_port, prio;
+};
 /* The next due completion of `port` (its send token comes back): 1, or 0. */
-int pe_next_completion(struct pe_eng *e, unsigned port, xp_send_cb *cb, void **ctx,
-		       enum xp_status *st);
+int pe_next_completion(struct pe_eng *e, unsigned port, struct pe_done *d);
+/* The callback of the next due completion, without taking it. */
+bool pe_peek_completion(const struct pe_eng *e, unsigned port, xp_send_cb *cb);
 /* The next receive event (its receive token comes back): 1, or 0. */
 int pe_next_event(struct pe_eng *e, unsigned port, struct xp_event *ev);
 bool pe_port_pending(const struct pe_eng *e, unsigned port);	/* either queued */

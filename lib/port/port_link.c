@@ -259,8 +259,9 @@ static int lane_init(struct xp_lane *ln, struct xrc *c, char *err, size_t errlen
 	if (!(ln->rxmr = xrc_reg(d, ln->rxpool, (size_t)XP_RQ_DEPTH * ln->bufsz,
 				 XRC_ACCESS_LOCAL_WRITE, err, errlen)))
 		return -errno ? -errno : -ENOMEM;
-	/* rdma sends only from registered memory: frames are copied into a
-	 * registered pool there; tcp sends straight from the user's buffer. */
+	/* rdma sends only from registered memory: headers, and payloads not
+	 * in memory the user registered, go through a registered pool there;
+	 * tcp sends straight from the user's buffer. */
 	if (rdma) {
 		ln->txpool = aligned_alloc(64, ((size_t)ln->sq * ln->bufsz + 63) & ~(size_t)63);
 		if (!ln->txpool) {
@@ -650,11 +651,25 @@ XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const s
 	t->ref = f->ref;
 	if (ln->txpool) {
 		uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
+		struct xrc_mr *mr = f->dlen ? xp_mem_mr(k->h, xrc_domain(ln->c), f->data, f->dlen)
+					    : NULL;
 
+		/* rdma sends only from registered memory: the header from the
+		 * lane's own, the payload straight from the user's when it is
+		 * registered (xp_register_memory), else copied after it */
 		memcpy(b, f->hdr, PW_HDR_LEN);
-		if (f->dlen)
-			memcpy(b + PW_HDR_LEN, f->data, f->dlen);
-		sg[0] = (struct xrc_sge){ b, PW_HDR_LEN + f->dlen, ln->txmr };
+		if (mr) {
+			unsigned src = (unsigned)f->hdr[4] << 8 | f->hdr[5];	/* port_wire.h */
+
+			if (src < XP_MAX_PORTS)
+				k->h->zc_bytes[src] += f->dlen;
+			sg[0] = (struct xrc_sge){ b, PW_HDR_LEN, ln->txmr };
+			sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, mr };
+		} else {
+			if (f->dlen)
+				memcpy(b + PW_HDR_LEN, f->data, f->dlen);
+			sg[0] = (struct xrc_sge){ b, PW_HDR_LEN + f->dlen, ln->txmr };
+		}
 	} else {
 		memcpy(t->hdr, f->hdr, PW_HDR_LEN);
 		sg[0] = (struct xrc_sge){ t->hdr, PW_HDR_LEN, NULL };

@@ -98,6 +98,21 @@ struct xp_port {
 	void *user;
 };
 
+/* A registered range (xp_register_memory, xp_dma_malloc) and its memory
+ * regions on the RDMA domains that sent from it so far. */
+#define XP_MEM_DOMS	4
+struct xp_mem {
+	uint8_t *addr;
+	size_t len;
+	unsigned port;
+	bool dma;			/* from xp_dma_malloc: unmapped at the end */
+	unsigned ndom;
+	struct {
+		struct xrc_dom *d;
+		struct xrc_mr *mr;	/* NULL: registration failed there */
+	} dom[XP_MEM_DOMS];
+};
+
 #define XP_ACCEPT_EVERY_NS 1000000ull	/* listeners are looked at every 1 ms */
 
 struct xp_host {
@@ -114,7 +129,15 @@ struct xp_host {
 	struct xp_link **links;		/* [node - 1]; NULL once freed */
 	uint32_t nlinks, cap;
 	struct xp_port ports[XP_MAX_PORTS];
+	struct xp_alarm *alarms;	/* set alarms of every port, by due time */
+	struct xp_mem *mem;		/* registered ranges */
+	unsigned nmem, memcap;
+	uint64_t zc_bytes[XP_MAX_PORTS];	/* per port: sent from registered memory */
 };
+
+/* The memory region of a registered range holding [addr, addr + len), on
+ * domain d (registered there now if need be); NULL: copy instead. */
+struct xrc_mr *xp_mem_mr(struct xp_host *h, struct xrc_dom *d, const void *addr, size_t len);
 
 /* port_link.c */
 int xpl_listen_xrc(struct xp_host *h, const struct xuri *u, char *err, size_t errlen);

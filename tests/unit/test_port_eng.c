@@ -27,16 +27,14 @@ static void cb(struct xp_port *p, void *ctx, enum xp_status st)
 	ndone++;
 }
 
-/* Runs the due callbacks of `port` as the host's xp_receive() would. */
+/* Runs the due callbacks of `port` as the host's xp_unknown() would. */
 static unsigned reap(struct pe_eng *e, unsigned port)
 {
-	xp_send_cb f;
-	void *ctx;
-	enum xp_status st;
+	struct pe_done d;
 	unsigned n = 0;
 
-	while (pe_next_completion(e, port, &f, &ctx, &st)) {
-		f(NULL, ctx, st);
+	while (pe_next_completion(e, port, &d)) {
+		d.cb(NULL, d.ctx, d.status);
 		n++;
 	}
 	return n;
