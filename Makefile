@@ -77,19 +77,22 @@ TEST_BINS := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 
 BENCH_SRC  := $(sort $(wildcard bench/*.c))
 BENCH_BINS := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+EXAMPLE_SRC  := $(sort $(wildcard doc/examples/*.c))
+EXAMPLE_BINS := $(EXAMPLE_SRC:doc/examples/%.c=$(B)/examples/%)
 
 FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 
 MANPAGES  := $(wildcard man/*.[1-8])
 
-.PHONY: FORCE all demo tools tests benches fuzz check check-unit check-bats check-fuzz \
+.PHONY: FORCE all demo tools tests benches examples fuzz check check-unit check-bats check-fuzz \
         check-man check-san check-tsan bench install uninstall clean
 
 all: tools
 tools: $(TOOL_BINS)
-tests: $(TEST_BINS)
+tests: $(TEST_BINS) $(EXAMPLE_BINS)
 benches: $(BENCH_BINS)
+examples: $(EXAMPLE_BINS)
 
 $(B)/%.o: %.c
 	@mkdir -p $(@D)
@@ -124,6 +127,12 @@ $(B)/tests/%: $(B)/tests/unit/%.o $(LIB)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lcmocka
+
+# the programming examples of doc/examples (ports, seed 001)
+$(B)/examples/%: $(B)/doc/examples/%.o $(LIB)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(B)/bench/%: $(B)/bench/%.o $(LIB)
 	@mkdir -p $(@D)

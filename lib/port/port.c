@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 int xpl_shm_listeners(struct xp_host *h);
-int xpl_shm_wait(struct shmcm_conn *c, uint64_t timeout_ns);
+int xpl_shm_wait(struct xp_host *h, struct shmcm_conn *c, uint64_t timeout_ns);
 
 const char *xp_strstatus(enum xp_status s)
 {
@@ -108,6 +108,9 @@ void xp_host_free(struct xp_host *h)
 {
 	if (!h)
 		return;
+	/* A last round out: the acknowledgements of what came in go to the
+	 * peers, whose sends then complete as delivered, not unreachable. */
+	xp_host_progress(h);
 	for (unsigned i = 0; i < XP_MAX_PORTS; i++)
 		if (h->ports[i].open)
 			pe_port_close(h->e, i);
@@ -685,7 +688,7 @@ static int host_wait(struct xp_host *h, uint64_t until)
 		if (one && !xpl_fd_links(h) && !h->nextra) {
 			uint64_t slice = t < XTIME_NS_PER_MS ? t : XTIME_NS_PER_MS;
 
-			rc = xpl_shm_wait(one, slice);
+			rc = xpl_shm_wait(h, one, slice);
 			if (rc == -EINTR)
 				return -EINTR;
 			t = 0;

@@ -1219,8 +1219,24 @@ unsigned xpl_fd_links(const struct xp_host *h)
 }
 
 /* Sleeps on the mailbox's rx ring (futex) until a packet comes or timeout. */
-int xpl_shm_wait(struct shmcm_conn *c, uint64_t timeout_ns);
-int xpl_shm_wait(struct shmcm_conn *c, uint64_t timeout_ns)
+int xpl_shm_wait(struct xp_host *h, struct shmcm_conn *c, uint64_t timeout_ns);
+int xpl_shm_wait(struct xp_host *h, struct shmcm_conn *c, uint64_t timeout_ns)
 {
+	for (uint32_t i = 0; i < h->nlinks; i++) {
+		struct xp_link *k = h->links[i];
+		uint32_t seen;
+
+		if (!k || k->dead || k->sc != c || !pe_has_tx(h->e, k->node, 0))
+			continue;
+		/* Frames wait for room in the mailbox, or for the peer to take
+		 * the low-priority frame ahead of them (tx_shm): sleep until it
+		 * takes a packet -- nothing new comes in from a peer that does
+		 * not -- after one more look, as it may have taken one since
+		 * the last. */
+		seen = shmcm_tx_taken(c);
+		if (tx_shm(k) > 0)
+			return 0;
+		return shmcm_tx_wait(c, seen, timeout_ns);
+	}
 	return shmcm_rx_wait(c, timeout_ns);
 }

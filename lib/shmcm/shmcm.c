@@ -680,6 +680,16 @@ int shmcm_rx_wait(struct shmcm_conn *c, uint64_t timeout_ns)
 	return mbox_rx_wait(c->mb, 0, timeout_ns);
 }
 
+uint32_t shmcm_tx_taken(struct shmcm_conn *c)
+{
+	return atomic_load_explicit(&c->mb->tx->tail, memory_order_acquire);
+}
+
+int shmcm_tx_wait(struct shmcm_conn *c, uint32_t seen, uint64_t timeout_ns)
+{
+	return mbox_tx_wait(c->mb->tx, seen, timeout_ns);
+}
+
 uint32_t shmcm_tx_room(struct shmcm_conn *c, uint32_t reserve, uint32_t *cap)
 {
 	struct mbox *m = c->mb;

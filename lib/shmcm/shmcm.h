@@ -173,6 +173,12 @@ uint32_t shmcm_tx_room(struct shmcm_conn *c, uint32_t reserve, uint32_t *cap);
  * rx ring or timeout_ns pass (a futex wait on the mailbox).  As
  * mbox_rx_wait(): 0, -ETIMEDOUT, -EINTR. */
 int shmcm_rx_wait(struct shmcm_conn *c, uint64_t timeout_ns);
+/* For a poll-mode sender whose packets wait for room: the count of our
+ * packets the peer has taken so far, and a wait (spin, then futex) until
+ * it takes another after `seen`, at most timeout_ns.  0, -ETIMEDOUT,
+ * -EINTR. */
+uint32_t shmcm_tx_taken(struct shmcm_conn *c);
+int shmcm_tx_wait(struct shmcm_conn *c, uint32_t seen, uint64_t timeout_ns);
 /* Destroys the end: disconnects if needed, waits for the job queue, stops
  * the threads and releases the side.  NULL ok. */
 void shmcm_close(struct shmcm_conn *c);

@@ -17,6 +17,29 @@ kill_bg() {
 	done
 }
 
+# wait_listening NAME PID OUT ERR [N]: waits (10 s at most) until the
+# server NAME, process PID, has printed N lines "listening ..." (default 1)
+# to the file OUT; fails at once, with what it said to ERR, if it exits.
+wait_listening() {
+	local name=$1 pid=$2 out=$3 err=$4 n=${5:-1} i
+	for i in $(seq 1 200); do
+		[ "$(grep -c '^listening ' "$out" 2>/dev/null)" -ge "$n" ] && return 0
+		kill -0 "$pid" 2>/dev/null || { die "$name died: $(cat "$err")"; return 1; }
+		sleep 0.05
+	done
+	die "$name did not start: $(cat "$err")"
+}
+
+# rm_mailboxes PREFIX: the shared-memory mailboxes whose names start with
+# PREFIX, removed (a test's leftovers, for teardown()).
+rm_mailboxes() {
+	local f
+	for f in /dev/shm/xprt-shmcm-"$1"*; do
+		[ -e "$f" ] && rm -f "$f"
+	done
+	return 0
+}
+
 # run_limited SECONDS LABEL EXPECTED_RC PROG ARGS...: runs PROG ARGS under
 # timeout; $output/$stderr/$status as bats sets them; stdin is the caller's.
 run_limited() {

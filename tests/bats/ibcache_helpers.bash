@@ -90,12 +90,7 @@ start_serve() {
 	SRV_PID=$!
 	BG_PIDS+=("$SRV_PID")
 	disown "$SRV_PID" 2>/dev/null	# no "Killed" notice when teardown kills it
-	for _ in $(seq 1 200); do
-		[ "$(grep -c '^listening ' "$SRV_OUT" 2>/dev/null)" -ge "$n" ] && break
-		kill -0 "$SRV_PID" 2>/dev/null || { cat "$SRV_ERR" >&2; die "ibcache-serve died"; return 1; }
-		sleep 0.05
-	done
-	[ "$(grep -c '^listening ' "$SRV_OUT")" -ge "$n" ] || die "ibcache-serve did not start: $(cat "$SRV_ERR")"
+	wait_listening ibcache-serve "$SRV_PID" "$SRV_OUT" "$SRV_ERR" "$n" || return 1
 	mapfile -t URIS < <(sed -n 's/^listening //p' "$SRV_OUT")
 }
 

@@ -37,18 +37,13 @@ teardown() {
 # 127.0.0.2 are two paths) with its own control socket; waits until it
 # listens.  Sets SRV_PID.
 start_server() {
-	local i port=$1
+	local port=$1
 	shift
 	[ -x "$RTRS_SERVER" ] || skip "rtrs-server not built ($RTRS_SERVER)"
 	"$RTRS_SERVER" -l "tcp://0.0.0.0:$port" --ctl "$T/srv.sock" "$@" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
 	SRV_PID=$!
 	BG_PIDS+=("$SRV_PID")
-	for i in $(seq 1 200); do
-		grep -q '^listening ' "$SRV_OUT" 2>/dev/null && return 0
-		kill -0 "$SRV_PID" 2>/dev/null || die "rtrs-server died: $(cat "$SRV_ERR")"
-		sleep 0.05
-	done
-	die "rtrs-server did not start: $(cat "$SRV_ERR")"
+	wait_listening rtrs-server "$SRV_PID" "$SRV_OUT" "$SRV_ERR"
 }
 
 # json EXPR: a python expression over j, the JSON in $output

@@ -24,13 +24,8 @@ setup() {
 }
 
 teardown() {
-	local f
-
 	kill_bg
-	for f in /dev/shm/xprt-shmcm-"$SHM"*; do
-		[ -e "$f" ] && rm -f "$f"
-	done
-	return 0
+	rm_mailboxes "$SHM"
 }
 
 
@@ -45,17 +40,12 @@ run_xprobe() {
 # one "listening" line per URI.  Sets SRV_PID and URIS (the bound URIs, in
 # order: port 0 replaced by the real port).
 start_server() {
-	local n=0 i a
+	local n=0 a
 	for a in "$@"; do [[ $a == *://* ]] && n=$((n + 1)); done
 	"$XPROBE" serve "$@" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
 	SRV_PID=$!
 	BG_PIDS+=($SRV_PID)
-	for i in $(seq 1 200); do
-		[ "$(grep -c '^listening ' "$SRV_OUT" 2>/dev/null)" -ge "$n" ] && break
-		kill -0 "$SRV_PID" 2>/dev/null || { cat "$SRV_ERR" >&2; die "xprobe serve died"; return 1; }
-		sleep 0.05
-	done
-	[ "$(grep -c '^listening ' "$SRV_OUT")" -ge "$n" ] || die "xprobe serve did not start: $(cat "$SRV_ERR")"
+	wait_listening "xprobe serve" "$SRV_PID" "$SRV_OUT" "$SRV_ERR" "$n" || return 1
 	mapfile -t URIS < <(sed -n 's/^listening //p' "$SRV_OUT")
 }
 
