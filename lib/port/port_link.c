@@ -809,6 +809,13 @@ static void cli_deliver(void *arg, uint32_t src, uint32_t dst, const void *data,
 	shm_input(arg, data, len);
 }
 
+static void cli_disconnected(void *arg, enum shmcm_reason why)
+{
+	struct xp_link *k = arg;
+
+	atomic_store(&k->lost, 1);
+}
+
 static void srv_deliver(void *arg, uint32_t src, uint32_t dst, const void *data, size_t len);
 
 static void srv_connected(void *arg)
@@ -977,7 +984,7 @@ int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
 {
 	struct shmcm_params p = { .name = u->name, .side = MBOX_SIDE_B, .flow = SHMCM_FLOW_WAIT,
 				  .poll = true, .no_cma = true, .max_msg = 1u << 20 };
-	struct shmcm_upcalls uc = { .deliver = cli_deliver };
+	struct shmcm_upcalls uc = { .deliver = cli_deliver, .disconnected = cli_disconnected };
 	uint64_t deadline = xtime_ns() + h->o.connect_timeout_ns;
 	struct shmcm_conn *sc;
 	/* the link exists before the connection: it is the deliver argument */
@@ -1015,6 +1022,11 @@ int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
 		free(k);
 		return -EINVAL;
 	}
+	/* what went down before is not this connection's; what goes down
+	 * from here on is (and the state says if it went already) */
+	atomic_store(&k->lost, 0);
+	if (shmcm_get_state(sc) != SHMCM_CONNECTED)
+		atomic_store(&k->lost, 1);
 	kk = k;
 	if ((rc = link_new_shm(h, sc, NULL, name, &kk)) < 0) {
 		/* link_new_shm freed k */
@@ -1058,7 +1070,8 @@ static int rx_shm(struct xp_link *k)
 		xpl_fail(k, why);
 		return n;
 	}
-	if (l ? atomic_load(&l->disconnected) != 0 : shmcm_get_state(k->sc) != SHMCM_CONNECTED) {
+	/* an atomic flag the CM thread sets: no lock in the poll loop */
+	if (l ? atomic_load(&l->disconnected) != 0 : atomic_load(&k->lost) != 0) {
 		if (l)
 			atomic_store(&l->disconnected, 0);
 		xpl_fail(k, "connection lost");
@@ -1068,16 +1081,22 @@ static int rx_shm(struct xp_link *k)
 
 static int tx_shm(struct xp_link *k)
 {
-	uint32_t cap, room = shm_room(k->sc, &cap);
+	uint32_t cap, room;
 	struct pe_frame f;
+	bool high;
 	int done = 0;
 
+	/* the idle case of a poll loop: one flag, no lock */
+	if (!pe_node_tx_maybe(k->h->e, k->node))
+		return 0;
+	room = shm_room(k->sc, &cap);
 	/* The mailbox is one FIFO for both priorities: while high priority is
 	 * in use, low-priority frames may fill only XP_SHM_LOW_SLOTS of it,
 	 * so a high-priority frame never queues behind more than that (seed
 	 * 001: priorities never block each other).  A bulk flow alone gets
-	 * the whole ring. */
-	bool high = xtime_ns() - k->high_ns < XP_HIGH_RECENT_NS;
+	 * the whole ring.  (The clock of the last progress is close enough
+	 * for a 10 ms window.) */
+	high = k->h->now - k->high_ns < XP_HIGH_RECENT_NS;
 
 	/* ...and in small pieces, so the one ahead is quick to copy. */
 	pe_node_set_low_frag(k->h->e, k->node, high ? XP_SHM_LOW_FRAG : 0);
@@ -1107,6 +1126,8 @@ static int tx_shm(struct xp_link *k)
 		room--;
 		done++;
 	}
+	if (!k->dead && !pe_has_tx(k->h->e, k->node, 0))
+		pe_node_tx_idle(k->h->e, k->node);
 	return done;
 }
 

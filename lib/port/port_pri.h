@@ -67,6 +67,8 @@ struct xp_link {
 	struct xp_listener *srv;	/* the mailbox we serve, or NULL (client) */
 	uint8_t *stage;			/* header + fragment, for shmcm_transmit */
 	uint64_t high_ns;		/* last high-priority frame seen (shm) */
+	_Atomic int lost;		/* shm client: the connection went down
+					 * (shmcm's CM thread says so) */
 	uint32_t frag;
 };
 
