@@ -126,8 +126,10 @@ static int ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 	return rc < 0 ? EXIT_FAIL : EXIT_OK;
 }
 
-static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c,
-		      struct srv_conf *cl)
+/* The command line into cl, the config file's name into *config.  EXIT_OK,
+ * -1 after --help, or a usage error. */
+static int parse_cmdline(int argc, char **argv, const char *cmd, struct srv_conf *cl,
+			 const char **config)
 {
 	enum { O_QD = 256, O_CHUNK, O_INV, O_ALLOW, O_HBI, O_HBM, O_CTL, O_IOT, O_SEARCH };
 	static const struct option lo[] = {
@@ -148,7 +150,7 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 		{ 0 }
 	};
 	static const char *const os = "l:e:c:vh";
-	const char *config = NULL, *es;
+	const char *es;
 	uint64_t v;
 	bool b;
 	int o, rc;
@@ -165,9 +167,9 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 			rc = conf_add_export(cl, cmd, "-e", optarg);
 			break;
 		case 'c':
-			if (config)
+			if (*config)
 				return usage_error(cmd, "-c given twice");
-			config = optarg;
+			*config = optarg;
 			break;
 		case O_QD:
 			if (xparse_u64(optarg, 1, RTRS_MAX_SESS_QUEUE_DEPTH, &v, &es) < 0)
@@ -233,11 +235,15 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 	if (optind < argc)
 		return usage_error(cmd, "unexpected argument '%s' (listeners go with -l, exports "
 				   "with -e)", argv[optind]);
-	/* the config first, then the command line: lists add up, and what
-	 * the command line sets wins */
-	*c = (struct srv_conf){ .always_invalidate = -1, .io_threads = -1 };
-	if (config && (rc = conf_load(c, cmd, config)))
-		return rc;
+	return EXIT_OK;
+}
+
+/* The config (already in c) and then the command line cl: lists add up,
+ * and what the command line sets wins. */
+static int merge_cmdline(struct srv_conf *c, const struct srv_conf *cl, const char *cmd)
+{
+	int rc;
+
 	for (unsigned i = 0; i < cl->nlisten; i++) {
 		if (c->nlisten >= MAX_LISTEN)
 			return usage_error(cmd, "at most %d listeners", MAX_LISTEN);
@@ -273,7 +279,12 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 	if (cl->search[0])
 		snprintf(c->search, sizeof(c->search), "%s", cl->search);
 	c->verbose = cl->verbose;
-	/* defaults and the checks that need everything */
+	return EXIT_OK;
+}
+
+/* Defaults, and the checks that need everything. */
+static int finish_conf(struct srv_conf *c, const char *cmd)
+{
 	if (!c->nexports && !c->search[0])
 		return usage_error(cmd, "nothing to export: give -e NAME=PATH[:ro] or "
 				   "--dev-search-path DIR (or exports: in the config)");
@@ -306,11 +317,14 @@ static int parse_into(int argc, char **argv, const char *cmd, struct srv_conf *c
 static int parse(int argc, char **argv, const char *cmd, struct srv_conf *c)
 {
 	struct srv_conf cl = { .always_invalidate = -1, .io_threads = -1 };
+	const char *config = NULL;
 	int rc;
 
-	c->exports = NULL;
-	c->nexports = 0;
-	rc = parse_into(argc, argv, cmd, c, &cl);
+	*c = (struct srv_conf){ .always_invalidate = -1, .io_threads = -1 };
+	if ((rc = parse_cmdline(argc, argv, cmd, &cl, &config)) == EXIT_OK &&
+	    (!config || (rc = conf_load(c, cmd, config)) == EXIT_OK) &&
+	    (rc = merge_cmdline(c, &cl, cmd)) == EXIT_OK)
+		rc = finish_conf(c, cmd);
 	free(cl.exports);
 	return rc;
 }
