@@ -39,6 +39,16 @@ static void on_signal(int sig)
 	stop = 1;
 }
 
+/* A whole decimal number, or -1. */
+static int number(const char *s, unsigned long *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoul(s, &end, 10);
+	return *s >= '0' && *s <= '9' && !*end && !errno ? 0 : -1;
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: gm-pingpong serve URI\n"
@@ -192,6 +202,8 @@ static int ping(struct xp_host *h, uint32_t node, unsigned long count, size_t si
 				xp_unknown(p, &ev);	/* runs sent() */
 			}
 		}
+		if (!back)
+			break;	/* i round trips came back */
 	}
 	/* every callback, so that every status is known */
 	while (g.in_flight && g.failed == XP_SUCCESS) {
@@ -221,8 +233,7 @@ int main(int argc, char **argv)
 	bool server = argc > 1 && !strcmp(argv[1], "serve");
 	struct xp_host_opts o = { .send_tokens = NBUF };
 	struct sigaction sa = { .sa_handler = on_signal };
-	unsigned long count = 1000;
-	size_t size = 8;
+	unsigned long count = 1000, size = 8;
 	struct xp_host *h;
 	struct xuri u;
 	char err[256];
@@ -230,12 +241,11 @@ int main(int argc, char **argv)
 
 	if (argc < 2 + server || argc > (server ? 3 : 4))
 		return usage();
-	if (!server && argc > 2)
-		count = strtoul(argv[2], NULL, 10);
-	if (!server && argc > 3)
-		size = strtoul(argv[3], NULL, 10);
+	if ((!server && argc > 2 && number(argv[2], &count) < 0) ||
+	    (!server && argc > 3 && number(argv[3], &size) < 0))
+		return usage();
 	if (size > xp_max_length_for_size(MAX_SIZE)) {
-		fprintf(stderr, "gm-pingpong: SIZE %zu over %llu\n", size,
+		fprintf(stderr, "gm-pingpong: SIZE %lu over %llu\n", size,
 			(unsigned long long)xp_max_length_for_size(MAX_SIZE));
 		return 2;
 	}

@@ -262,6 +262,7 @@ static int produce(struct xp_host *h, uint32_t node, uint64_t count)
 	struct xp_port *p = xp_open(h, 0, err, sizeof(err));
 	uint8_t *mem;
 	uint32_t marks = 0;
+	uint64_t seq = 0;
 	int rc;
 
 	if (!p) {
@@ -277,7 +278,7 @@ static int produce(struct xp_host *h, uint32_t node, uint64_t count)
 		pr.free[pr.nfree++] = slots[k].buf;
 	}
 	ctls[0].pr = ctls[1].pr = &pr;
-	for (uint64_t seq = 0; seq < count && pr.failed == XP_SUCCESS;) {
+	while (seq < count && pr.failed == XP_SUCCESS) {
 		struct slot *s;
 
 		if (!pr.nfree) {
@@ -307,15 +308,16 @@ static int produce(struct xp_host *h, uint32_t node, uint64_t count)
 	/* END once every data message is in: then the consumer has them all */
 	while (pr.in_flight && pr.failed == XP_SUCCESS && turn(p) == 0)
 		;
-	if (pr.failed == XP_SUCCESS && !pr.in_flight) {
-		if (send_ctl(p, node, &ctls[0], (struct ctl){ CTL_END, marks, count }) < 0)
+	if (pr.failed == XP_SUCCESS && !pr.in_flight && seq == count) {
+		if (send_ctl(p, node, &ctls[0], (struct ctl){ CTL_END, marks, seq }) < 0)
 			return 1;
 		while (pr.in_flight && pr.failed == XP_SUCCESS && turn(p) == 0)
 			;
 	}
-	if (pr.failed != XP_SUCCESS || pr.in_flight) {
-		fprintf(stderr, "gm-prodcons: %s\n", pr.failed != XP_SUCCESS ?
-			xp_strstatus(pr.failed) : "no progress for 5 s");
+	if (pr.failed != XP_SUCCESS || pr.in_flight || seq < count) {
+		fprintf(stderr, "gm-prodcons: %s after %llu data messages\n",
+			pr.failed != XP_SUCCESS ? xp_strstatus(pr.failed) : "no progress for 5 s",
+			(unsigned long long)seq);
 		return 1;
 	}
 	printf("produced %llu data messages and %u control messages\n",
@@ -336,8 +338,14 @@ int main(int argc, char **argv)
 
 	if (!(consumer && argc == 3) && !(producer && argc <= 4))
 		return usage();
-	if (argc == 4)
-		count = strtoull(argv[3], NULL, 10);
+	if (argc == 4) {
+		char *end;
+
+		errno = 0;
+		count = strtoull(argv[3], &end, 10);
+		if (argv[3][0] < '0' || argv[3][0] > '9' || *end || errno)
+			return usage();
+	}
 	if (xuri_parse(argv[2], 0, &u, err, sizeof(err)) < 0) {
 		fprintf(stderr, "gm-prodcons: %s\n", err);
 		return 2;
@@ -351,7 +359,12 @@ int main(int argc, char **argv)
 			fprintf(stderr, "gm-prodcons: %s\n", err);
 			rc = 1;
 		} else {
-			printf("listening on %s\n", argv[2]);
+			uint16_t port = xp_host_listen_port(h, 0);
+
+			if (port)
+				printf("listening on %s (port %u)\n", argv[2], port);
+			else
+				printf("listening on %s\n", argv[2]);
 			fflush(stdout);
 			rc = consume(h);
 		}

@@ -112,6 +112,8 @@ void xp_host_free(struct xp_host *h)
 	 * peers, whose sends then complete as delivered, not unreachable. */
 	xp_host_progress(h);
 	for (unsigned i = 0; i < XP_MAX_PORTS; i++)
+		alarms_cancel_port(h, &h->ports[i]);
+	for (unsigned i = 0; i < XP_MAX_PORTS; i++)
 		if (h->ports[i].open)
 			pe_port_close(h->e, i);
 	for (uint32_t i = 0; i < h->nlinks; i++)
@@ -272,7 +274,7 @@ struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t e
 		return NULL;
 	}
 	h->ports[port_id].open = true;
-	h->zc_bytes[port_id] = 0;
+	h->direct_bytes[port_id] = 0;
 	return &h->ports[port_id];
 }
 
@@ -306,17 +308,22 @@ void xp_port_set_user(struct xp_port *p, void *user) { p->user = user; }
 void *xp_port_user(const struct xp_port *p) { return p->user; }
 unsigned xp_host_listeners(const struct xp_host *h) { return h->nls; }
 
-/* The host's next timer: the engine's retries and timeouts, and alarms. */
-static uint64_t next_timer(const struct xp_host *h)
+/* The host's next timer after now: the engine's retries and timeouts, and
+ * alarms not yet due (a due one waits for its own port's xp_receive(): it
+ * must not keep a sleeper on another port awake). */
+static uint64_t next_timer(const struct xp_host *h, uint64_t now)
 {
 	uint64_t t = pe_next_timer(h->e);
+	const struct xp_alarm *a = h->alarms;
 
-	return h->alarms && h->alarms->due < t ? h->alarms->due : t;
+	while (a && a->due <= now)
+		a = a->next;
+	return a && a->due < t ? a->due : t;
 }
 
 int xp_host_timeout_ms(const struct xp_host *h, int max_ms)
 {
-	uint64_t now = xtime_ns(), t = next_timer(h), ms;
+	uint64_t now = xtime_ns(), t = next_timer(h, now), ms;
 	int nshm;
 
 	if (t <= now)
@@ -579,7 +586,8 @@ static int mem_add(struct xp_host *h, unsigned port, void *addr, size_t len, boo
 	return 0;
 }
 
-struct xrc_mr *xp_mem_mr(struct xp_host *h, struct xrc_dom *d, const void *addr, size_t len)
+struct xrc_mr *xp_mem_mr(struct xp_host *h, unsigned port, struct xrc_dom *d, const void *addr,
+			 size_t len)
 {
 	const uint8_t *a = addr;
 	char err[160];
@@ -587,7 +595,7 @@ struct xrc_mr *xp_mem_mr(struct xp_host *h, struct xrc_dom *d, const void *addr,
 	for (unsigned i = 0; i < h->nmem; i++) {
 		struct xp_mem *m = &h->mem[i];
 
-		if (a < m->addr || a + len > m->addr + m->len)
+		if (m->port != port || a < m->addr || a + len > m->addr + m->len)
 			continue;
 		for (unsigned j = 0; j < m->ndom; j++)
 			if (m->dom[j].d == d)
@@ -620,7 +628,6 @@ int xp_deregister_memory(struct xp_port *p, void *ptr, size_t len)
 	i = mem_find(h, p->id, ptr, len);
 	if (i < 0 || h->mem[i].addr != ptr || h->mem[i].len != len || h->mem[i].dma)
 		return -EINVAL;
-	port_drain(h, p->id, "deregistering memory its frames still use");
 	mem_forget(h, (unsigned)i);
 	return 0;
 }
@@ -653,7 +660,6 @@ void xp_dma_free(struct xp_port *p, void *ptr)
 		return;
 	for (unsigned i = 0; i < h->nmem; i++)
 		if (h->mem[i].dma && h->mem[i].addr == ptr && h->mem[i].port == p->id) {
-			port_drain(h, p->id, "freeing DMA memory its frames still use");
 			mem_forget(h, i);
 			return;
 		}
@@ -662,7 +668,7 @@ void xp_dma_free(struct xp_port *p, void *ptr)
 /* Sleeps until something may have come in, a timer is due, or `until`. */
 static int host_wait(struct xp_host *h, uint64_t until)
 {
-	uint64_t now = xtime_ns(), t = next_timer(h);
+	uint64_t now = xtime_ns(), t = next_timer(h, now);
 	struct epoll_event evs[8];
 	struct shmcm_conn *one;
 	int nshm, rc;
@@ -772,5 +778,5 @@ void xp_drop_sends(struct xp_port *p, enum xp_prio prio, uint32_t node, unsigned
 void xp_port_stats(const struct xp_port *p, struct xp_port_stats *s)
 {
 	pe_port_stats(p->h->e, p->id, s);
-	s->zero_copy_bytes = p->h->zc_bytes[p->id];
+	s->direct_bytes = p->h->direct_bytes[p->id];
 }

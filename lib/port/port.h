@@ -43,14 +43,17 @@
  * Everything is single-threaded: one thread calls into a host and its
  * ports.
  *
- * DMA memory (seed 001 section 1): xp_dma_malloc() gives memory that is
- * registered with every RDMA device the host uses, xp_register_memory()
- * registers memory the program already has.  Over rdma:// a send whose
- * bytes lie in registered memory goes from that memory (the NIC gathers
- * header and payload: no copy); any other buffer is copied into the
- * lane's own registered buffers first.  Over tcp:// the kernel copies from
- * the user's buffer in any case; over shm:// the sender writes the bytes
- * once into the mailbox and the receiver copies them once into its buffer.
+ * DMA memory (seed 001 section 1): xp_dma_malloc() gives registered
+ * memory, xp_register_memory() registers memory the program already has.
+ * Over rdma:// a send whose bytes lie in memory its port registered goes
+ * from that memory (the NIC gathers header and payload: no copy); any
+ * other buffer is copied into the lane's own registered buffers first.
+ * Over tcp:// the kernel copies from the user's buffer in any case.  Over
+ * shm:// small fragments are written once into the mailbox and copied
+ * once out of it, and a bulk low-priority flow goes in big fragments that
+ * the receiver pulls straight from the sender's memory into its receive
+ * buffer (process_vm_readv(2): one copy; where the peer may not read our
+ * memory -- ptrace rules -- everything goes through the mailbox).
  * Received messages always land in the buffers the receiver provided.
  *
  * Errors a user can act on (GM statuses, same numbers):
@@ -110,7 +113,9 @@ struct xp_host_opts {
 
 /* A host with no listener yet.  NULL + err. */
 struct xp_host *xp_host_new(const struct xp_host_opts *o, char *err, size_t errlen);
-/* Frees everything: closes ports and connections.  NULL ok. */
+/* Frees everything: ports and connections, after one last round that
+ * acknowledges what came in.  Pending sends' callbacks do not run; set
+ * alarms are let go.  NULL ok. */
 void xp_host_free(struct xp_host *h);
 
 /* Accept peer hosts on `u` (tcp://, rdma://, or shm://NAME: the mailbox is
@@ -154,7 +159,9 @@ int xp_host_wait(struct xp_host *h, uint64_t timeout_ns);
 /* Ports. */
 struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t errlen);
 /* NULL ok.  Pending sends complete XP_SEND_DROPPED: their callbacks run
- * inside xp_close() (the port has no event loop after it). */
+ * inside xp_close() (the port has no event loop after it); those of
+ * xp_send_no_callback() just end.  Alarms are cancelled, DMA memory freed
+ * and registrations forgotten. */
 void xp_close(struct xp_port *p);
 unsigned xp_port_id(const struct xp_port *p);
 /* A pointer for the application, e.g. for use in send callbacks. */
@@ -274,13 +281,12 @@ void xp_set_alarm(struct xp_port *p, struct xp_alarm *a, uint64_t usecs, void (*
 		  void *ctx);
 void xp_cancel_alarm(struct xp_alarm *a);
 
-/* DMA memory (GM's gm_dma_malloc and gm_register_memory).  Registration
- * pins memory on the host's RDMA devices (now or when a link first needs
- * it there) so sends from it go without a copy; without an RDMA link it
- * only records the range.  Ranges of one port may not overlap.
- * Deregistering waits (briefly: up to a second, then it cuts the links
- * that would not give them back) until no transport still reads frames
- * of this port's sends.
+/* DMA memory (GM's gm_dma_malloc and gm_register_memory).  A range is
+ * pinned on an RDMA device when a send of its port from it first goes
+ * over that device (a failure there -- the locked-memory limit, say --
+ * means copies); without RDMA it only records the range.  Ranges of one
+ * port may not overlap.  As with free(), deregister or free memory only
+ * once the callbacks of the sends from it have run.
  * xp_dma_malloc: page-aligned, zeroed, registered memory of len bytes, or
  * NULL with errno.  xp_register_memory / xp_deregister_memory: 0 or -EINVAL
  * (empty range, or not exactly a registered one), -EEXIST (overlaps one),
@@ -303,7 +309,10 @@ struct xp_port_stats {
 	uint64_t sent_msgs, sent_bytes, recv_msgs, recv_bytes;
 	uint64_t nacks_nobuf;	/* our sends refused for want of a buffer (retried) */
 	uint64_t send_failures;
-	uint64_t zero_copy_bytes; /* sent straight from registered memory (rdma) */
+	/* payload bytes the transport took straight from the sender's memory,
+	 * posted or pulled (a retransmission counts again): rdma gathers from
+	 * registered memory, shm's peer pulls big fragments */
+	uint64_t direct_bytes;
 };
 void xp_port_stats(const struct xp_port *p, struct xp_port_stats *s);
 

@@ -939,7 +939,7 @@ void pe_node_set_low_frag(struct pe_eng *e, uint32_t node, uint32_t frag)
 	struct pe_node *n = node_get(e, node);
 
 	if (n)
-		n->low_frag = frag && frag < n->frag ? frag : n->frag;
+		n->low_frag = frag ? frag : n->frag;
 }
 
 int pe_pull(struct pe_eng *e, uint32_t node, unsigned lane, struct pe_frame *f)
@@ -1084,9 +1084,13 @@ XINLINE void rx_complete(struct pe_eng *e, struct pe_rxs *r)
 	queue_ctl(r);
 }
 
-XINLINE int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
-		    const uint8_t *pl, uint32_t plen, char *why, size_t whylen)
+/* A DATA frame's header: the checks, and where its payload goes in the
+ * receive buffer (*dest; NULL when the stream discards the frame).
+ * rx_data_end() then counts the payload in. */
+XINLINE int rx_data_begin(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
+			  uint8_t **dest, char *why, size_t whylen)
 {
+	*dest = NULL;
 	if (h->flags & PW_FIRST) {
 		if (r->st == RX_ASM) {
 			/* Only a sender that gave the message up restarts mid-way,
@@ -1117,11 +1121,29 @@ XINLINE int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
 	}
 	/* pw_decode checked off + plen <= len; the buffer holds
 	 * max_length_for_size(size) >= len since size is len's class. */
-	if (plen)
-		memcpy(r->rb->buf + h->off, pl, plen);
+	*dest = r->rb->buf + h->off;
+	return 0;
+}
+
+XINLINE void rx_data_end(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
+			 uint32_t plen)
+{
 	r->got += plen;
 	if (h->flags & PW_LAST)
 		rx_complete(e, r);
+}
+
+XINLINE int rx_data(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h,
+		    const uint8_t *pl, uint32_t plen, char *why, size_t whylen)
+{
+	uint8_t *dest;
+	int rc = rx_data_begin(e, r, h, &dest, why, whylen);
+
+	if (rc < 0 || !dest)
+		return rc;
+	if (plen)
+		memcpy(dest, pl, plen);
+	rx_data_end(e, r, h, plen);
 	return 0;
 }
 
@@ -1224,33 +1246,81 @@ static int rx_control(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *
 	}
 }
 
-XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len,
-			 uint64_t now, char *why, size_t whylen)
+/* What pe_input and pe_input_hdr share: the header of a frame of flen
+ * bytes decoded and, unless it is DATA, handled.  1 with *h and *r for a
+ * DATA frame (after the ACK it may carry), 0 when done, or -EPROTO. */
+XINLINE int input_hdr(struct pe_eng *e, uint32_t node, const void *frame, size_t flen,
+		      uint64_t now, struct pw_hdr *h, struct pe_rxs **r, char *why, size_t whylen)
 {
 	struct pe_node *n = node_get(e, node);
-	struct pe_rxs *r;
-	struct pw_hdr h;
 	int rc;
 
 	if (!n || !n->up)
 		return 0;
-	if ((rc = pw_decode(frame, len, &h)) < 0)
+	if ((rc = pw_decode(frame, flen, h)) < 0)
 		return bad_frame(why, whylen, rc);
-	if (h.type != PW_DATA)
-		return rx_control(e, n, &h, now, why, whylen);
-	if (!(r = rxs_get(n, h.src_port, h.dst_port, h.prio, true)))
-		return proto_err(why, whylen, "out of memory for a new stream", &h);
-	if (h.flags & PW_ACKS) {
+	if (h->type != PW_DATA)
+		return rx_control(e, n, h, now, why, whylen);
+	if (!(*r = rxs_get(n, h->src_port, h->dst_port, h->prio, true)))
+		return proto_err(why, whylen, "out of memory for a new stream", h);
+	if (h->flags & PW_ACKS) {
 		/* for our stream the other way: ours is the DATA's dst */
-		struct pw_hdr a = { .type = PW_ACK, .prio = h.prio, .src_port = h.src_port,
-				    .dst_port = h.dst_port, .seq = h.aux };
-		int arc = rx_ack(e, r->rev, &a, why, whylen);
+		struct pw_hdr a = { .type = PW_ACK, .prio = h->prio, .src_port = h->src_port,
+				    .dst_port = h->dst_port, .seq = h->aux };
+		int arc = rx_ack(e, (*r)->rev, &a, why, whylen);
 
 		if (arc)
 			return arc;
 	}
+	return 1;
+}
+
+XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len,
+			 uint64_t now, char *why, size_t whylen)
+{
+	struct pe_rxs *r;
+	struct pw_hdr h;
+	int rc = input_hdr(e, node, frame, len, now, &h, &r, why, whylen);
+
+	if (rc <= 0)
+		return rc;
 	return rx_data(e, r, &h, (const uint8_t *)frame + PW_HDR_LEN, (uint32_t)(len - PW_HDR_LEN),
 		       why, whylen);
+}
+
+int pe_input_hdr(struct pe_eng *e, uint32_t node, const void *hdr, uint32_t plen, uint64_t now,
+		 void **dest, char *why, size_t whylen)
+{
+	struct pe_rxs *r;
+	struct pw_hdr h;
+	uint8_t *d = NULL;
+	int rc;
+
+	*dest = NULL;
+	/* decoded as the whole frame would be: the payload's bounds too */
+	rc = input_hdr(e, node, hdr, PW_HDR_LEN + (size_t)plen, now, &h, &r, why, whylen);
+	if (rc <= 0)
+		return rc;
+	if (!plen)
+		return proto_err(why, whylen, "a payload to place that is empty", &h);
+	if ((rc = rx_data_begin(e, r, &h, &d, why, whylen)) < 0)
+		return rc;
+	*dest = d;
+	return 0;
+}
+
+void pe_input_placed(struct pe_eng *e, uint32_t node, const void *hdr, uint32_t plen)
+{
+	struct pe_node *n = node_get(e, node);
+	struct pe_rxs *r;
+	struct pw_hdr h;
+
+	/* pe_input_hdr took this header and gave a place: nothing has run
+	 * on the stream since */
+	if (!n || !n->up || pw_decode(hdr, PW_HDR_LEN + (size_t)plen, &h) < 0 ||
+	    !(r = rxs_get(n, h.src_port, h.dst_port, h.prio, false)) || r->st != RX_ASM)
+		return;
+	rx_data_end(e, r, &h, plen);
 }
 
 /* ------------------------------------------------------------- timers */

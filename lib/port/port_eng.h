@@ -134,7 +134,8 @@ void pe_port_stats(const struct pe_eng *e, unsigned port, struct xp_port_stats *
 /* The next frame for (node, lane): control (ACK/NACK) first, then a DATA
  * fragment of the high priority, then of the low.  1 with *f, or 0. */
 int pe_pull(struct pe_eng *e, uint32_t node, unsigned lane, struct pe_frame *f);
-/* Fragment size for low priority from now on (0: the node's frag). */
+/* Fragment size for low priority from now on (0: the node's frag; more
+ * than it for a transport that moves big fragments another way). */
 void pe_node_set_low_frag(struct pe_eng *e, uint32_t node, uint32_t frag);
 /* The same, but data only of priority >= min_prio (control frames always):
  * for a transport that must keep room for high priority itself. */
@@ -151,6 +152,16 @@ void pe_frame_done(struct pe_eng *e, struct pe_send *ref);
 /* A frame received on `node`: 0, or -EPROTO with the reason in why. */
 int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uint64_t now,
 	     char *why, size_t whylen);
+/* For a transport that places a DATA frame's payload itself (shm: the
+ * receiver pulls it from the sender's memory): the header of a frame whose
+ * plen payload bytes are not here yet, taken as pe_input() takes the whole
+ * frame; *dest is where the bytes go -- in the receive buffer -- or NULL
+ * when the frame is to be dropped.  Once they are there, and before
+ * anything else goes into the engine, pe_input_placed() with the same
+ * header.  0, or -EPROTO with the reason in why. */
+int pe_input_hdr(struct pe_eng *e, uint32_t node, const void *hdr, uint32_t plen, uint64_t now,
+		 void **dest, char *why, size_t whylen);
+void pe_input_placed(struct pe_eng *e, uint32_t node, const void *hdr, uint32_t plen);
 /* Retries and send timeouts due at `now`; returns how many fired. */
 int pe_timers(struct pe_eng *e, uint64_t now);
 /* The earliest pending timer, UINT64_MAX if none. */

@@ -651,18 +651,17 @@ XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const s
 	t->ref = f->ref;
 	if (ln->txpool) {
 		uint8_t *b = ln->txpool + (size_t)slot * ln->bufsz;
-		struct xrc_mr *mr = f->dlen ? xp_mem_mr(k->h, xrc_domain(ln->c), f->data, f->dlen)
-					    : NULL;
+		unsigned src = (unsigned)f->hdr[4] << 8 | f->hdr[5];	/* port_wire.h */
+		struct xrc_mr *mr = f->dlen && src < XP_MAX_PORTS ?
+			xp_mem_mr(k->h, src, xrc_domain(ln->c), f->data, f->dlen) : NULL;
 
 		/* rdma sends only from registered memory: the header from the
-		 * lane's own, the payload straight from the user's when it is
-		 * registered (xp_register_memory), else copied after it */
+		 * lane's own, the payload straight from the user's when the
+		 * sending port registered it (xp_register_memory), else
+		 * copied after it */
 		memcpy(b, f->hdr, PW_HDR_LEN);
 		if (mr) {
-			unsigned src = (unsigned)f->hdr[4] << 8 | f->hdr[5];	/* port_wire.h */
-
-			if (src < XP_MAX_PORTS)
-				k->h->zc_bytes[src] += f->dlen;
+			k->h->direct_bytes[src] += f->dlen;
 			sg[0] = (struct xrc_sge){ b, PW_HDR_LEN, ln->txmr };
 			sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, mr };
 		} else {
@@ -775,12 +774,82 @@ static uint32_t shm_room(struct shmcm_conn *c, uint32_t *cap_out)
 	return shmcm_tx_room(c, XP_SHM_MARGIN, cap_out);
 }
 
+/* A payload sent by reference is the peer's to pull until this runs
+ * (inside shmcm's poll, reap or send_ref, on our thread). */
+static void ref_sent(void *ctx, int status)
+{
+	struct xp_shm_ref *r = ctx;
+	struct xp_link *k = r->k;
+
+	r->busy = false;
+	if (k->dead)
+		return;		/* the engine forgot the frame with the node */
+	if (!r->ref) {
+		/* the probe: whether the peer may read our memory (ptrace
+		 * rules, process_vm_readv(2)); if not, payloads go through
+		 * the mailbox */
+		k->ref_ok = status == 0;
+		if (status == -EREMOTEIO)
+			xlog_info("%s: the peer cannot pull from our memory: payloads go "
+				  "through the mailbox", k->name);
+		return;
+	}
+	pe_frame_done(k->h->e, r->ref);
+	/* after a probe that came through: failing closes the connection,
+	 * not from inside shmcm */
+	if (status < 0 && !k->why[0])
+		snprintf(k->why, sizeof(k->why), "%s", status == -EREMOTEIO ?
+			 "the peer could not pull a payload from our memory" : "connection lost");
+}
+
+static struct xp_shm_ref *ref_slot(struct xp_link *k)
+{
+	for (unsigned i = 0; i < SHMCM_REF_WINDOW; i++)
+		if (!k->refs[i].busy)
+			return &k->refs[i];
+	return NULL;
+}
+
 static int shm_send_hello(struct xp_link *k)
 {
+	static const uint8_t probe = 1;
 	uint8_t b[PW_HDR_LEN];
+	struct xp_shm_ref *r = ref_slot(k);
+	int rc;
 
 	hello_encode(b, k->h->o.max_msg, 0);
-	return shmcm_transmit(k->sc, 0, 0, b, sizeof(b));
+	if ((rc = shmcm_transmit(k->sc, XP_SHM_FRAME, 0, b, sizeof(b))) < 0)
+		return rc;
+	/* then a byte by reference: if the peer can pull it, it can pull
+	 * payloads (-EOPNOTSUPP: it does not take references at all) */
+	*r = (struct xp_shm_ref){ .k = k, .busy = true };
+	if (shmcm_send_ref(k->sc, XP_SHM_REF_PROBE, 0, &probe, 1, ref_sent, r) < 0)
+		r->busy = false;
+	return 0;
+}
+
+/* A DATA frame whose payload is too big for a mailbox packet: its header
+ * in one, then the payload by reference.  0, or what shmcm said. */
+static int shm_send_ref(struct xp_link *k, const struct pe_frame *f)
+{
+	struct xp_shm_ref *r = ref_slot(k);
+	unsigned src;
+	int rc;
+
+	rc = shmcm_transmit2(k->sc, XP_SHM_REF_HDR, f->dlen, f->hdr, PW_HDR_LEN, NULL, 0);
+	if (rc == -EAGAIN)
+		rc = shmcm_transmit(k->sc, XP_SHM_REF_HDR, f->dlen, f->hdr, PW_HDR_LEN);
+	if (rc < 0)
+		return rc;
+	*r = (struct xp_shm_ref){ .k = k, .ref = f->ref, .busy = true };
+	if ((rc = shmcm_send_ref(k->sc, XP_SHM_REF_DATA, 0, f->data, f->dlen, ref_sent, r)) < 0) {
+		r->busy = false;
+		return rc;
+	}
+	src = (unsigned)f->hdr[4] << 8 | f->hdr[5];	/* port_wire.h */
+	if (src < XP_MAX_PORTS)
+		k->h->direct_bytes[src] += f->dlen;
+	return 0;
 }
 
 static void shm_input(struct xp_link *k, const void *data, size_t len)
@@ -804,9 +873,89 @@ static void shm_input(struct xp_link *k, const void *data, size_t len)
 		snprintf(k->why, sizeof(k->why), "%s", why);
 }
 
+/* The payload sent by reference after the header in k->rx_hdr: the
+ * engine says where it goes (or that it is dropped).  From shmcm's
+ * rx_buffer up-call, before the pull, or from the deliver when the bytes
+ * came another way. */
+static void shm_ref_begin(struct xp_link *k)
+{
+	char why[200];
+
+	k->rx_begun = true;
+	if (pe_input_hdr(k->h->e, k->node, k->rx_hdr, k->rx_plen, xtime_ns(), &k->rx_dest, why,
+			 sizeof(why)) < 0 && !k->why[0])
+		snprintf(k->why, sizeof(k->why), "%s", why);
+}
+
+static void *shm_rx_buffer(struct xp_link *k, uint32_t src, size_t len)
+{
+	if (!k || k->dead || k->why[0] || src != XP_SHM_REF_DATA || !k->rx_ref ||
+	    len != k->rx_plen || k->rx_begun)
+		return NULL;	/* shmcm's own buffer; the deliver sorts it out */
+	shm_ref_begin(k);
+	return k->rx_dest;
+}
+
+/* A message of the link: a whole frame, or a header and then its payload
+ * (by reference; see XP_SHM_REF_HDR). */
+static void shm_deliver(struct xp_link *k, uint32_t src, uint32_t dst, const void *data,
+			size_t len)
+{
+	const char *bad = NULL;
+
+	if (k->dead || k->why[0])
+		return;
+	switch (src) {
+	case XP_SHM_FRAME:
+		if (k->rx_ref) {
+			bad = "a frame between a header and its payload";
+			break;
+		}
+		shm_input(k, data, len);
+		break;
+	case XP_SHM_REF_HDR:
+		if (k->rx_ref || len != PW_HDR_LEN || !dst || !k->hello) {
+			bad = "a bad header of a payload by reference";
+			break;
+		}
+		memcpy(k->rx_hdr, data, PW_HDR_LEN);
+		k->rx_plen = dst;
+		k->rx_ref = true;
+		k->rx_begun = false;
+		k->rx_dest = NULL;
+		break;
+	case XP_SHM_REF_DATA:
+		if (!k->rx_ref || len != k->rx_plen) {
+			bad = "a payload by reference without its header";
+			break;
+		}
+		if (!k->rx_begun)
+			shm_ref_begin(k);
+		if (k->rx_dest && !k->why[0]) {
+			if (data != k->rx_dest)	/* came inline, or into shmcm's buffer */
+				memcpy(k->rx_dest, data, len);
+			pe_input_placed(k->h->e, k->node, k->rx_hdr, k->rx_plen);
+		}
+		k->rx_ref = false;
+		break;
+	case XP_SHM_REF_PROBE:
+		break;
+	default:
+		bad = "a message of an unknown kind";
+	}
+	/* failing closes the connection: not from inside its deliver */
+	if (bad && !k->why[0])
+		snprintf(k->why, sizeof(k->why), "%s", bad);
+}
+
 static void cli_deliver(void *arg, uint32_t src, uint32_t dst, const void *data, size_t len)
 {
-	shm_input(arg, data, len);
+	shm_deliver(arg, src, dst, data, len);
+}
+
+static void *cli_rx_buffer(void *arg, uint32_t src, uint32_t dst, size_t len)
+{
+	return shm_rx_buffer(arg, src, len);
 }
 
 static void cli_disconnected(void *arg, enum shmcm_reason why)
@@ -835,7 +984,10 @@ static void srv_disconnected(void *arg, enum shmcm_reason why)
 static int link_new_shm(struct xp_host *h, struct shmcm_conn *sc, struct xp_listener *srv,
 			const char *name, struct xp_link **out)
 {
-	struct xp_link *k = *out ? *out : calloc(1, sizeof(*k));
+	/* a link the caller made is the caller's to free on failure: it may
+	 * be its shmcm end's up-call argument until that end is closed */
+	bool own = !*out;
+	struct xp_link *k = own ? calloc(1, sizeof(*k)) : *out;
 	uint32_t mtu = shmcm_get_mtu(sc), frag;
 	int rc;
 
@@ -862,8 +1014,10 @@ static int link_new_shm(struct xp_host *h, struct shmcm_conn *sc, struct xp_list
 
 out_free_stage:
 	free(k->stage);
+	k->stage = NULL;
 out_free_link:
-	free(k);
+	if (own)
+		free(k);
 	return rc;
 }
 
@@ -896,7 +1050,12 @@ static void srv_deliver(void *arg, uint32_t src, uint32_t dst, const void *data,
 	if (!l->cur)
 		srv_link(l);
 	if (l->cur)
-		shm_input(l->cur, data, len);
+		shm_deliver(l->cur, src, dst, data, len);
+}
+
+static void *srv_rx_buffer(void *arg, uint32_t src, uint32_t dst, size_t len)
+{
+	return shm_rx_buffer(((struct xp_listener *)arg)->cur, src, len);
 }
 
 int xpl_listen_shm(struct xp_host *h, const struct xuri *u, char *err, size_t errlen)
@@ -904,9 +1063,9 @@ int xpl_listen_shm(struct xp_host *h, const struct xuri *u, char *err, size_t er
 	struct xp_listener *l = calloc(1, sizeof(*l));
 	struct mbox_cfg cfg = { 128, 16384 + SHMCM_UDATA_HLEN + PW_HDR_LEN, 1000, 0 };
 	struct shmcm_params p = { .side = MBOX_SIDE_A, .flow = SHMCM_FLOW_WAIT, .poll = true,
-				  .no_cma = true, .max_msg = 1u << 20 };
+				  .max_msg = 1u << 20 };
 	struct shmcm_upcalls uc = { .connected = srv_connected, .disconnected = srv_disconnected,
-				    .deliver = srv_deliver };
+				    .deliver = srv_deliver, .rx_buffer = srv_rx_buffer };
 	struct mbox *m = NULL;
 	bool replaced;
 	int rc;
@@ -983,8 +1142,9 @@ int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
 		    char *err, size_t errlen)
 {
 	struct shmcm_params p = { .name = u->name, .side = MBOX_SIDE_B, .flow = SHMCM_FLOW_WAIT,
-				  .poll = true, .no_cma = true, .max_msg = 1u << 20 };
-	struct shmcm_upcalls uc = { .deliver = cli_deliver, .disconnected = cli_disconnected };
+				  .poll = true, .max_msg = 1u << 20 };
+	struct shmcm_upcalls uc = { .deliver = cli_deliver, .disconnected = cli_disconnected,
+				    .rx_buffer = cli_rx_buffer };
 	uint64_t deadline = xtime_ns() + h->o.connect_timeout_ns;
 	struct shmcm_conn *sc;
 	/* the link exists before the connection: it is the deliver argument */
@@ -1029,9 +1189,9 @@ int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
 		atomic_store(&k->lost, 1);
 	kk = k;
 	if ((rc = link_new_shm(h, sc, NULL, name, &kk)) < 0) {
-		/* link_new_shm freed k */
 		snprintf(err, errlen, "%s: %s", name, strerror(-rc));
-		shmcm_close(sc);
+		shmcm_close(sc);	/* its up-calls may still name k */
+		free(k);
 		return rc;
 	}
 	if (shm_send_hello(k) < 0) {
@@ -1094,19 +1254,42 @@ static int tx_shm(struct xp_link *k)
 	 * in use, low-priority frames may fill only XP_SHM_LOW_SLOTS of it,
 	 * so a high-priority frame never queues behind more than that (seed
 	 * 001: priorities never block each other).  A bulk flow alone gets
-	 * the whole ring.  (The clock of the last progress is close enough
-	 * for a 10 ms window.) */
-	high = k->h->now - k->high_ns < XP_HIGH_RECENT_NS;
+	 * the whole ring.  The last progress's clock says when the window
+	 * is long past; near it (or from xp_send(), later) the clock decides. */
+	high = (int64_t)(k->h->now - k->high_ns) < (int64_t)XP_HIGH_RECENT_NS &&
+	       xtime_ns() - k->high_ns < XP_HIGH_RECENT_NS;
 
-	/* ...and in small pieces, so the one ahead is quick to copy. */
-	pe_node_set_low_frag(k->h->e, k->node, high ? XP_SHM_LOW_FRAG : 0);
-	while (room && !k->dead &&
-	       pe_pull_prio(k->h->e, k->node, 0, high && cap - room >= XP_SHM_LOW_SLOTS, &f)) {
+	/* payloads the peer has pulled since: their frames are done */
+	if (!ref_slot(k))
+		shmcm_reap(k->sc);
+	while (room && !k->dead) {
+		/* ...and in small pieces, so the one ahead is quick to copy.
+		 * A bulk flow alone goes in big pieces that the peer pulls
+		 * from our memory (one copy); they wait for a free reference
+		 * (never for the peer: it may be waiting for us). */
+		bool bulk = k->ref_ok && !high;
+		bool slot = bulk && room >= 2 && ref_slot(k) &&
+			    shmcm_refs_in_flight(k->sc) < SHMCM_REF_WINDOW;
+		unsigned min_prio = (high && cap - room >= XP_SHM_LOW_SLOTS) || (bulk && !slot);
 		int rc;
 
+		pe_node_set_low_frag(k->h->e, k->node, bulk ? XP_SHM_REF_FRAG
+							    : high ? XP_SHM_LOW_FRAG : 0);
+		if (!pe_pull_prio(k->h->e, k->node, 0, min_prio, &f))
+			break;
 		if (f.hdr[2] == XP_HIGH) {	/* pw_hdr: prio is byte 2 */
 			high = true;
 			k->high_ns = xtime_ns();
+		}
+		if (f.dlen > k->frag) {		/* more than a packet holds */
+			if ((rc = shm_send_ref(k, &f)) < 0) {
+				pe_frame_done(k->h->e, f.ref);
+				xpl_fail(k, "connection lost");
+				break;
+			}
+			room -= 2;
+			done++;
+			continue;
 		}
 		/* header and payload straight into the slot; room was counted,
 		 * so -EAGAIN only if the CM thread took a slot meanwhile */
@@ -1249,14 +1432,15 @@ int xpl_shm_wait(struct xp_host *h, struct shmcm_conn *c, uint64_t timeout_ns)
 
 		if (!k || k->dead || k->sc != c || !pe_has_tx(h->e, k->node, 0))
 			continue;
-		/* Frames wait for room in the mailbox, or for the peer to take
-		 * the low-priority frame ahead of them (tx_shm): sleep until it
-		 * takes a packet -- nothing new comes in from a peer that does
-		 * not -- after one more look, as it may have taken one since
-		 * the last. */
+		/* Frames wait for room in the mailbox, for the peer to take
+		 * the low-priority frame ahead of them or to pull a payload
+		 * (tx_shm): sleep until it takes a packet, after one more look,
+		 * as it may have taken one since the last.  A peer that sends
+		 * us something polls its mailbox, and so takes ours, in the
+		 * same round; the slice bounds the rest. */
 		seen = shmcm_tx_taken(c);
-		if (tx_shm(k) > 0)
-			return 0;
+		if (tx_shm(k) > 0 || k->dead || k->sc != c)
+			return 0;	/* sent, or failed (and c may be gone) */
 		return shmcm_tx_wait(c, seen, timeout_ns);
 	}
 	return shmcm_rx_wait(c, timeout_ns);

@@ -23,6 +23,20 @@
 #define XP_SHM_LOW_SLOTS 1	/* mailbox slots low priority may hold... */
 #define XP_HIGH_RECENT_NS 10000000ull	/* ...within 10 ms of a high one, */
 #define XP_SHM_LOW_FRAG	4096		/* ...in fragments this big */
+#define XP_SHM_REF_FRAG	(256u * 1024)	/* low fragments pulled by the peer */
+
+/* shmcm message addresses (src) on a shm link: a whole frame, or a DATA
+ * header whose payload (dst bytes) follows as the next message, sent by
+ * reference (the peer pulls it from the sender's memory into the receive
+ * buffer: one copy), and the probe that finds out whether it can. */
+enum { XP_SHM_FRAME = 0, XP_SHM_REF_HDR = 1, XP_SHM_REF_DATA = 2, XP_SHM_REF_PROBE = 3 };
+
+struct xp_link;
+struct xp_shm_ref {			/* a payload the peer has yet to pull */
+	struct xp_link *k;
+	struct pe_send *ref;		/* NULL: the probe */
+	bool busy;
+};
 
 /* CM private data of a lane's connect request and of its accept (network
  * order), so a peer of another protocol or version fails with a clear
@@ -69,6 +83,18 @@ struct xp_link {
 	uint64_t high_ns;		/* last high-priority frame seen (shm) */
 	_Atomic int lost;		/* shm client: the connection went down
 					 * (shmcm's CM thread says so) */
+	/* shm by reference: sending */
+	bool ref_ok;			/* the probe came through: the peer pulls */
+	struct xp_shm_ref refs[SHMCM_REF_WINDOW];	/* in flight (completions
+					 * come while the link's memory lives:
+					 * a client's shmcm end closes first,
+					 * a served link lives with the host) */
+	/* ...receiving: the header of a payload on its way */
+	bool rx_ref;			/* a header waits for its payload */
+	bool rx_begun;			/* the engine took it (pe_input_hdr) */
+	uint8_t rx_hdr[PW_HDR_LEN];
+	uint32_t rx_plen;
+	void *rx_dest;			/* where the payload goes, or NULL */
 	uint32_t frag;
 };
 
@@ -134,12 +160,14 @@ struct xp_host {
 	struct xp_alarm *alarms;	/* set alarms of every port, by due time */
 	struct xp_mem *mem;		/* registered ranges */
 	unsigned nmem, memcap;
-	uint64_t zc_bytes[XP_MAX_PORTS];	/* per port: sent from registered memory */
+	uint64_t direct_bytes[XP_MAX_PORTS];	/* per port: xp_port_stats direct_bytes */
 };
 
-/* The memory region of a registered range holding [addr, addr + len), on
- * domain d (registered there now if need be); NULL: copy instead. */
-struct xrc_mr *xp_mem_mr(struct xp_host *h, struct xrc_dom *d, const void *addr, size_t len);
+/* The memory region of a range that `port` registered holding
+ * [addr, addr + len), on domain d (registered there now if need be);
+ * NULL: copy instead. */
+struct xrc_mr *xp_mem_mr(struct xp_host *h, unsigned port, struct xrc_dom *d, const void *addr,
+			 size_t len);
 
 /* port_link.c */
 int xpl_listen_xrc(struct xp_host *h, const struct xuri *u, char *err, size_t errlen);

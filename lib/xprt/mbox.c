@@ -655,7 +655,7 @@ int mbox_wait_word(_Atomic uint32_t *word, uint32_t seen, _Atomic uint32_t *slee
 	atomic_store_explicit(sleep_flag, 0, memory_order_relaxed);
 	if (atomic_load_explicit(word, memory_order_acquire) != seen)
 		return 0;
-	return rc == -ETIMEDOUT ? -ETIMEDOUT : -EINTR;
+	return rc;	/* 0: woken with the word unchanged (look again) */
 }
 
 int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns)

@@ -264,7 +264,8 @@ static inline uint32_t mbox_tx_seen_tail(const struct mbox *m)
 }
 
 /* Waits until the consumer moves the ring's tail past `seen` (a slot came
- * free), at most timeout_ns; 0, -ETIMEDOUT or -EINTR.  Touches only the
+ * free), at most timeout_ns; 0 (moved, or a wake-up: look again),
+ * -ETIMEDOUT or -EINTR (a signal).  Touches only the
  * shared ring, never the producer's private view, so it may be called
  * without the lock that serialises producers. */
 int mbox_tx_wait(struct mbox_ring_ctl *r, uint32_t seen, uint64_t timeout_ns);

@@ -61,19 +61,22 @@ start_bg() {
 	done
 }
 
-@test "gm-pingpong: no server, and a size beyond the buffers" {
+@test "gm-pingpong: no server, a size beyond the buffers, numbers that are not" {
 	run_limited 60 gm-pingpong 1 "$EXAMPLES/gm-pingpong" "shm://$SHM-none" 1
 	[[ $stderr == "gm-pingpong: "*"$SHM-none"* ]] || die "$stderr"
 	run_limited 60 gm-pingpong 2 "$EXAMPLES/gm-pingpong" "shm://$SHM" 1 131065
 	[ "$stderr" = "gm-pingpong: SIZE 131065 over 131064" ] || die "$stderr"
 	run_limited 60 gm-pingpong 2 "$EXAMPLES/gm-pingpong"
+	run_limited 60 gm-pingpong 2 "$EXAMPLES/gm-pingpong" "shm://$SHM" abc
+	run_limited 60 gm-pingpong 2 "$EXAMPLES/gm-pingpong" "shm://$SHM" 10 -1
+	run_limited 60 gm-prodcons 2 "$EXAMPLES/gm-prodcons" produce "shm://$SHM" 12x
 }
 
 @test "gm-prodcons: both priorities arrive whole and in order over shm and tcp" {
 	local uri
-	for uri in "shm://$SHM" "tcp://127.0.0.1:$((20000 + $$ % 20000))"; do
+	for uri in "shm://$SHM" "tcp://127.0.0.1:0"; do
 		start_bg "$EXAMPLES/gm-prodcons" consume "$uri"
-		run_limited 60 gm-prodcons 0 "$EXAMPLES/gm-prodcons" produce "$uri" 2000
+		run_limited 60 gm-prodcons 0 "$EXAMPLES/gm-prodcons" produce "$SRV_URI" 2000
 		[ "$output" = "produced 2000 data messages and 250 control messages" ] || die "$output"
 		wait "$SRV_PID" || die "the consumer exited $?: $(cat "$SRV_ERR")"
 		grep -q '^consumed 2000 data messages (65536000 bytes) and 250 control messages, in order; ' \
@@ -93,6 +96,29 @@ start_bg() {
 	timeout 30 tail --pid=$p -f /dev/null || die "the producer did not notice"
 	wait "$p" || rc=$?
 	[ "$rc" -eq 1 ] || die "producer exit status $rc"
-	[ "$(cat "$BATS_TEST_TMPDIR/p.err")" = "gm-prodcons: target node unreachable" ] ||
+	[[ $(cat "$BATS_TEST_TMPDIR/p.err") == "gm-prodcons: target node unreachable after "*" data messages" ]] ||
 		die "$(cat "$BATS_TEST_TMPDIR/p.err")"
+}
+
+@test "gm-prodcons: a consumer that stops for longer than the producer waits fails both" {
+	start_bg "$EXAMPLES/gm-prodcons" consume "tcp://127.0.0.1:0"
+	"$EXAMPLES/gm-prodcons" produce "$SRV_URI" 100000000 >"$BATS_TEST_TMPDIR/p.out" \
+		2>"$BATS_TEST_TMPDIR/p.err" &
+	local p=$! rc=0
+	BG_PIDS+=($p)
+	sleep 0.3
+	kill -STOP "$SRV_PID"
+	timeout 30 tail --pid=$p -f /dev/null || die "the producer did not give up"
+	wait "$p" || rc=$?
+	kill -CONT "$SRV_PID"
+	[ "$rc" -eq 1 ] || die "producer exit status $rc: $(cat "$BATS_TEST_TMPDIR/p.out")"
+	[[ $(cat "$BATS_TEST_TMPDIR/p.err") == "gm-prodcons: no progress for 5 s after "*" data messages" ]] ||
+		die "$(cat "$BATS_TEST_TMPDIR/p.err")"
+	[ ! -s "$BATS_TEST_TMPDIR/p.out" ] || die "the producer claimed: $(cat "$BATS_TEST_TMPDIR/p.out")"
+	# the consumer, its producer gone without END, waits 10 s and gives up
+	rc=0
+	timeout 30 tail --pid="$SRV_PID" -f /dev/null || die "the consumer did not give up"
+	wait "$SRV_PID" || rc=$?
+	[ "$rc" -eq 1 ] || die "consumer exit status $rc"
+	grep -q "^gm-prodcons: nothing for 10 s after " "$SRV_ERR" || die "$(cat "$SRV_ERR")"
 }

@@ -1,6 +1,9 @@
 /* libFuzzer: the port frame header decoder, and the engine's frame input
  * (a hostile peer's frames never crash the engine or write outside the
- * provided buffers). */
+ * provided buffers), whole (pe_input) or as a header whose payload the
+ * transport places itself (pe_input_hdr, pe_input_placed: shm by
+ * reference). */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -10,11 +13,23 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static uint8_t bufs[4][1 << 10];
+
+static unsigned cls(unsigned i) { return 4 + i * 2; }
+
+/* A place the engine gave must lie inside one provided buffer. */
+static void check_place(const uint8_t *d, size_t len)
+{
+	for (unsigned i = 0; i < 4; i++)
+		if (d >= bufs[i] && d + len <= bufs[i] + xp_max_length_for_size(cls(i)))
+			return;
+	__builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct pw_hdr h;
 	uint8_t re[PW_HDR_LEN];
-	static uint8_t bufs[4][1 << 10];
 	struct pe_opts o = { .send_tokens = 4, .recv_tokens = 8 };
 	struct pe_eng *e;
 	char why[200];
@@ -33,15 +48,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pe_port_open(e, 0);
 	pe_port_open(e, 1);
 	for (unsigned i = 0; i < 4; i++)
-		pe_provide(e, i & 1, bufs[i], 4 + i * 2, i >> 1);
+		pe_provide(e, i & 1, bufs[i], cls(i), i >> 1);
+	/* frames: a length byte (its top bit: placed by the transport), then
+	 * the frame */
 	for (size_t off = 0; off < size;) {
-		size_t n = data[off++];
+		size_t n = data[off] & 0x7f;
+		bool placed = data[off++] & 0x80;
 		struct xp_event ev;
 
 		if (n > size - off)
 			n = size - off;
-		if (pe_input(e, 1, data + off, n, off, why, sizeof(why)) < 0)
+		if (placed && n >= PW_HDR_LEN) {
+			void *d;
+			uint32_t plen = (uint32_t)(n - PW_HDR_LEN);
+
+			if (pe_input_hdr(e, 1, data + off, plen, off, &d, why, sizeof(why)) < 0)
+				break;
+			if (d) {
+				check_place(d, plen);
+				memcpy(d, data + off + PW_HDR_LEN, plen);
+				pe_input_placed(e, 1, data + off, plen);
+			}
+		} else if (pe_input(e, 1, data + off, n, off, why, sizeof(why)) < 0) {
 			break;
+		}
 		off += n;
 		pe_timers(e, off);
 		struct pe_frame f;

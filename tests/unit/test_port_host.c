@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -305,9 +306,11 @@ static void legacy_sends(struct xp_port *p, uint32_t node, const uint8_t *out, u
 /* DMA memory: sends from it and from registered memory arrive intact, and
  * once a send's callback has run the library never touches its buffer
  * again (it is made inaccessible while more traffic flows). */
-static void dma_sends(struct xp_port *p, uint32_t node, uint8_t *out, uint8_t *in, bool rdma)
+static void dma_sends(struct xp_port *p, uint32_t node, uint8_t *out, uint8_t *in,
+		      const char *scheme)
 {
 	struct xp_port_stats st;
+	uint64_t direct0;
 	const size_t len = 1 << 20, msg = 100000;
 	long pg = sysconf(_SC_PAGESIZE);
 	uint8_t *m = xp_dma_malloc(p, len);
@@ -328,7 +331,12 @@ static void dma_sends(struct xp_port *p, uint32_t node, uint8_t *out, uint8_t *i
 	for (size_t i = 0; i < msg; i++)
 		m[i] = (uint8_t)(i * 13 + 1);
 	xp_port_stats(p, &st);
-	assert_int_equal(st.zero_copy_bytes, 0);	/* nothing registered so far */
+	direct0 = st.direct_bytes;
+	if (!strcmp(scheme, "rdma") || !strcmp(scheme, "tcp"))
+		assert_int_equal(direct0, 0);	/* nothing registered so far */
+	/* shm: big low-priority fragments go by reference while no high
+	 * priority was sent for 10 ms */
+	usleep(20000);
 	for (int round = 0; round < 2; round++) {
 		const uint8_t *src = round ? out : m;
 
@@ -344,15 +352,72 @@ static void dma_sends(struct xp_port *p, uint32_t node, uint8_t *out, uint8_t *i
 		if (round == 0)	/* the callback ran: the buffer is ours alone */
 			assert_int_equal(mprotect(m, len, PROT_NONE), 0);
 	}
-	/* over rdma both went from the user's memory; elsewhere it means nothing */
+	/* over rdma both went from the user's memory (registered), over shm
+	 * the peer pulled both, over tcp the kernel copied */
 	xp_port_stats(p, &st);
-	assert_int_equal(st.zero_copy_bytes, rdma ? 2 * msg : 0);
+	assert_int_equal(st.direct_bytes - direct0, strcmp(scheme, "tcp") ? 2 * msg : 0);
 	assert_int_equal(mprotect(m, len, PROT_READ | PROT_WRITE), 0);
 	assert_int_equal(xp_deregister_memory(p, out, 300000), 0);
 	assert_int_equal(xp_deregister_memory(p, out, 300000), -EINVAL);
 	xp_dma_free(p, m);
 	/* freed: the range may be registered afresh (and is forgotten at close) */
 	assert_non_null(m = xp_dma_malloc(p, 4096));
+}
+
+/* Bulk both ways at once: WIN messages of 200000 bytes in flight, each
+ * echoed from the buffer it landed in, so both hosts send big messages
+ * while they receive them (over shm: both pull from each other).  Every
+ * reply is checked; none may be lost or late. */
+#define WIN 4
+#define BIG 200000
+static void bulk_both_ways(struct xp_port *p, uint32_t node, const char *scheme)
+{
+	static uint8_t tx[WIN][BIG], rx[WIN][BIG];
+	unsigned sent = 0, got = 0, n0 = ndone;
+	const unsigned total = 200;
+	struct xp_port_stats st;
+	struct xp_event ev;
+	uint64_t direct0;
+
+	xp_port_stats(p, &st);
+	direct0 = st.direct_bytes;
+	for (unsigned k = 0; k < WIN; k++)
+		assert_int_equal(xp_provide_receive_buffer(p, rx[k], 18, XP_LOW), 0);
+	while (got < total) {
+		while (sent < total && sent - got < WIN) {
+			uint8_t *b = tx[sent % WIN];
+
+			/* a buffer is ours again once its send's callback ran */
+			if (sent >= WIN && ndone - n0 <= sent - WIN) {
+				if (sent != got)
+					break;
+				wait_done(p, n0 + sent - WIN + 1, 5 * S);
+			}
+
+			for (size_t i = 0; i < BIG; i += 512)
+				b[i] = (uint8_t)(sent + i / 512);
+			memcpy(b, &sent, sizeof(sent));
+			assert_int_equal(send1(p, node, ECHO_PORT, XP_LOW, b, BIG, NULL), 0);
+			sent++;
+		}
+		if (sent == got)
+			continue;
+		assert_int_equal(wait_event(p, &ev, 5 * S), 1);
+		assert_int_equal(ev.type, XP_RECV_EVENT);
+		assert_int_equal(ev.length, BIG);
+		/* in order: the stream's messages come back as they went */
+		assert_memory_equal(ev.buffer, &got, sizeof(got));
+		for (size_t i = 512; i < BIG; i += 512)
+			assert_int_equal(((uint8_t *)ev.buffer)[i], (uint8_t)(got + i / 512));
+		got++;
+		assert_int_equal(xp_provide_receive_buffer(p, ev.buffer, 18, XP_LOW), 0);
+	}
+	wait_done(p, n0 + total, 5 * S);
+	/* over shm the peer pulled them (all but what went in the 10 ms
+	 * after the high-priority sends before) */
+	xp_port_stats(p, &st);
+	if (!strcmp(scheme, "shm"))
+		assert_true(st.direct_bytes - direct0 >= (uint64_t)(total - 20) * BIG);
 }
 
 /* Ping-pong of several sizes and both priorities, then the error paths
@@ -368,7 +433,9 @@ static void run_echo(const char *listen)
 	static uint8_t out[300000], in[2][1 << 18];
 	static const size_t lens[] = { 0, 1, 8, 100, 4000, 40000, 100000, 131064 };
 	struct xp_event ev;
+	char scheme[16];
 
+	snprintf(scheme, sizeof(scheme), "%s", listen);
 	snprintf(uri, sizeof(uri), "%s", listen);
 	h = client(uri, &node, err);
 	assert_non_null(p = xp_open(h, 0, err, sizeof(err)));
@@ -396,8 +463,10 @@ static void run_echo(const char *listen)
 			assert_int_equal(dn[(ndone - 1) % 64].st, XP_SUCCESS);
 			assert_int_equal(xp_num_send_tokens(p), 8);
 		}
+	*strchr(scheme, ':') = 0;
 	legacy_sends(p, node, out, in[0]);
-	dma_sends(p, node, out, in[0], !strncmp(listen, "rdma:", 5));
+	bulk_both_ways(p, node, scheme);
+	dma_sends(p, node, out, in[0], scheme);
 	/* a port that is not open there */
 	assert_int_equal(send1(p, node, 9, XP_LOW, out, 10, NULL), 0);
 	wait_done(p, ndone + 1, 5 * S);
@@ -413,9 +482,25 @@ static void run_echo(const char *listen)
 	assert_true(st.nacks_nobuf >= 2);
 	xp_drop_sends(p, XP_LOW, node, ECHO_PORT);
 
-	/* the peer host dies: pending and later sends fail UNREACHABLE */
+	/* the peer host dies with big sends on their way (over shm: being
+	 * pulled): each completes, delivered or UNREACHABLE, none hangs */
+	static uint8_t big[3][BIG];
+	unsigned n0 = ndone;
+
+	usleep(20000);	/* past the high-priority window: shm pulls these */
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(send1(p, node, ECHO_PORT, XP_LOW, big[k], BIG, NULL), 0);
+	xp_receive(p, &ev);	/* some progress */
 	kill(pid, SIGKILL);
 	assert_int_equal(reap_child(pid), 128 + SIGKILL);
+	for (uint64_t end = xtime_ns() + 10 * S; ndone < n0 + 3 && xtime_ns() < end;)
+		if (xp_blocking_receive(p, &ev, S / 100, 0) == 1 && internal(&ev))
+			unknown(p, &ev);
+	assert_int_equal(ndone, n0 + 3);
+	for (unsigned k = n0; k < ndone; k++)
+		assert_true(dn[k % 64].st == XP_SUCCESS ||
+			    dn[k % 64].st == XP_SEND_TARGET_NODE_UNREACHABLE);
+	/* ...and later sends fail UNREACHABLE */
 	assert_int_equal(xp_provide_receive_buffer(p, in[0], 5, XP_LOW), 0);
 	assert_int_equal(send1(p, node, ECHO_PORT, XP_LOW, out, 10, NULL), 0);
 	wait_done(p, ndone + 1, 10 * S);
@@ -517,6 +602,16 @@ static void again_cb(void *ctx)
 		xp_set_alarm(p, &again, 1000, again_cb, p);
 }
 
+/* CPU time this process used so far. */
+static uint64_t cpu_ns(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * S +
+	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
+
 /* Waits for the next event of p, which must be an alarm, and hands it to
  * xp_unknown(); returns the ms it took. */
 static uint64_t next_alarm(struct xp_port *p, uint64_t t0)
@@ -555,8 +650,11 @@ static void test_alarms(void **s)
 	xp_set_alarm(p, &c, 40000, alarm_cb, (void *)3);
 	xp_set_alarm(q, &d, 1000, alarm_cb, (void *)4);
 	xp_cancel_alarm(&c);
-	/* q's alarm is q's: p sees none before b */
+	/* q's alarm is q's: p sees none before b, and sleeps meanwhile (q's
+	 * due alarm is no timer of the host) */
+	uint64_t cpu0 = cpu_ns();
 	assert_true(next_alarm(p, t0) >= 20);
+	assert_true(cpu_ns() - cpu0 < (xtime_ns() - t0) / 2);
 	assert_int_equal(nfired, 1);
 	assert_int_equal(fired[0], 2);
 	assert_false(b.set);
