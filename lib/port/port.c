@@ -422,6 +422,13 @@ XHOT_INLINE int xp_receive(struct xp_port *p, struct xp_event *ev)
 	 * must not pull more traffic in with every event it takes. */
 	if (!pe_port_pending(h->e, p->id))
 		xp_host_progress(h);
+	/* Messages first: a reply is what a caller waits for, and the
+	 * callback of the request it answers (acknowledged by the same
+	 * frame) can run while it waits for the next one.  The queue of
+	 * messages drains (no progress while it holds any), so completions
+	 * never starve. */
+	if (pe_next_event(h->e, p->id, ev))
+		return 1;
 	/* seed 001 section 2: send callbacks wait for xp_unknown() */
 	if (pe_peek_completion(h->e, p->id, &cb)) {
 		struct pe_done d;
@@ -442,7 +449,7 @@ XHOT_INLINE int xp_receive(struct xp_port *p, struct xp_event *ev)
 		*ev = (struct xp_event){ .type = XP_ALARM_EVENT };
 		return 1;
 	}
-	return pe_next_event(h->e, p->id, ev);
+	return 0;
 }
 
 void xp_unknown(struct xp_port *p, const struct xp_event *ev)

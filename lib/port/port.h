@@ -236,9 +236,10 @@ struct xp_event {
 	enum xp_status status;	/* FAILED_SEND: why */
 };
 /* Progress (unless this port already has something queued), then one
- * event: due send callbacks first (as one XP_SENT_TOKENS_EVENT, or an
- * XP_SENT_EVENT/XP_FAILED_SEND_EVENT), then a due alarm, then a message.
- * Returns 1 with *ev filled, 0 when there is none (ev->type XP_NO_EVENT). */
+ * event: a message first, then due send callbacks (as one
+ * XP_SENT_TOKENS_EVENT, or an XP_SENT_EVENT/XP_FAILED_SEND_EVENT), then a
+ * due alarm.  Returns 1 with *ev filled, 0 when there is none (ev->type
+ * XP_NO_EVENT). */
 int xp_receive(struct xp_port *p, struct xp_event *ev);
 /* The handler for every event the program does not handle itself: runs the
  * due send callbacks (XP_SENT_TOKENS_EVENT) or alarm callbacks
