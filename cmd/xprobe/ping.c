@@ -41,6 +41,9 @@ struct ping_result {
 	const char *transport;
 	uint64_t sent, received, start_ns, end_ns;
 	struct xhist rtt;
+	/* --port: sends the receiving port refused, and the first status */
+	uint64_t failed;
+	enum xp_status first_failure;
 };
 
 static void print_reply(const struct ping_opts *o, const char *target, uint64_t seq,
@@ -86,6 +89,12 @@ static int report(const struct ping_opts *o, struct ping_result *r)
 		xnode_set_u64(m, "sent", r->sent);
 		xnode_set_u64(m, "received", r->received);
 		xnode_set_f64(m, "loss_pct", loss, 1);
+		if (o->port != PROBE_PORT_ECHO) {
+			xnode_set_u64(m, "port", o->port);
+			xnode_set_u64(m, "failed", r->failed);
+			if (r->failed)
+				xnode_set_str(m, "first_failure", xp_strstatus(r->first_failure));
+		}
 		xnode_set_f64(m, "time_s", secs, 3);
 		xhist_to_node(&r->rtt, xnode_set_map(m, "rtt_ns"));
 		xemit(stdout, m, o->co.fmt);
@@ -345,15 +354,24 @@ static int ping_port(const struct ping_opts *o, struct pclient *c, struct ping_r
 				    "no completion of the send" : "connection lost");
 		}
 		if (ps.st != XP_SUCCESS) {
-			free(tx);
-			return fail("ping", "%s: port %u: %s", c->target, o->port, xp_strstatus(ps.st));
+			/* GM's answer for this one; the stream stopped with it,
+			 * and gm_resume_sending lets the next one go */
+			if (!r->failed++)
+				r->first_failure = ps.st;
+			if (o->co.fmt == XFMT_TEXT && !o->co.quiet)
+				printf("%llu bytes to %s port %u: seq=%llu %s\n",
+				       (unsigned long long)o->size, c->target, o->port,
+				       (unsigned long long)seq, xp_strstatus(ps.st));
+			xp_resume_sending(c->p, o->co.prio, c->node, o->port);
+		} else {
+			r->received++;
+			xhist_add(&r->rtt, xtime_ns() - t0);
+			if (o->co.fmt == XFMT_TEXT && !o->co.quiet)
+				printf("%llu bytes to %s port %u: seq=%llu delivered in %.2f us\n",
+				       (unsigned long long)o->size, c->target, o->port,
+				       (unsigned long long)seq, (xtime_ns() - t0) / 1000.0);
 		}
-		r->received++;
-		xhist_add(&r->rtt, xtime_ns() - t0);
-		if (o->co.fmt == XFMT_TEXT && !o->co.quiet)
-			printf("%llu bytes to %s port %u: seq=%llu delivered in %.2f us\n",
-			       (unsigned long long)o->size, c->target, o->port, (unsigned long long)seq,
-			       (xtime_ns() - t0) / 1000.0);
+		fflush(stdout);
 		if (o->count && seq >= o->count)
 			break;
 		if (o->interval_ns) {
@@ -650,7 +668,14 @@ int cmd_ping(int argc, char **argv)
 	rc = is_datagram(&u) ? ping_dgram(&o, &u, r) : ping_ports(&o, &u, r);
 	if (rc == EXIT_OK) {
 		report(&o, r);
-		if (r->sent && !r->received)
+		if (r->failed && r->failed < r->sent)	/* exit 0: every message taken */
+			rc = fail("ping", "%s: port %u: %s (%llu of %llu sends failed)", r->target,
+				  o.port, xp_strstatus(r->first_failure),
+				  (unsigned long long)r->failed, (unsigned long long)r->sent);
+		else if (r->failed)
+			rc = fail("ping", "%s: port %u: %s", r->target, o.port,
+				  xp_strstatus(r->first_failure));
+		else if (r->sent && !r->received)
 			rc = EXIT_FAIL;	/* like ping(8): nothing came back */
 	}
 	free(r);

@@ -115,6 +115,13 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	for u in "${URIS[0]}" "shm://$SHM"; do
 		run_xprobe 1 ping "$u" --port 5 -c 1
 		[[ $stderr == "xprobe ping: $u: port 5: target port closed" ]] || die "$stderr"
+		# each failure stops the stream; the next send resumes it
+		run_xprobe 1 ping "$u" --port 5 -c 3 -i 0
+		[[ ${lines[3]} == "8 bytes to $u port 5: seq=3 target port closed" ]] || die "$output"
+		[[ $output == *"3 sent, 0 received, 100.0% loss"* ]] || die "$output"
+		run_xprobe 1 ping "$u" --port 5 -c 2 -i 0 -o json
+		[ "$(json_get "$output" failed)" = 2 ] && [ "$(json_get "$output" first_failure)" = "target port closed" ] ||
+			die "$output"
 		# the sink provides buffers only for a client's SETUP: none of this size
 		run_xprobe 1 ping "$u" --port 1 -s 100 -c 1 -W 300ms
 		[[ $stderr == "xprobe ping: $u: port 1: send timed out (receiver provided no buffer)" ]] ||
