@@ -1,7 +1,8 @@
-/* When a server loop sleeps: it busy-polls for spin_ns after the last round
- * that did work (a reply is usually a round trip away, and a sleep costs a
- * wake-up of tens of microseconds), then sleeps until something comes.
- * Each loop still decides what counts as work and how it sleeps. */
+/* When a poll loop sleeps (the servers', ibcache's requester): it
+ * busy-polls for spin_ns after the last round that did work (a reply is
+ * usually a round trip away, and a sleep costs a wake-up of tens of
+ * microseconds), then sleeps until something comes.  Each loop still
+ * decides what counts as work and how it sleeps. */
 #ifndef XPRT_CORE_SPIN_H
 #define XPRT_CORE_SPIN_H
 

@@ -7,6 +7,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "core/spin.h"
 #include "core/xtime.h"
 #include "ibcache/ibc_peers.h"
 #include "ibcache/ibc_req.h"
@@ -816,9 +817,12 @@ static void drop_strays(struct ent *e)
 
 int ibc_req_poll(struct ibc_req *q, struct ibc_done *done, int max, uint64_t wait_ns)
 {
-	uint64_t start = xtime_ns(), now = start, idle_since = start;
+	uint64_t start = xtime_ns(), now = start;
 	bool looked = false;
+	struct xspin sp;
 	int nd = 0;
+
+	xspin_init(&sp, q->o.spin_ns, start);
 
 	for (;;) {
 		struct epoll_event ev[IBC_DEPTH_MAX];
@@ -836,7 +840,7 @@ int ibc_req_poll(struct ibc_req *q, struct ibc_done *done, int max, uint64_t wai
 			return 0;
 		/* spin first: a reply is usually a round trip away */
 		until = start + wait_ns < next ? start + wait_ns : next;
-		if (now - idle_since >= q->o.spin_ns && until > now)
+		if (!xspin_again(&sp, now, false) && until > now)
 			ms = (int)((until - now + XTIME_NS_PER_MS - 1) / XTIME_NS_PER_MS);
 		looked = true;
 		if (!ms && q->inflight <= 2) {
@@ -857,8 +861,7 @@ int ibc_req_poll(struct ibc_req *q, struct ibc_done *done, int max, uint64_t wai
 					       e->rq.state != IBC_RQ_WAIT;
 				}
 			now = xtime_ns();
-			if (got)
-				idle_since = now;
+			xspin_again(&sp, now, got);	/* a reply restarts the spin */
 			continue;
 		}
 		for (int i = 0; i < K_MAX; i++)
@@ -877,7 +880,7 @@ int ibc_req_poll(struct ibc_req *q, struct ibc_done *done, int max, uint64_t wai
 				drop_strays(e);
 		}
 		if (n > 0)
-			idle_since = now;
+			xspin_woke(&sp, now, true);
 	}
 }
 
