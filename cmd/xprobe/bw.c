@@ -7,6 +7,7 @@
  * Over datagrams, DATA datagrams go out as fast as the socket or queue
  * takes them and the server reports what arrived: rate and loss. */
 #include "client.h"
+#include "vt.h"
 #include "core/node.h"
 #include "core/parse.h"
 #include "core/xtime.h"
@@ -25,6 +26,7 @@ struct bw_opts {
 	uint64_t window;
 	bool progress, window_set, size_set;
 	struct common_opts co;
+	struct vt_opts vt;	/* --op: a verbs test */
 };
 
 struct bw_result {
@@ -33,6 +35,7 @@ struct bw_result {
 	uint64_t msgs, bytes, ns;
 	uint64_t srv_msgs, srv_bytes, srv_ns;
 	bool datagram;
+	uint32_t inl;		/* verbs test: inline up to this */
 };
 
 static void progress(const struct bw_opts *o, uint64_t start, uint64_t *last, uint64_t bytes)
@@ -59,6 +62,15 @@ static void report(const struct bw_opts *o, const struct bw_result *r)
 	double rate = secs > 0 ? r->msgs / secs : 0;
 	char b1[32], b2[32];
 
+	if (o->co.fmt == XFMT_TEXT && o->vt.op) {
+		printf("BW %s (%s): %llu-byte %s%s, %llu in flight, inline up to %u bytes\n",
+		       r->target, r->transport, (unsigned long long)o->size, vt_op_title(o->vt.op),
+		       o->vt.imm ? " with immediate" : "", (unsigned long long)o->window, r->inl);
+		printf("%llu operations, %s in %.2f s: %s, %.3f M op/s\n",
+		       (unsigned long long)r->msgs, xfmt_size(r->bytes, b1, sizeof(b1)), secs,
+		       xfmt_rate(bps, b2, sizeof(b2)), rate / 1e6);
+		return;
+	}
 	if (o->co.fmt == XFMT_TEXT) {
 		printf("BW %s (%s): %llu-byte messages, %s\n", r->target, r->transport,
 		       (unsigned long long)o->size, r->datagram ? "datagrams" :
@@ -84,7 +96,12 @@ static void report(const struct bw_opts *o, const struct bw_result *r)
 	xnode_set_str(m, "target", r->target);
 	xnode_set_str(m, "transport", r->transport);
 	xnode_set_u64(m, "size", o->size);
-	if (!r->datagram) {
+	if (o->vt.op) {
+		xnode_set_str(m, "op", vt_op_name(o->vt.op));
+		xnode_set_u64(m, "imm", o->vt.imm);
+		xnode_set_u64(m, "inline", r->inl);
+		xnode_set_u64(m, "window", o->window);
+	} else if (!r->datagram) {
 		xnode_set_str(m, "prio", o->co.prio == XP_HIGH ? "high" : "low");
 		xnode_set_u64(m, "window", o->window);
 	}
@@ -93,8 +110,10 @@ static void report(const struct bw_opts *o, const struct bw_result *r)
 	xnode_set_u64(m, "bytes", r->bytes);
 	xnode_set_f64(m, "bandwidth_Bps", bps, 0);
 	xnode_set_f64(m, "msg_rate", rate, 0);
-	xnode_set_u64(m, "server_messages", r->srv_msgs);
-	xnode_set_u64(m, "server_bytes", r->srv_bytes);
+	if (!o->vt.op) {
+		xnode_set_u64(m, "server_messages", r->srv_msgs);
+		xnode_set_u64(m, "server_bytes", r->srv_bytes);
+	}
 	if (r->datagram) {
 		xnode_set_f64(m, "loss_pct", r->msgs ? 100.0 * (r->msgs - (r->srv_msgs < r->msgs ?
 				r->srv_msgs : r->msgs)) / r->msgs : 0, 2);
@@ -224,6 +243,37 @@ out_close:
 	return ret;
 }
 
+/* --op: perftest's bandwidth tests (ib_write_bw, ib_read_bw, ib_send_bw) on
+ * a bare connection, --window operations in flight; the server's buffer
+ * is checked at the end.  EXIT_OK, or EXIT_FAIL after saying why. */
+static int bw_vt(const struct bw_opts *o, const struct xuri *u, struct bw_result *r)
+{
+	struct vt_opts vo = o->vt;
+	struct vt_client *c;
+	uint64_t start, last;
+	int rc = EXIT_FAIL, sr;
+
+	vo.depth = (uint32_t)o->window;
+	vo.size = (uint32_t)o->size;
+	if (vt_open(&c, "bw", u, &vo) != EXIT_OK)
+		goto out;
+	snprintf(r->target, sizeof(r->target), "%s", vt_target(c));
+	r->transport = xuri_scheme_name(u->scheme);
+	r->inl = vt_inline(c);
+	start = xtime_ns();
+	sr = vt_stream(c, o->secs_ns, &r->msgs, &r->bytes, &last);
+	r->ns = (last > start ? last : xtime_ns()) - start;
+	if (sr == -EINTR) {
+		fail("bw", "interrupted");
+		goto out;
+	}
+	if (sr == 0 && vt_verify(c) == 0)
+		rc = EXIT_OK;
+out:
+	vt_close(c);
+	return rc;
+}
+
 /* --- over datagrams --------------------------------------------------------- */
 
 static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_result *r)
@@ -342,6 +392,7 @@ int cmd_bw(int argc, char **argv)
 		{ "prio", required_argument, NULL, OPT_PRIO },
 		{ "spin", required_argument, NULL, OPT_SPIN },
 		{ "progress", no_argument, NULL, 'p' },
+		VT_LONG_OPTS,
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "output", required_argument, NULL, 'o' },
@@ -382,13 +433,17 @@ int cmd_bw(int argc, char **argv)
 			cmd_usage(stdout, "bw");
 			return EXIT_OK;
 		default:
-			if ((rc = common_opt("bw", c, optarg, &o.co)) == 1)
+			if ((rc = common_opt("bw", c, optarg, &o.co)) == 1 ||
+			    (!rc && (rc = vt_opt("bw", c, optarg, &o.vt)) == 1))
 				break;
 			return rc ? rc : bad_option("bw", os, argv);
 		}
 	}
-	if ((rc = one_target("bw", argc, argv, o.co.verbose, &u)))
+	if ((rc = one_target("bw", argc, argv, o.co.verbose, &u)) ||
+	    (rc = vt_check("bw", &o.vt, &u)))
 		return rc;
+	if (o.vt.op && o.window > PROBE_VT_MAX_DEPTH)
+		return usage_error("bw", "--window: at most %d with --op", PROBE_VT_MAX_DEPTH);
 	if (is_datagram(&u)) {
 		if (o.window_set)
 			return usage_error("bw", "--window needs a port transport (shm, tcp, rdma), "
@@ -403,7 +458,8 @@ int cmd_bw(int argc, char **argv)
 		return fail("bw", "%s", err);
 
 	cli_stop_handlers();
-	rc = is_datagram(&u) ? bw_dgram(&o, &u, &r) : bw_ports(&o, &u, &r);
+	rc = is_datagram(&u) ? bw_dgram(&o, &u, &r) : o.vt.op ? bw_vt(&o, &u, &r) :
+	     bw_ports(&o, &u, &r);
 	if (rc == EXIT_OK) {
 		if (is_datagram(&u) && !o.size_set)
 			o.size = r.msgs ? r.bytes / r.msgs : 0;

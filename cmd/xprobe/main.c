@@ -1,5 +1,6 @@
 /* xprobe — discover transports and devices; ping and measure any endpoint
- * over GM-style ports (shm, tcp, rdma) or datagrams (udp, ud). */
+ * over GM-style ports (shm, tcp, rdma), datagrams (udp, ud), or perftest's
+ * operations on a bare reliable connection (tcp, rdma: --op). */
 #include "cmd.h"
 #include "core/log.h"
 #include "xprt/xdev.h"
@@ -16,10 +17,11 @@ static const struct cmd cmds[] = {
 	  "answer pings and bandwidth tests on every URI" },
 	{ "ping",    cmd_ping,    "URI [-c COUNT] [-i INTERVAL] [-s SIZE] [-W TIMEOUT] [--prio low|high]\n"
 	  "                    [--load SIZE] [--warmup N] [--port N] [--spin DURATION] [-q] [-v]\n"
-	  "                    [-o text|yaml|json]",
+	  "                    [--op write|read|send [--imm] [--inline SIZE]] [-o text|yaml|json]",
 	  "measure round trips" },
 	{ "bw",      cmd_bw,      "URI [-s SIZE] [-T SECONDS] [--window TOKENS] [--prio low|high]\n"
-	  "                    [--progress] [--spin DURATION] [-q] [-v] [-o text|yaml|json]",
+	  "                    [--progress] [--spin DURATION] [-q] [-v]\n"
+	  "                    [--op write|read|send [--imm] [--inline SIZE]] [-o text|yaml|json]",
 	  "measure bandwidth and message rate" },
 };
 

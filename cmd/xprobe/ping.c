@@ -8,6 +8,7 @@
  * then shows what the priority scheduler is worth.  Over datagrams (udp,
  * ud) a PING datagram is answered by a PONG; a missing one counts as lost. */
 #include "client.h"
+#include "vt.h"
 #include "core/cc.h"
 #include "core/log.h"
 #include "core/node.h"
@@ -34,6 +35,7 @@ struct ping_opts {
 	unsigned port;		/* --port: the server's port pinged (PROBE_PORT_ECHO) */
 	bool size_set, timeout_set;
 	struct common_opts co;
+	struct vt_opts vt;	/* --op: a verbs test */
 };
 
 struct ping_result {
@@ -83,7 +85,12 @@ static int report(const struct ping_opts *o, struct ping_result *r)
 		xnode_set_str(m, "target", r->target);
 		xnode_set_str(m, "transport", r->transport);
 		xnode_set_u64(m, "size", o->size);
-		xnode_set_str(m, "prio", o->co.prio == XP_HIGH ? "high" : "low");
+		if (o->vt.op) {
+			xnode_set_str(m, "op", vt_op_name(o->vt.op));
+			xnode_set_u64(m, "imm", o->vt.imm);
+		} else {
+			xnode_set_str(m, "prio", o->co.prio == XP_HIGH ? "high" : "low");
+		}
 		if (o->load_size)
 			xnode_set_u64(m, "load_size", o->load_size);
 		xnode_set_u64(m, "sent", r->sent);
@@ -386,6 +393,64 @@ static int ping_port(const struct ping_opts *o, struct pclient *c, struct ping_r
 	return EXIT_OK;
 }
 
+/* --op: perftest's latency tests (ib_write_lat, ib_read_lat, ib_send_lat)
+ * on a bare connection.  EXIT_OK, or EXIT_FAIL after saying why. */
+static int ping_vt(const struct ping_opts *o, const struct xuri *u, struct ping_result *r)
+{
+	static char target[300];
+	struct vt_opts vo = o->vt;
+	struct vt_client *c;
+	int rc = EXIT_FAIL;
+
+	vo.lat = true;
+	vo.depth = 1;
+	vo.size = (uint32_t)o->size;
+	if (vt_open(&c, "ping", u, &vo) != EXIT_OK)
+		goto out;
+	snprintf(target, sizeof(target), "%s", vt_target(c));
+	r->target = target;
+	r->transport = xuri_scheme_name(u->scheme);
+	if (o->co.fmt == XFMT_TEXT && !o->co.quiet)
+		printf("PING %s (%s): %llu bytes, %s%s, inline up to %u bytes\n", target,
+		       r->transport, (unsigned long long)o->size, vt_op_title(o->vt.op),
+		       o->vt.imm ? " with immediate" : "", vt_inline(c));
+	r->start_ns = xtime_ns();
+	for (uint64_t seq = 1 - o->warmup; !o->count || (int64_t)seq <= (int64_t)o->count; seq++) {
+		bool counted = (int64_t)seq > 0;
+		uint64_t ns;
+		int vr;
+
+		if (cli_stop_requested)
+			break;
+		vr = vt_once(c, o->timeout_ns, &ns);
+		if (vr == -ETIMEDOUT && cli_stop_requested)
+			break;
+		if (vr == -ETIMEDOUT) {
+			fail("ping", "%s: no answer to seq %llu within %.1f s", target,
+			     (unsigned long long)seq, o->timeout_ns / 1e9);
+			goto out;
+		}
+		if (vr < 0)
+			goto out;
+		if (seq == 0)
+			r->start_ns = xtime_ns();
+		if (!counted)
+			continue;
+		r->sent++;
+		r->received++;
+		xhist_add(&r->rtt, ns);
+		print_line(o, target, seq, ns);
+		if (o->interval_ns && (!o->count || seq < o->count))
+			sleep_until(xtime_ns() + o->interval_ns);
+	}
+	r->end_ns = xtime_ns();
+	if (vt_verify(c) == 0)
+		rc = EXIT_OK;
+out:
+	vt_close(c);
+	return rc;
+}
+
 static int ping_ports(const struct ping_opts *o, const struct xuri *u, struct ping_result *r)
 {
 	struct pclient c;
@@ -571,6 +636,7 @@ int cmd_ping(int argc, char **argv)
 		{ "spin", required_argument, NULL, OPT_SPIN },
 		{ "warmup", required_argument, NULL, 'U' },
 		{ "port", required_argument, NULL, 'T' },
+		VT_LONG_OPTS,
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "output", required_argument, NULL, 'o' },
@@ -629,13 +695,20 @@ int cmd_ping(int argc, char **argv)
 			cmd_usage(stdout, "ping");
 			return EXIT_OK;
 		default:
-			if ((rc = common_opt("ping", c, optarg, &o.co)) == 1)
+			if ((rc = common_opt("ping", c, optarg, &o.co)) == 1 ||
+			    (!rc && (rc = vt_opt("ping", c, optarg, &o.vt)) == 1))
 				break;
 			return rc ? rc : bad_option("ping", os, argv);
 		}
 	}
 	if ((rc = one_target("ping", argc, argv, o.co.verbose, &u)))
 		return rc;
+	if ((rc = vt_check("ping", &o.vt, &u)))
+		return rc;
+	if (o.vt.op && (o.load_size || o.port != PROBE_PORT_ECHO))
+		return usage_error("ping", "--op: not with --load or --port");
+	if (o.vt.op && (!o.size || o.size > (1u << 30)))
+		return usage_error("ping", "-s: 1 to 1G bytes with --op");
 	if (o.port != PROBE_PORT_ECHO && (is_datagram(&u) || o.load_size || o.warmup))
 		return usage_error("ping", "--port: a port of shm://, tcp:// or rdma://, without "
 				   "--load or --warmup");
@@ -665,7 +738,8 @@ int cmd_ping(int argc, char **argv)
 	if (!r)
 		return fail("ping", "out of memory");
 	xhist_reset(&r->rtt);
-	rc = is_datagram(&u) ? ping_dgram(&o, &u, r) : ping_ports(&o, &u, r);
+	rc = is_datagram(&u) ? ping_dgram(&o, &u, r) : o.vt.op ? ping_vt(&o, &u, r) :
+	     ping_ports(&o, &u, r);
 	if (rc == EXIT_OK) {
 		report(&o, r);
 		if (r->failed && r->failed < r->sent)	/* exit 0: every message taken */

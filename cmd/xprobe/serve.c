@@ -7,6 +7,7 @@
  * --spin after the last work, then sleeps in epoll.  A client that
  * misbehaves costs a rate-limited log line, never the service. */
 #include "cmd.h"
+#include "vt.h"
 #include "core/cc.h"
 #include "core/log.h"
 #include "core/spin.h"
@@ -60,6 +61,7 @@ struct server {
 	struct dgsrv dg[MAX_URIS];
 	int ndg;
 	bool verbose;
+	struct vt_server *vt;		/* verbs tests on the tcp and rdma listeners */
 };
 
 static struct sbuf *sbuf_new(struct server *s, unsigned port, unsigned size, enum xp_prio prio)
@@ -363,6 +365,11 @@ static int add_uri(struct server *s, const struct xuri *u, const char *arg,
 		s->h = xp_host_new(ho, err, errlen);
 		if (!s->h || open_ports(s, err, errlen) < 0)
 			return -1;
+		if (!(s->vt = vt_server_new(&s->mem_used, s->mem_max, s->max_size, s->verbose))) {
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		xp_host_set_foreign(s->h, vt_server_take, s->vt);
 	}
 	if (xp_host_listen(s->h, u, err, errlen) < 0)
 		return -1;
@@ -387,6 +394,7 @@ static void server_free(struct server *s)
 	s->closing = true;
 	for (unsigned i = 0; i < 3; i++)
 		xp_close(s->port[i]);
+	vt_server_free(s->vt);
 	xp_host_free(s->h);
 	/* the ports are gone: their buffers are ours again */
 	while (s->all) {
@@ -414,7 +422,9 @@ static int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
 				fail("serve", "%s", strerror(-rc));
 				return EXIT_FAIL;
 			}
-			work += rc + serve_ports(s);
+			work += rc + serve_ports(s) + vt_server_poll(s->vt);
+			for (int fd; (fd = vt_server_new_fd(s->vt)) >= 0;)
+				xp_host_add_fd(s->h, fd);
 		}
 		for (int i = 0; i < s->ndg; i++)
 			work += serve_dg(&s->dg[i]);
@@ -425,7 +435,7 @@ static int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
 		if (s->h && xp_host_progress(s->h) > 0)
 			continue;
 		if (s->h && (xp_port_pending(s->port[0]) || xp_port_pending(s->port[1]) ||
-			     xp_port_pending(s->port[2])))
+			     xp_port_pending(s->port[2]) || vt_server_arm(s->vt)))
 			continue;
 		if (s->h) {
 			xp_host_wait(s->h, 1000000000ull);

@@ -155,6 +155,12 @@ uint16_t xp_host_listen_port(const struct xp_host *h, unsigned i)
 	return xrc_listener_port(h->ls[i]->xl);
 }
 
+void xp_host_set_foreign(struct xp_host *h, xp_foreign_fn fn, void *arg)
+{
+	h->foreign = fn;
+	h->foreign_arg = arg;
+}
+
 int xp_host_connect(struct xp_host *h, const struct xuri *u, char *err, size_t errlen)
 {
 	char name[160];
@@ -286,6 +292,9 @@ void xp_close(struct xp_port *p)
 	if (!p || !p->open)
 		return;
 	h = p->h;
+	/* the acknowledgements of what the port took go out first: their
+	 * senders learn it was delivered, not lost with the port */
+	xp_host_progress(h);
 	pe_port_close(h->e, p->id);
 	p->open = false;
 	alarms_cancel_port(h, p);

@@ -125,6 +125,15 @@ void xp_host_free(struct xp_host *h);
 int xp_host_listen(struct xp_host *h, const struct xuri *u, char *err, size_t errlen);
 /* The bound port of the i-th listener (useful with port 0). */
 uint16_t xp_host_listen_port(const struct xp_host *h, unsigned i);
+/* Connection requests on the host's tcp:// and rdma:// listeners that are
+ * not a port host's (their CM private data lacks the port protocol's
+ * magic) go to fn, which takes the request -- xrc_accept() or
+ * xrc_reject() it, and returns true -- or leaves it to be refused (false).
+ * For a program that serves another protocol on the same address (xprobe's
+ * verbs tests).  fn runs inside xp_host_progress(). */
+struct xrc_req;
+typedef bool (*xp_foreign_fn)(void *arg, struct xrc_req *r);
+void xp_host_set_foreign(struct xp_host *h, xp_foreign_fn fn, void *arg);
 
 /* Connects to the host at `u` (blocking, bounded by connect_timeout_ns),
  * or returns the node id of the existing connection to it.  Returns a

@@ -430,6 +430,11 @@ int xpl_accept(struct xp_host *h, struct xp_listener *l, uint64_t now)
 		}
 		done++;
 		pd = xrc_req_data(r, &pdl);
+		/* not a port host's (no magic of ours): the program's, if it
+		 * wants it */
+		if (h->foreign && (pdl < 4 || get_be32(pd) != PW_MAGIC) &&
+		    h->foreign(h->foreign_arg, r))
+			continue;
 		rc = priv_decode(pd, pdl, &lane, &nonce, &st, &pfrag, why, sizeof(why));
 		if (rc == 0 && lane > 1) {
 			rc = -EINVAL;

@@ -158,6 +158,8 @@ struct xp_host {
 	uint32_t nlinks, cap;
 	struct xp_port ports[XP_MAX_PORTS];
 	struct xp_alarm *alarms;	/* set alarms of every port, by due time */
+	xp_foreign_fn foreign;		/* requests that are not a port host's */
+	void *foreign_arg;
 	struct xp_mem *mem;		/* registered ranges */
 	unsigned nmem, memcap;
 	uint64_t direct_bytes[XP_MAX_PORTS];	/* per port: xp_port_stats direct_bytes */

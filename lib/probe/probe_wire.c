@@ -87,3 +87,64 @@ int probe_dg_decode(const void *buf, size_t len, struct probe_dg *d)
 	}
 	return 0;
 }
+
+void probe_vt_encode(const struct probe_vt *v, uint8_t out[PROBE_VT_LEN])
+{
+	memset(out, 0, PROBE_VT_LEN);
+	put_be32(out, PROBE_VT_MAGIC);
+	out[4] = PROBE_VERSION;
+	out[5] = v->op;
+	out[6] = v->flags;
+	out[7] = v->status;
+	put_be32(out + 8, v->size);
+	put_be32(out + 12, v->depth);
+}
+
+int probe_vt_is(const void *buf, size_t len)
+{
+	return len >= 4 && get_be32(buf) == PROBE_VT_MAGIC;
+}
+
+int probe_vt_decode(const void *buf, size_t len, struct probe_vt *v)
+{
+	const uint8_t *p = buf;
+
+	if (len < PROBE_VT_LEN)
+		return -EMSGSIZE;
+	if (get_be32(p) != PROBE_VT_MAGIC || p[4] != PROBE_VERSION)
+		return -EPROTO;
+	if (p[5] < PROBE_VT_WRITE || p[5] > PROBE_VT_SEND || p[6] & ~(PROBE_VT_IMM | PROBE_VT_LAT))
+		return -EPROTO;
+	/* a read carries no immediate */
+	if (p[5] == PROBE_VT_READ && p[6] & PROBE_VT_IMM)
+		return -EPROTO;
+	if (get_be32(p + 16) || get_be32(p + 20))
+		return -EPROTO;
+	v->op = p[5];
+	v->flags = p[6];
+	v->status = p[7];
+	v->size = get_be32(p + 8);
+	v->depth = get_be32(p + 12);
+	if (!v->depth || v->depth > PROBE_VT_MAX_DEPTH)
+		return -EPROTO;
+	return 0;
+}
+
+void probe_vt_mem_encode(const struct probe_vt_mem *m, uint8_t out[PROBE_VT_MEM_LEN])
+{
+	put_be64(out, m->addr);
+	put_be32(out + 8, m->rkey);
+	put_be32(out + 12, m->len);
+}
+
+int probe_vt_mem_decode(const void *buf, size_t len, struct probe_vt_mem *m)
+{
+	const uint8_t *p = buf;
+
+	if (len != PROBE_VT_MEM_LEN)
+		return -EMSGSIZE;
+	m->addr = get_be64(p);
+	m->rkey = get_be32(p + 8);
+	m->len = get_be32(p + 12);
+	return 0;
+}

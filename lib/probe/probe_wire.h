@@ -11,6 +11,12 @@
  *  - over datagrams (udp/ud): every datagram starts with struct probe_dg;
  *    PING is answered by a PONG with the same session/seq and length, DATA
  *    is counted per session, STATS_REQ gets a STATS_REP.
+ *  - verbs tests (ping/bw --op, perftest's operations): a bare reliable
+ *    connection (tcp:// or rdma://) to the same listener, told apart from
+ *    a port host's by the magic of its CM private data: struct probe_vt
+ *    asks for an operation and the server's reply says yes (status 0) or
+ *    why not; then each end's first SEND is a struct probe_vt_mem naming
+ *    its registered buffer, the target of the other's writes and reads.
  *
  * All fields are big-endian; decoders check magic, version, type and
  * length and return -EPROTO / -EMSGSIZE rather than trusting anything.
@@ -80,5 +86,41 @@ struct probe_dg {
  * room for len >= PROBE_DG_HDR (PROBE_DG_STATS_LEN for STATS_REP) bytes. */
 void probe_dg_encode(const struct probe_dg *d, uint8_t *out);
 int probe_dg_decode(const void *buf, size_t len, struct probe_dg *d);
+
+/* --- verbs tests ------------------------------------------------------------ */
+#define PROBE_VT_MAGIC	0x58505654u	/* "XPVT" */
+#define PROBE_VT_LEN	24		/* request and reply (CM private data) */
+#define PROBE_VT_MEM_LEN 16
+#define PROBE_VT_MAX_DEPTH 1024
+
+enum probe_vt_op { PROBE_VT_WRITE = 1, PROBE_VT_READ = 2, PROBE_VT_SEND = 3 };
+enum {
+	PROBE_VT_IMM = 1,	/* writes and sends carry an immediate */
+	PROBE_VT_LAT = 2,	/* one at a time, answered (latency) */
+};
+
+/* magic(4) version(1) op(1) flags(1) status(1) size(4) depth(4) zero(8) */
+struct probe_vt {
+	uint8_t op, flags;
+	uint8_t status;		/* reply: 0, or a positive errno (EMSGSIZE: size
+				 * over max; ENOMEM: over the server's budget) */
+	uint32_t size;		/* request: bytes per operation (1 or more);
+				 * reply: the largest the server takes */
+	uint32_t depth;		/* operations in flight, 1..PROBE_VT_MAX_DEPTH */
+};
+void probe_vt_encode(const struct probe_vt *v, uint8_t out[PROBE_VT_LEN]);
+/* Whether private data claims to be a verbs test at all (its magic). */
+int probe_vt_is(const void *buf, size_t len);
+/* 0, -EMSGSIZE (shorter than PROBE_VT_LEN), -EPROTO (magic, version, op,
+ * flags, depth or the zero bytes). */
+int probe_vt_decode(const void *buf, size_t len, struct probe_vt *v);
+
+/* addr(8) rkey(4) len(4): a registered buffer of the sender's */
+struct probe_vt_mem {
+	uint64_t addr;
+	uint32_t rkey, len;
+};
+void probe_vt_mem_encode(const struct probe_vt_mem *m, uint8_t out[PROBE_VT_MEM_LEN]);
+int probe_vt_mem_decode(const void *buf, size_t len, struct probe_vt_mem *m);
 
 #endif

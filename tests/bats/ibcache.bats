@@ -487,7 +487,9 @@ netns_fetch() {
 	ip -n "$NS_CLI" link set "$(_ns_dev c 0)" mtu 9000
 	ip -n "$NS_SRV" link set "$(_ns_dev s 0)" mtu 1500
 	netns_fetch 8388608
-	[ "$(stat_of retries)" -eq 0 ] && [ "$(stat_of segments_asked)" -eq 0 ] ||
+	# runs the route cannot take would all be lost (some 900 segments of
+	# 9000 bytes); a datagram lost to a loaded machine is no such thing
+	[ "$(stat_of retries)" -le 2 ] && [ "$(stat_of segments_asked)" -lt 100 ] ||
 		die "segments were lost and asked for again: $STATS"
 }
 

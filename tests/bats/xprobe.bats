@@ -449,3 +449,80 @@ PY
 	done
 	die "loaded p99 $loaded ns > 2 x idle p99 $idle ns (3 attempts)"
 }
+
+# --- verbs tests ---------------------------------------------------------------------
+
+# --op: perftest's operations on a bare connection to the same listener.
+# Every latency test checks each answer (send: the bytes that came back;
+# write: the server's write of them into ours), every test reads the
+# server's buffer back at the end (writes: ours is there; reads: what the
+# server put there).  Sizes are random; the seed is printed.
+@test "verbs tests over tcp: write, read and send, immediates, latency and bandwidth, checked" {
+	local seed=${SEED:-$RANDOM} op imm size out
+	echo "# seed $seed" >&3
+	RANDOM=$seed
+	start_server tcp://127.0.0.1:0
+	for op in write read send; do
+		for imm in "" --imm; do
+			[ "$op" = read ] && [ -n "$imm" ] && continue
+			size=$(( (RANDOM * 4 + RANDOM) % 70000 + 1 ))
+			run_xprobe 0 ping "${URIS[0]}" --op $op $imm -s $size -c 300 -i 0 -o json
+			[ "$(json_get "$output" received)" = 300 ] && [ "$(json_get "$output" op)" = $op ] ||
+				die "ping --op $op $imm -s $size: $output"
+			run_xprobe 0 bw "${URIS[0]}" --op $op $imm -s $size -T 0.3 --window 8 -o json
+			[ "$(json_get "$output" messages)" -gt 0 ] && [ "$(json_get "$output" op)" = $op ] ||
+				die "bw --op $op $imm -s $size: $output"
+		done
+	done
+	# text: the operation and what goes inline
+	run_xprobe 0 ping "${URIS[0]}" --op write --inline 0 -s 16 -c 3 -i 0
+	[[ ${lines[0]} == "PING ${URIS[0]} (tcp): 16 bytes, RDMA write, inline up to 0 bytes" ]] ||
+		die "${lines[0]}"
+	run_xprobe 0 bw "${URIS[0]}" --op send --imm -s 1 -T 0.2
+	[[ ${lines[0]} == "BW ${URIS[0]} (tcp): 1-byte send with immediate, 16 in flight, inline up to 64 bytes" ]] ||
+		die "${lines[0]}"
+	# the port protocol on the same listener is unaffected
+	run_xprobe 0 ping "${URIS[0]}" -c 3 -i 0
+}
+
+@test "verbs tests: bad uses in one line; a server that refuses, or is not there" {
+	start_server --max-size 64k tcp://127.0.0.1:0 "shm://$SHM"
+	run_xprobe 2 ping "shm://$SHM" --op write
+	[ "${stderr_lines[0]}" = "xprobe ping: --op: a verbs test runs over tcp:// or rdma://, not shm://" ] || die "$stderr"
+	run_xprobe 2 bw udp://127.0.0.1:9 --op send
+	[ "${stderr_lines[0]}" = "xprobe bw: --op: a verbs test runs over tcp:// or rdma://, not udp://" ] || die "$stderr"
+	run_xprobe 2 ping "${URIS[0]}" --op copy
+	[ "${stderr_lines[0]}" = "xprobe ping: --op: 'copy' is not write, read or send" ] || die "$stderr"
+	run_xprobe 2 ping "${URIS[0]}" --op read --imm
+	[ "${stderr_lines[0]}" = "xprobe ping: --imm: a read carries no immediate" ] || die "$stderr"
+	run_xprobe 2 bw "${URIS[0]}" --imm
+	[ "${stderr_lines[0]}" = "xprobe bw: --imm: only with --op" ] || die "$stderr"
+	run_xprobe 2 ping "${URIS[0]}" --op send --port 2
+	[ "${stderr_lines[0]}" = "xprobe ping: --op: not with --load or --port" ] || die "$stderr"
+	run_xprobe 2 bw "${URIS[0]}" --op write --inline 1m
+	[[ ${stderr_lines[0]} == "xprobe bw: --inline: '1m' "* ]] || die "$stderr"
+	# beyond the server's limit: its answer, in one line
+	run_xprobe 1 bw "${URIS[0]}" --op write -s 65537 -T 0.2
+	[ "$stderr" = "xprobe bw: ${URIS[0]}: size 65537 is beyond the server's limit of 65536 bytes" ] ||
+		die "$stderr"
+	# nobody there
+	run_xprobe 1 ping "tcp://127.0.0.1:$(free_tcp_port)" --op read -c 1
+	[[ $stderr == "xprobe ping: tcp://127.0.0.1:"*"connection refused"* ]] || die "$stderr"
+}
+
+@test "a verbs test client killed mid-stream: the server keeps serving, and its memory comes back" {
+	start_server --max-mem 8m tcp://127.0.0.1:0
+	local i pid
+	for i in 1 2 3; do
+		"$XPROBE" bw "${URIS[0]}" --op write -s 1m --window 4 -T 10 -q >/dev/null 2>&1 3>&- &
+		pid=$!
+		BG_PIDS+=($pid)
+		sleep 0.3
+		kill -KILL $pid
+		wait $pid 2>/dev/null || true
+	done
+	# 4 x 1 MiB sessions would not fit three times in 8 MiB: each went
+	run_xprobe 0 bw "${URIS[0]}" --op read -s 1m --window 4 -T 0.2 -q
+	run_xprobe 0 ping "${URIS[0]}" --op send -c 10 -i 0 -q
+	run_xprobe 0 ping "${URIS[0]}" -c 3 -i 0 -q
+}

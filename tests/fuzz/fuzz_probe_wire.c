@@ -1,4 +1,4 @@
-/* xprobe's control and datagram decoders on arbitrary bytes: whatever
+/* xprobe's control, datagram and verbs-test decoders on arbitrary bytes: whatever
  * decodes must encode back to the same bytes (the formats have no slack
  * other than the datagram padding after the header). */
 #include <stdint.h>
@@ -20,6 +20,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 
 		probe_ctl_encode(&c, back);
 		if (memcmp(back, d, PROBE_CTL_LEN) != 0)
+			abort();
+	}
+	struct probe_vt v;
+	struct probe_vt_mem m;
+
+	if (probe_vt_decode(d, n, &v) == 0) {
+		uint8_t back[PROBE_VT_LEN];
+
+		probe_vt_encode(&v, back);
+		if (memcmp(back, d, PROBE_VT_LEN) != 0 || !probe_vt_is(d, n))
+			abort();
+	}
+	if (probe_vt_mem_decode(d, n, &m) == 0) {
+		uint8_t back[PROBE_VT_MEM_LEN];
+
+		probe_vt_mem_encode(&m, back);
+		if (memcmp(back, d, PROBE_VT_MEM_LEN) != 0)
 			abort();
 	}
 	if (probe_dg_decode(d, n, &g) == 0) {

@@ -86,12 +86,56 @@ static void test_dg(void **s)
 	assert_int_equal(probe_dg_decode(b, PROBE_DG_HDR, &h), -EMSGSIZE);
 }
 
+/* A verbs test's request and reply, and each end's buffer: round trips,
+ * and what a decoder refuses. */
+static void test_vt(void **s)
+{
+	struct probe_vt v = { PROBE_VT_WRITE, PROBE_VT_IMM | PROBE_VT_LAT, 0, 65536, 16 }, w;
+	struct probe_vt_mem m = { 0x7f0012345678ull, 0xabcd1234u, 1u << 20 }, n;
+	uint8_t b[PROBE_VT_LEN + 1], mb[PROBE_VT_MEM_LEN];
+
+	(void)s;
+	probe_vt_encode(&v, b);
+	assert_true(probe_vt_is(b, PROBE_VT_LEN));
+	assert_int_equal(probe_vt_decode(b, PROBE_VT_LEN, &w), 0);
+	assert_int_equal(w.op, PROBE_VT_WRITE);
+	assert_int_equal(w.flags, PROBE_VT_IMM | PROBE_VT_LAT);
+	assert_int_equal(w.size, 65536);
+	assert_int_equal(w.depth, 16);
+	assert_int_equal(probe_vt_decode(b, PROBE_VT_LEN - 1, &w), -EMSGSIZE);
+	b[5] = PROBE_VT_READ;	/* a read with an immediate */
+	assert_int_equal(probe_vt_decode(b, PROBE_VT_LEN, &w), -EPROTO);
+	b[5] = 4;
+	assert_int_equal(probe_vt_decode(b, PROBE_VT_LEN, &w), -EPROTO);
+	b[5] = PROBE_VT_SEND;
+	b[6] = 4;		/* an unknown flag */
+	assert_int_equal(probe_vt_decode(b, PROBE_VT_LEN, &w), -EPROTO);
+	b[6] = 0;
+	b[20] = 1;		/* the zero bytes */
+	assert_int_equal(probe_vt_decode(b, PROBE_VT_LEN, &w), -EPROTO);
+	b[20] = 0;
+	v = (struct probe_vt){ PROBE_VT_SEND, 0, 0, 1, 0 };	/* depth 0 */
+	probe_vt_encode(&v, b);
+	assert_int_equal(probe_vt_decode(b, PROBE_VT_LEN, &w), -EPROTO);
+	v.depth = PROBE_VT_MAX_DEPTH + 1;
+	probe_vt_encode(&v, b);
+	assert_int_equal(probe_vt_decode(b, PROBE_VT_LEN, &w), -EPROTO);
+	b[0] = 'x';		/* not ours at all: a port host's, say */
+	assert_false(probe_vt_is(b, PROBE_VT_LEN));
+	assert_false(probe_vt_is(b, 3));
+	probe_vt_mem_encode(&m, mb);
+	assert_int_equal(probe_vt_mem_decode(mb, sizeof(mb), &n), 0);
+	assert_true(n.addr == m.addr && n.rkey == m.rkey && n.len == m.len);
+	assert_int_equal(probe_vt_mem_decode(mb, sizeof(mb) - 1, &n), -EMSGSIZE);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ctl_roundtrip),
 		cmocka_unit_test(test_ctl_rejects),
 		cmocka_unit_test(test_dg),
+		cmocka_unit_test(test_vt),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,6 +55,27 @@ assert t["rdma"] and t["ud"], t' "$output"
 	[ "$m" -gt 0 ] && [ "$s" -eq "$m" ]
 }
 
+@test "verbs tests over rdma: write, read and send, immediates, inline or not, checked" {
+	local op imm inl
+	start_server "rdma://$IP:0"
+	for op in write read send; do
+		for imm in "" --imm; do
+			[ "$op" = read ] && [ -n "$imm" ] && continue
+			for inl in "" "--inline 0"; do
+				# shellcheck disable=SC2086
+				run_xprobe 0 ping "${URIS[0]}" --op $op $imm $inl -s 32 -c 200 -i 0 -o json
+				[ "$(json_get "$output" received)" = 200 ] || die "ping $op $imm $inl: $output"
+				# shellcheck disable=SC2086
+				run_xprobe 0 bw "${URIS[0]}" --op $op $imm $inl -s 100000 -T 0.5 -o json
+				[ "$(json_get "$output" messages)" -gt 0 ] || die "bw $op $imm $inl: $output"
+			done
+		done
+	done
+	run_xprobe 0 ping "${URIS[0]}" --op write -s 8 -c 3 -i 0
+	[[ ${lines[0]} == "PING ${URIS[0]} (rdma): 8 bytes, RDMA write, inline up to "*" bytes" ]] ||
+		die "${lines[0]}"
+}
+
 @test "bw over ud reports loss; the MTU is the port's" {
 	start_server "ud://$IP:0"
 	run_xprobe 0 bw "${URIS[0]}" -T 1 -o json
