@@ -394,6 +394,8 @@ static void server_free(struct server *s)
 	s->closing = true;
 	for (unsigned i = 0; i < 3; i++)
 		xp_close(s->port[i]);
+	if (s->h)
+		xp_host_set_foreign(s->h, NULL, NULL);	/* its last round comes */
 	vt_server_free(s->vt);
 	xp_host_free(s->h);
 	/* the ports are gone: their buffers are ours again */

@@ -27,6 +27,13 @@
 #include "core/xtime.h"
 
 #define VT_TIMEOUT_NS	(5 * XTIME_NS_PER_S)
+#define VT_CONN_COST	(256u * 1024)	/* budget charged per session besides its buffer */
+
+/* The server's receive ids besides the slots: the client's buffer, and the
+ * catch-all a test without sends or immediates keeps posted (anything in
+ * it ends the session: the client sent what its test does not have). */
+#define WR_THEIRS	UINT32_MAX
+#define WR_CATCH	(UINT32_MAX - 3)
 
 enum probe_vt_op vt_op_parse(const char *s)
 {
@@ -115,6 +122,7 @@ struct vt_client {
 	struct probe_vt_mem peer;
 	uint32_t inl;
 	uint64_t seq;
+	bool draining;			/* waits ignore a signal: finishing up */
 };
 
 static int vt_fail(struct vt_client *c, const char *what, int err)
@@ -123,8 +131,9 @@ static int vt_fail(struct vt_client *c, const char *what, int err)
 	return -EIO;
 }
 
-/* The next completion, busy-polling, until `until`: 1, 0 (none), or -EIO
- * (said why: the connection or the operation failed). */
+/* The next completion, busy-polling, until `until` (or a signal, unless
+ * c->draining): 1, 0 (none), or -EIO (said why: the connection or the
+ * operation failed). */
 static int next_wc(struct vt_client *c, struct xrc_wc *wc, uint64_t until)
 {
 	do {
@@ -140,7 +149,7 @@ static int next_wc(struct vt_client *c, struct xrc_wc *wc, uint64_t until)
 		}
 		if (xrc_state(c->c) == XRC_DOWN)
 			return vt_fail(c, "connection", ECONNRESET);
-	} while (!cli_stop_requested && xtime_ns() < until);
+	} while ((c->draining || !cli_stop_requested) && xtime_ns() < until);
 	return 0;
 }
 
@@ -331,8 +340,11 @@ int vt_stream(struct vt_client *c, uint64_t secs_ns, uint64_t *msgs, uint64_t *b
 		}
 		if (posted == done)
 			break;
+		c->draining = cli_stop_requested;	/* what is in flight still ends */
 		if ((rc = next_wc(c, &wc, now + VT_TIMEOUT_NS)) < 0)
 			return rc;
+		if (rc == 0 && cli_stop_requested && !c->draining)
+			continue;			/* the signal came while waiting */
 		if (rc == 0)
 			return vt_fail(c, "no completion within 5 s", ETIMEDOUT);
 		done++;
@@ -340,6 +352,7 @@ int vt_stream(struct vt_client *c, uint64_t secs_ns, uint64_t *msgs, uint64_t *b
 		*bytes += c->o.size;
 		*last_ns = xtime_ns();
 	}
+	c->draining = false;
 	return cli_stop_requested ? -EINTR : 0;
 }
 
@@ -351,6 +364,7 @@ int vt_verify(struct vt_client *c)
 
 	if (c->o.op == PROBE_VT_SEND)
 		return 0;	/* answers were checked one by one, or counted */
+	c->draining = true;	/* after a ^C too */
 	/* the server's buffer into our receive area, by a read */
 	memset(c->rx, 0, size);
 	rc = xrc_post_read(c->c, &(struct xrc_sge){ c->rx, size, c->rxmr }, 1, c->peer.addr,
@@ -359,6 +373,7 @@ int vt_verify(struct vt_client *c)
 		return vt_fail(c, "read", rc);
 	while ((rc = next_wc(c, &wc, xtime_ns() + VT_TIMEOUT_NS)) == 1 && wc.op != XRC_OP_READ)
 		;
+	c->draining = false;
 	if (rc <= 0)
 		return rc < 0 ? rc : vt_fail(c, "read", ETIMEDOUT);
 	for (uint32_t i = 0; i < size; i++) {
@@ -407,6 +422,8 @@ struct vt_sess {
 	bool named, got_them, fd_added;
 	uint8_t expect;			/* write latency: the next round's byte */
 	uint64_t ops;
+	uint64_t deadline;		/* to name its buffer by */
+	size_t charge;			/* of the server's memory budget */
 };
 
 struct vt_server {
@@ -434,7 +451,7 @@ static void sess_free(struct vt_server *s, struct vt_sess *t)
 	xrc_close(t->c);
 	xrc_dereg(t->mr);
 	free(t->buf);
-	*s->mem_used -= t->len + 2 * PROBE_VT_MEM_LEN;
+	*s->mem_used -= t->charge;
 	free(t);
 }
 
@@ -458,6 +475,8 @@ bool vt_server_take(void *arg, struct xrc_req *r)
 
 	if (!probe_vt_is(pd, pdl))
 		return false;
+	/* a reply the client can decode, whatever it asked */
+	rep.op = PROBE_VT_WRITE;
 	rep.size = s->max_size;
 	rep.depth = 1;
 	if (probe_vt_decode(pd, pdl, &v) < 0 || !v.size) {
@@ -472,7 +491,7 @@ bool vt_server_take(void *arg, struct xrc_req *r)
 		goto reject;
 	}
 	need = slot_len(v.size) * v.depth + 2 * PROBE_VT_MEM_LEN;
-	if (*s->mem_used + need > s->mem_max) {
+	if (*s->mem_used + need + VT_CONN_COST > s->mem_max) {
 		rep.status = ENOMEM;
 		goto reject;
 	}
@@ -496,7 +515,11 @@ bool vt_server_take(void *arg, struct xrc_req *r)
 		free(t);
 		return true;
 	}
-	*s->mem_used += need;
+	/* the buffer, and what a connection costs besides (tcp's staging,
+	 * queues): a flood of small sessions spends the budget too */
+	t->charge = need + VT_CONN_COST;
+	*s->mem_used += t->charge;
+	t->deadline = xtime_ns() + VT_TIMEOUT_NS;
 	t->buf = aligned_alloc(4096, (need + 4095) / 4096 * 4096);
 	if (t->buf) {
 		/* a read test reads what a reader can check; the others start
@@ -510,7 +533,7 @@ bool vt_server_take(void *arg, struct xrc_req *r)
 	 * receive per operation in flight */
 	if (!t->buf || !t->mr ||
 	    xrc_post_recv(t->c, &(struct xrc_sge){ theirs(t), PROBE_VT_MEM_LEN, t->mr },
-			  UINT32_MAX) < 0) {
+			  WR_THEIRS) < 0) {
 		xlog_warn("%s: verbs test: %s", t->peer, t->buf && !t->mr ? err : "out of memory");
 		t->next = s->list;	/* freed with the others, at once */
 		s->list = t;
@@ -541,49 +564,62 @@ static int sess_wc(struct vt_sess *t, const struct xrc_wc *wc)
 {
 	uint32_t i = (uint32_t)wc->wr_id;
 	bool lat = t->v.flags & PROBE_VT_LAT, imm = t->v.flags & PROBE_VT_IMM;
+	bool sends = t->v.op == PROBE_VT_SEND;
 	unsigned fl = XRC_SIGNALED;
 
 	if (wc->status) {
 		xlog_info("%s: verbs test: %s", t->peer, strerror(-wc->status));
 		return -1;
 	}
+	if (wc->op == XRC_OP_RECV || wc->op == XRC_OP_RECV_IMM) {
+		/* what the test has: its buffer by a SEND first, then sends
+		 * (send tests) or immediates (--imm) into slots */
+		bool ok = i == WR_THEIRS ? wc->op == XRC_OP_RECV :
+			  i < t->nslot && (wc->op == XRC_OP_RECV ? sends : imm) && t->got_them;
+
+		if (!ok) {
+			xlog_info("%s: verbs test: the client sent what its test has not", t->peer);
+			return -1;
+		}
+	}
 	switch (wc->op) {
 	case XRC_OP_RECV:
-		if (i == UINT32_MAX) {	/* the client's buffer */
+		if (i == WR_THEIRS) {	/* the client's buffer */
 			if (probe_vt_mem_decode(theirs(t), wc->len, &t->them) < 0)
 				return -1;
 			t->got_them = true;
+			if (!sends && !imm)
+				return xrc_post_recv(t->c, &(struct xrc_sge){ theirs(t),
+						     PROBE_VT_MEM_LEN, t->mr }, WR_CATCH) < 0 ? -1 : 0;
 			return 0;
 		}
 		t->ops++;
-		if (!lat || i >= t->nslot)
-			return post_slot(t, i % t->nslot) < 0 ? -1 : 0;
-		/* send latency: the message back from where it landed; its
-		 * receive goes up again once that send is done */
+		if (!lat)
+			return post_slot(t, i) < 0 ? -1 : 0;
+		/* send latency: the message back from where it landed, and
+		 * its receive up again at once -- the client sends the next
+		 * only once the answer has arrived there, so it cannot land
+		 * on these bytes before they are out */
 		if (wc->len <= xrc_max_inline(t->c))
 			fl |= XRC_INLINE;
 		struct xrc_sge sg = { t->buf + i * t->slot, wc->len, t->mr };
 
-		return (imm ? xrc_post_send_imm(t->c, &sg, 1, wc->imm, i, fl)
-			    : xrc_post_send(t->c, &sg, 1, i, fl)) < 0 ? -1 : 0;
+		if ((imm ? xrc_post_send_imm(t->c, &sg, 1, wc->imm, i, fl)
+			 : xrc_post_send(t->c, &sg, 1, i, fl)) < 0)
+			return -1;
+		return post_slot(t, i) < 0 ? -1 : 0;
 	case XRC_OP_RECV_IMM:	/* a write with an immediate landed */
 		t->ops++;
 		if (post_slot(t, i) < 0)
 			return -1;
-		if (!lat || !t->got_them)
+		if (!lat)
 			return 0;
 		if (t->v.size <= xrc_max_inline(t->c))
 			fl |= XRC_INLINE;
 		return xrc_post_write(t->c, &(struct xrc_sge){ t->buf, t->v.size, t->mr }, 1,
 				      t->them.addr, t->them.rkey, true, wc->imm, UINT32_MAX - 1,
 				      fl) < 0 ? -1 : 0;
-	case XRC_OP_SEND:
-		/* our buffer's name, or a send latency answer: its receive
-		 * may take the next message */
-		if (i < t->nslot && t->v.op == PROBE_VT_SEND && lat)
-			return post_slot(t, i) < 0 ? -1 : 0;
-		return 0;
-	default:
+	default:		/* our sends and writes */
 		return 0;
 	}
 }
@@ -599,6 +635,10 @@ int vt_server_poll(struct vt_server *s)
 
 		for (int k = 0; k < n && !gone; k++)
 			gone = sess_wc(t, &wc[k]) < 0;
+		if (!gone && !t->got_them && xtime_ns() > t->deadline) {
+			xlog_info("%s: verbs test: no buffer named within 5 s", t->peer);
+			gone = true;
+		}
 		if (!gone && !t->named && xrc_state(t->c) == XRC_UP) {
 			/* up: name our buffer (the client's first receive) */
 			probe_vt_mem_encode(&(struct probe_vt_mem){ (uintptr_t)t->buf, t->mr->rkey,
@@ -640,8 +680,10 @@ int vt_server_poll(struct vt_server *s)
 
 bool vt_server_arm(struct vt_server *s)
 {
+	/* bytes waiting for the socket (a read's answer, say): nothing
+	 * would wake us to send them (the fds are watched for input) */
 	for (struct vt_sess *t = s->list; t; t = t->next)
-		if (t->c && xrc_arm(t->c) != 0)
+		if (t->c && (xrc_tx_pending(t->c) || xrc_arm(t->c) != 0))
 			return true;
 	return false;
 }

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/epoll.h>
 
@@ -97,6 +98,30 @@ static void lane_free(struct xp_lane *ln)
 	memset(ln, 0, sizeof(*ln));
 }
 
+static bool refs_busy(const struct xp_link *k)
+{
+	for (unsigned i = 0; i < SHMCM_REF_WINDOW; i++)
+		if (k->refs[i].busy)
+			return true;
+	return false;
+}
+
+/* A payload sent by reference is the peer's to read until it has pulled
+ * it or let it go.  With our end going down (disconnected: the peer pulls
+ * nothing after that), wait -- a second at most -- for every one to be
+ * reaped, before the engine hands the buffers back to their owners. */
+static void refs_settle(struct xp_link *k, struct shmcm_conn *sc)
+{
+	uint64_t end = xtime_ns() + XTIME_NS_PER_S;
+
+	while (refs_busy(k) && xtime_ns() < end) {
+		struct timespec ts = { 0, 20000 };
+
+		if (shmcm_reap(sc) == 0)
+			nanosleep(&ts, NULL);
+	}
+}
+
 XCOLD void xpl_fail(struct xp_link *k, const char *why)
 {
 	struct xp_listener *l = k->srv;
@@ -112,12 +137,15 @@ XCOLD void xpl_fail(struct xp_link *k, const char *why)
 		lane_free(&k->lane[i]);
 	}
 	if (k->sc && !l) {
+		shmcm_disconnect(k->sc);
+		refs_settle(k, k->sc);
 		shmcm_close(k->sc);
 		k->sc = NULL;
 	} else if (l) {
 		/* seed 000: the served mailbox goes back to waiting for the
 		 * next peer host; this node id stays dead. */
 		shmcm_disconnect(l->sc);
+		refs_settle(k, l->sc);
 		shmcm_connect(l->sc);
 		l->cur = NULL;
 		k->sc = NULL;
@@ -141,9 +169,11 @@ void xpl_free(struct xp_link *k)
 		if (!k->sc) {
 			xpl_fail(k, "host closed");
 		} else {
+			k->dead = true;
+			shmcm_disconnect(k->sc);
+			refs_settle(k, k->sc);
 			shmcm_close(k->sc);
 			k->sc = NULL;
-			k->dead = true;
 		}
 	}
 	for (unsigned i = 0; i < 2; i++)

@@ -526,3 +526,25 @@ PY
 	run_xprobe 0 ping "${URIS[0]}" --op send -c 10 -i 0 -q
 	run_xprobe 0 ping "${URIS[0]}" -c 3 -i 0 -q
 }
+
+@test "verbs tests stopped with ^C: ping prints its statistics, bw says it was interrupted" {
+	start_server tcp://127.0.0.1:0
+	local pid rc=0
+	"$XPROBE" ping "${URIS[0]}" --op read -i 0 -q >"$BATS_TEST_TMPDIR/p.out" 2>&1 3>&- &
+	pid=$!
+	BG_PIDS+=($pid)
+	sleep 0.5
+	kill -INT $pid
+	wait $pid || rc=$?
+	[ $rc -eq 0 ] || die "ping exit status $rc: $(cat "$BATS_TEST_TMPDIR/p.out")"
+	grep -q " received, 0.0% loss" "$BATS_TEST_TMPDIR/p.out" || die "$(cat "$BATS_TEST_TMPDIR/p.out")"
+	"$XPROBE" bw "${URIS[0]}" --op write -s 256k -T 30 -q >"$BATS_TEST_TMPDIR/b.out" 2>&1 3>&- &
+	pid=$!
+	BG_PIDS+=($pid)
+	sleep 0.5
+	kill -INT $pid
+	rc=0
+	wait $pid || rc=$?
+	[ $rc -eq 1 ] && [ "$(cat "$BATS_TEST_TMPDIR/b.out")" = "xprobe bw: interrupted" ] ||
+		die "bw exit status $rc: $(cat "$BATS_TEST_TMPDIR/b.out")"
+}
