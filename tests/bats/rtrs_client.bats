@@ -343,6 +343,7 @@ Try 'rtrs-client read --help'."
 	local port hole
 	port=$(free_port)
 	hole=$(free_port)
+	while [ "$hole" = "$port" ]; do hole=$(free_port); done	# a port freed twice
 	truncate -s 4M "$T/disk.img"
 	start_server "$port" -e "d1=$T/disk.img"
 	# a port that completes TCP handshakes and never says a word: the
