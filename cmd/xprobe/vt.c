@@ -227,8 +227,6 @@ int vt_open(struct vt_client **out, const char *cmd, const struct xuri *u,
 	}
 	c->inl = o->inline_set && o->inline_max < xrc_max_inline(c->c) ? o->inline_max
 									 : xrc_max_inline(c->c);
-	if (o->inline_set && !o->inline_max)
-		c->inl = 0;
 	d = xrc_domain(c->c);
 	c->tx = aligned_alloc(4096, (c->slot * o->depth + 4095) / 4096 * 4096);
 	c->rx = aligned_alloc(4096, (c->slot * o->depth + 4095) / 4096 * 4096);
@@ -362,10 +360,11 @@ int vt_verify(struct vt_client *c)
 	struct xrc_wc wc;
 	int rc;
 
-	if (c->o.op == PROBE_VT_SEND)
-		return 0;	/* answers were checked one by one, or counted */
 	c->draining = true;	/* after a ^C too */
-	/* the server's buffer into our receive area, by a read */
+	/* The server's buffer into our receive area, by a read.  The server
+	 * answers it after everything sent before it on the connection (a
+	 * responder takes requests in order): its completion says every send
+	 * and write arrived, so a bandwidth test's exit 0 means delivered. */
 	memset(c->rx, 0, size);
 	rc = xrc_post_read(c->c, &(struct xrc_sge){ c->rx, size, c->rxmr }, 1, c->peer.addr,
 			   c->peer.rkey, UINT64_MAX, XRC_SIGNALED);
@@ -377,6 +376,8 @@ int vt_verify(struct vt_client *c)
 	c->draining = false;
 	if (rc <= 0)
 		return rc < 0 ? rc : vt_fail(c, "read", ETIMEDOUT);
+	if (c->o.op == PROBE_VT_SEND)
+		return 0;	/* answers were checked one by one, or counted */
 	for (uint32_t i = 0; i < size; i++) {
 		/* writes leave our slot's bytes (a latency test's last byte is
 		 * its last round's); reads find the pattern */

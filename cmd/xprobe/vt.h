@@ -20,7 +20,6 @@ struct vt_opts {
 	uint32_t inline_max;	/* --inline: bytes (0: never inline) */
 	bool inline_set;
 	uint32_t size, depth;
-	uint64_t spin_ns;
 };
 
 /* getopt_long codes of --op, --imm, --inline (ping and bw). */
@@ -54,8 +53,10 @@ int vt_once(struct vt_client *c, uint64_t timeout_ns, uint64_t *ns);
  * why. */
 int vt_stream(struct vt_client *c, uint64_t secs_ns, uint64_t *msgs, uint64_t *bytes,
 	      uint64_t *last_ns);
-/* Reads the server's buffer back and compares it with what our writes
- * left there, or our reads' copy with it: 0, or -EIO after saying why. */
+/* Reads the server's buffer back -- answered after everything sent before
+ * it, so it also says all of that arrived -- and compares it with what our
+ * writes left there, or with what a read test must find: 0, or -EIO after
+ * saying why. */
 int vt_verify(struct vt_client *c);
 const char *vt_target(const struct vt_client *c);
 uint32_t vt_inline(const struct vt_client *c);	/* bytes posted inline at most */

@@ -548,3 +548,22 @@ PY
 	[ $rc -eq 1 ] && [ "$(cat "$BATS_TEST_TMPDIR/b.out")" = "xprobe bw: interrupted" ] ||
 		die "bw exit status $rc: $(cat "$BATS_TEST_TMPDIR/b.out")"
 }
+
+@test "a verbs test whose server dies mid-stream fails, with one line" {
+	local op rc
+	for op in send write; do
+		start_server tcp://127.0.0.1:0
+		"$XPROBE" bw "${URIS[0]}" --op $op -s 64k -T 10 -q >"$BATS_TEST_TMPDIR/b.out" 2>&1 3>&- &
+		local pid=$!
+		BG_PIDS+=($pid)
+		sleep 0.5
+		kill -KILL "$SRV_PID"
+		rc=0
+		timeout 30 tail --pid=$pid -f /dev/null || die "bw --op $op did not end"
+		wait $pid || rc=$?
+		[ $rc -eq 1 ] || die "bw --op $op exit status $rc: $(cat "$BATS_TEST_TMPDIR/b.out")"
+		[ "$(wc -l <"$BATS_TEST_TMPDIR/b.out")" -eq 1 ] &&
+			[[ $(cat "$BATS_TEST_TMPDIR/b.out") == "xprobe bw: ${URIS[0]}: "* ]] ||
+			die "$(cat "$BATS_TEST_TMPDIR/b.out")"
+	done
+}
