@@ -342,6 +342,7 @@ int sess_opts_finish(const char *cmd, struct sess_opts *o, bool need_device)
 	if (o->device && (!*o->device || strlen(o->device) >= RNBD_NAME_MAX))
 		return usage_error(cmd, "-d: a device name is 1 to %u characters", RNBD_NAME_MAX - 1);
 	o->ro.sessname = o->session;
+	o->ro.stop = &cli_stop_requested;
 	return EXIT_OK;
 }
 

@@ -100,9 +100,11 @@ static void ctl_sent(struct xp_port *p, void *ctx, enum xp_status st)
 {
 	struct pclient *c = ctx;
 
-	if (st != XP_SUCCESS && st != XP_SEND_DROPPED) {
+	/* Said by ctl() while it waits for the answer, else by whoever finds
+	 * the connection lost: a command fails with one line. */
+	if (st != XP_SUCCESS && st != XP_SEND_DROPPED && !c->lost) {
 		c->lost = true;
-		fail(c->cmd, "%s: control message: %s", c->target, xp_strstatus(st));
+		c->ctl_failed = st;
 	}
 }
 
@@ -140,13 +142,18 @@ static int ctl(struct pclient *c, const struct probe_ctl *req, struct probe_ctl 
 				    (unsigned long long)(CTL_TIMEOUT_NS / 1000000000ull));
 		rc = xp_blocking_receive(c->p, &ev, deadline - now, c->spin_ns);
 		if (c->lost)
-			return EXIT_FAIL;
-		if (rc == -EINTR)
+			return fail(c->cmd, "%s: control message: %s", c->target,
+				    xp_strstatus(c->ctl_failed));
+		if (rc == -EINTR && cli_stop_requested)
 			return fail(c->cmd, "interrupted");
+		if (rc == -EINTR)
+			continue;	/* ^Z and fg, or a debugger */
 		if (rc < 0)
 			return fail(c->cmd, "%s: %s", c->target, strerror(-rc));
-		if (!xp_node_up(c->h, c->node))
+		if (!xp_node_up(c->h, c->node)) {
+			c->lost = true;	/* the send's callback says no more */
 			return fail(c->cmd, "%s: connection lost", c->target);
+		}
 		if (rc == 0)
 			continue;
 		if (ev.type != XP_RECV_EVENT && ev.type != XP_HIGH_RECV_EVENT) {

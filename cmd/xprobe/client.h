@@ -15,6 +15,7 @@ struct pclient {
 	uint64_t spin_ns;
 	uint32_t server_max;	/* from the last SETUP reply */
 	bool lost;		/* the connection failed */
+	enum xp_status ctl_failed;	/* how a control send failed */
 	enum xp_status failed;	/* first failed data send, XP_SUCCESS if none */
 	_Alignas(64) uint8_t ctl_rx[2][64];
 	uint8_t ctl_tx[PROBE_CTL_LEN];

@@ -249,13 +249,14 @@ static int ping_loop(const struct ping_opts *o, struct pclient *c,
 		/* the previous reply's checks and books while this one flies */
 		if (last.ev.buffer && reply_done(o, c, r, &last, tx) < 0)
 			return EXIT_FAIL;
-		/* the reply, or a failure of the ping's send */
+		/* the reply, or a failure of the ping's send (EINTR without a
+		 * stop request is ^Z and fg, or a debugger: it waits on) */
 		do
 			rc = pclient_wait_until(c, &ev, t0 + o->timeout_ns, t0 + o->co.spin_ns);
-		while (rc == 2 && c->failed == XP_SUCCESS);
+		while ((rc == 2 && c->failed == XP_SUCCESS) || (rc == -EINTR && !cli_stop_requested));
 		back_to_back = !o->interval_ns && (!o->count || seq < o->count) && seq != 0;
 		t1 = back_to_back ? 0 : xtime_ns();
-		if (rc == -EINTR || cli_stop_requested)
+		if (cli_stop_requested)
 			break;
 		if (rc == -ENOTCONN) {
 			fail("ping", "%s: connection lost", c->target);

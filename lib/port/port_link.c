@@ -583,9 +583,13 @@ static XCOLD void lane_wc_failed(struct xp_link *k, unsigned i, int status)
 XINLINE int rx_xrc(struct xp_link *k, uint64_t now)
 {
 	struct xrc_wc wc[32];
-	int done = 0;
+	int done = 0, down_status = 0;
+	int down = -1;		/* a lane that went down */
 
-	/* the high-priority lane first */
+	/* The high-priority lane first.  A lane that goes down fails the
+	 * link only after the others are read: a peer that closes writes its
+	 * last frames (the ACK of what it took) on one lane and may be seen
+	 * closing another first. */
 	for (unsigned i = k->nlanes; i-- > 0 && !k->dead;) {
 		struct xp_lane *ln = &k->lane[i];
 		int n = xrc_poll(ln->c, wc, 32);
@@ -593,7 +597,10 @@ XINLINE int rx_xrc(struct xp_link *k, uint64_t now)
 
 		for (int j = 0; j < n && !k->dead; j++) {
 			if (wc[j].status) {
-				lane_wc_failed(k, i, wc[j].status);
+				if (down < 0) {
+					down = (int)i;
+					down_status = wc[j].status;
+				}
 				break;
 			}
 			done++;
@@ -630,7 +637,13 @@ XINLINE int rx_xrc(struct xp_link *k, uint64_t now)
 					break;
 			}
 		}
-		if (!k->dead && (n < 0 || xrc_state(ln->c) == XRC_DOWN))
+		if (down < 0 && (n < 0 || xrc_state(ln->c) == XRC_DOWN))
+			down = (int)i;
+	}
+	if (down >= 0 && !k->dead) {
+		if (down_status)
+			lane_wc_failed(k, (unsigned)down, down_status);
+		else
 			xpl_fail(k, "connection lost");
 	}
 	return done;

@@ -51,7 +51,10 @@ struct rnbd_clt_dev {
 	int lost;		/* the last re-open failed: IO fails with it */
 };
 
-int rnbd_clt_wait(struct rtrs_clt *s, const volatile int *flag, uint64_t timeout_ns)
+/* rnbd_clt_wait(), which gives up on the stop flag only when stoppable:
+ * closing goes on after ^C, bounded by its time. */
+static int wait_loop(struct rtrs_clt *s, const volatile int *flag, uint64_t timeout_ns,
+		     bool stoppable)
 {
 	uint64_t deadline = xtime_ns() + timeout_ns;
 
@@ -63,6 +66,8 @@ int rnbd_clt_wait(struct rtrs_clt *s, const volatile int *flag, uint64_t timeout
 		rtrs_clt_poll(s, now);
 		if (flag && *flag)
 			return 0;
+		if (stoppable && rtrs_clt_stopping(s))
+			return -EINTR;
 		now = xtime_ns();
 		if (now >= deadline)
 			return -ETIMEDOUT;
@@ -71,9 +76,14 @@ int rnbd_clt_wait(struct rtrs_clt *s, const volatile int *flag, uint64_t timeout
 		t = rtrs_clt_next_timer(s);
 		t = t < deadline ? t : deadline;
 		ms = t <= now ? 0 : (int)((t - now + 999999) / 1000000);
-		if (epoll_wait(rtrs_clt_fd(s), &ev, 1, ms) < 0 && errno == EINTR)
-			return -EINTR;
+		/* EINTR: the stop flag, looked at above */
+		epoll_wait(rtrs_clt_fd(s), &ev, 1, ms);
 	}
+}
+
+int rnbd_clt_wait(struct rtrs_clt *s, const volatile int *flag, uint64_t timeout_ns)
+{
+	return wait_loop(s, flag, timeout_ns, true);
 }
 
 /* --- session messages --------------------------------------------------- */
@@ -98,7 +108,7 @@ static void sync_conf(void *priv, int err)
 
 /* One request and its answer, blocking.  0 or -errno. */
 static int sync_call(struct rtrs_clt *s, int dir, const void *usr, uint32_t usrlen, void *data,
-		     uint32_t datalen, uint64_t timeout_ns)
+		     uint32_t datalen, uint64_t timeout_ns, bool stoppable)
 {
 	struct sync_req *r = calloc(1, sizeof(*r));
 	uint64_t deadline = xtime_ns() + timeout_ns;
@@ -114,7 +124,8 @@ static int sync_call(struct rtrs_clt *s, int dir, const void *usr, uint32_t usrl
 			rc = -ETIMEDOUT;
 			break;
 		}
-		rc = rnbd_clt_wait(s, NULL, deadline - now < 10000000 ? deadline - now : 10000000);
+		rc = wait_loop(s, NULL, deadline - now < 10000000 ? deadline - now : 10000000,
+			       stoppable);
 		if (rc == -EINTR)
 			break;
 	}
@@ -122,7 +133,7 @@ static int sync_call(struct rtrs_clt *s, int dir, const void *usr, uint32_t usrl
 		free(r);
 		return rc;
 	}
-	rc = rnbd_clt_wait(s, &r->done, timeout_ns);
+	rc = wait_loop(s, &r->done, timeout_ns, stoppable);
 	if (rc) {
 		/* still queued or in flight: its confirmation comes later */
 		r->abandoned = true;
@@ -202,7 +213,7 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	/* SESS_INFO: our protocol version; the server answers with the one
 	 * the session runs (min of both) */
 	rnbd_sess_info_encode(&(struct rnbd_sess_info){ RNBD_PROTO_VER_MAJOR }, si);
-	rc = sync_call(s, RTRS_READ, si, sizeof(si), d->rsp, RNBD_SESS_INFO_LEN, timeout_ns);
+	rc = sync_call(s, RTRS_READ, si, sizeof(si), d->rsp, RNBD_SESS_INFO_LEN, timeout_ns, true);
 	if (rc == 0 && rnbd_sess_info_rsp_decode(d->rsp, RNBD_SESS_INFO_LEN, &info))
 		rc = -EPROTO;
 	if (rc) {
@@ -212,7 +223,7 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	}
 	d->g.proto_ver = info.ver;
 	memset(d->rsp, 0, RNBD_OPEN_RSP_LEN);
-	rc = sync_call(s, RTRS_READ, op, sizeof(op), d->rsp, RNBD_OPEN_RSP_LEN, timeout_ns);
+	rc = sync_call(s, RTRS_READ, op, sizeof(op), d->rsp, RNBD_OPEN_RSP_LEN, timeout_ns, true);
 	if (rc == 0 && rnbd_open_rsp_decode(d->rsp, RNBD_OPEN_RSP_LEN, &or))
 		rc = -EPROTO;
 	if (rc) {
@@ -544,7 +555,7 @@ int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns)
 
 		if (now >= deadline || !rtrs_clt_alive(d->s))
 			break;
-		rnbd_clt_wait(d->s, NULL, deadline - now < 10000000 ? deadline - now : 10000000);
+		wait_loop(d->s, NULL, deadline - now < 10000000 ? deadline - now : 10000000, false);
 		rnbd_clt_kick(d);
 	}
 	if (d->busy || (d->reopen != RO_IDLE && d->reopen != RO_SEND_INFO &&
@@ -560,7 +571,7 @@ int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns)
 	rtrs_clt_hold_on_reconnect(d->s, false);
 	rnbd_close_encode(&(struct rnbd_close){ d->g.device_id }, msg);
 	rc = sync_call(d->s, RTRS_WRITE, msg, sizeof(msg), NULL, 0,
-		       xtime_ns() < deadline ? deadline - xtime_ns() : 1);
+		       xtime_ns() < deadline ? deadline - xtime_ns() : 1, false);
 	free(d->parts);
 	if (rtrs_clt_del_mem(d->s, d->rsp) == 0)
 		free(d->rsp);

@@ -84,7 +84,7 @@ int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns);
 
 /* Runs the session's loop for at most timeout_ns or until *flag is set
  * (flag may be NULL): polls, sleeps on rtrs_clt_fd().  0, -ETIMEDOUT, or
- * -EINTR when a signal interrupted the sleep. */
+ * -EINTR once the session's stop flag (rtrs_clt_opts) is set. */
 int rnbd_clt_wait(struct rtrs_clt *s, const volatile int *flag, uint64_t timeout_ns);
 
 #endif

@@ -391,6 +391,7 @@ int rtrs_clt_poll(struct rtrs_clt *s, uint64_t now)
 }
 
 int rtrs_clt_fd(const struct rtrs_clt *s) { return s->epfd; }
+bool rtrs_clt_stopping(const struct rtrs_clt *s) { return s->o.stop && *s->o.stop; }
 
 int rtrs_clt_arm(struct rtrs_clt *s)
 {

@@ -19,6 +19,7 @@
 #ifndef XPRT_RTRS_CLT_H
 #define XPRT_RTRS_CLT_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -79,6 +80,11 @@ struct rtrs_clt_opts {
 	 * fail at once.  RTRS_CLT_FOREVER: they wait for a path for ever (or
 	 * until every path is closed). */
 	uint64_t down_timeout_ns;
+	/* The caller's stop flag (its SIGINT handler sets it), or NULL:
+	 * rnbd_clt_open() and rnbd_clt_wait() give up with -EINTR once it is
+	 * set.  Without it, an interrupted sleep goes on: a stop signal and
+	 * SIGCONT (^Z, fg) interrupt epoll_wait too. */
+	const volatile sig_atomic_t *stop;
 };
 #define RTRS_CLT_FOREVER UINT64_MAX
 /* The defaults: CPUs + 1 connections, min-inflight, 30 s reconnect delay,
@@ -148,6 +154,8 @@ void rtrs_clt_held_foreach(struct rtrs_clt *s,
 
 /* The loop. */
 int rtrs_clt_fd(const struct rtrs_clt *s);	/* epoll fd: readable when poll has work */
+/* Whether the stop flag of the options is set. */
+bool rtrs_clt_stopping(const struct rtrs_clt *s);
 /* 1: work is waiting, do not sleep; 0: armed. */
 int rtrs_clt_arm(struct rtrs_clt *s);
 /* Progress: completions, confirmations, heartbeats, reconnects.  Returns

@@ -259,11 +259,12 @@ Try 'rtrs-client read --help'."
 	"$RTRS_CLIENT" read -s z1 -p "tcp://127.0.0.1:$port" -d d1 -q >"$T/back" 2>"$T/r.err" &
 	local rp=$!
 	BG_PIDS+=($rp)
-	for i in $(seq 1 20); do
+	# the first stops land while it connects and opens the device
+	for i in $(seq 1 40); do
 		kill -STOP $rp 2>/dev/null || break
-		sleep 0.01
+		sleep 0.00$((i % 4 + 1))
 		kill -CONT $rp 2>/dev/null || break
-		sleep 0.02
+		sleep 0.0$((i < 20 ? 0 : 2))$((i % 3 + 1))
 	done
 	wait $rp || rc=$?
 	[ "$rc" -eq 0 ] || die "read exited $rc: $(cat "$T/r.err")"

@@ -299,6 +299,29 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	grep -q "ping statistics" "$BATS_TEST_TMPDIR/p.out"
 }
 
+@test "ping and bw stopped and continued (^Z, fg) go on to the end" {
+	local i rc pid what
+	start_server tcp://127.0.0.1:0
+	for what in "ping -c 400 -i 0.001 --spin 0" "bw -T 1 --spin 0"; do
+		# shellcheck disable=SC2086 # the words of $what are arguments
+		"$XPROBE" $what -q "${URIS[0]}" >"$BATS_TEST_TMPDIR/p.out" 2>&1 3>&- &
+		pid=$!
+		BG_PIDS+=($pid)
+		for i in $(seq 1 30); do
+			kill -STOP $pid 2>/dev/null || break
+			sleep 0.00$((i % 4 + 1))
+			kill -CONT $pid 2>/dev/null || break
+			sleep 0.0$((i % 3 + 1))
+		done
+		rc=0
+		wait $pid || rc=$?
+		[ "$rc" -eq 0 ] || die "$what: exit status $rc: $(cat "$BATS_TEST_TMPDIR/p.out")"
+		[[ $what != ping* ]] || grep -q "400 sent, 400 received" "$BATS_TEST_TMPDIR/p.out" ||
+			die "$(cat "$BATS_TEST_TMPDIR/p.out")"
+	done
+	grep -q "server received" "$BATS_TEST_TMPDIR/p.out" || die "$(cat "$BATS_TEST_TMPDIR/p.out")"
+}
+
 @test "ping --spin 0 sleeps instead of polling, and --spin is checked" {
 	start_server tcp://127.0.0.1:0
 	run_xprobe 0 ping "${URIS[0]}" -c 5 -i 0 --spin 0 -q
@@ -367,17 +390,27 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 }
 
 @test "a server that goes away mid-test: one line, exit 1" {
-	start_server tcp://127.0.0.1:0
-	"$XPROBE" bw "${URIS[0]}" -T 20 -q >"$BATS_TEST_TMPDIR/bw.out" 2>"$BATS_TEST_TMPDIR/bw.err" 3>&- &
-	local pid=$! rc=0
-	BG_PIDS+=($pid)
-	sleep 0.5
-	kill -KILL "$SRV_PID"
-	timeout 15 tail --pid=$pid -f /dev/null || true
-	wait $pid || rc=$?
-	[ "$rc" -eq 1 ] || die "bw exited $rc"
-	[ "$(wc -l <"$BATS_TEST_TMPDIR/bw.err")" -eq 1 ] || die "$(cat "$BATS_TEST_TMPDIR/bw.err")"
-	grep -q "connection lost\|unreachable" "$BATS_TEST_TMPDIR/bw.err"
+	# killed at random points: while connecting, during the setup
+	# exchange, or mid-stream
+	local seed=${XPRT_SEED:-$RANDOM} i rc pid d
+	echo "# seed $seed" >&3
+	RANDOM=$seed
+	for i in 1 2 3 4 5 6; do
+		start_server tcp://127.0.0.1:0
+		"$XPROBE" bw "${URIS[0]}" -T 20 -q >"$BATS_TEST_TMPDIR/bw.out" 2>"$BATS_TEST_TMPDIR/bw.err" 3>&- &
+		pid=$! rc=0
+		BG_PIDS+=($pid)
+		d=$((i % 2 ? RANDOM % 20 : RANDOM % 400))
+		sleep "$((d / 1000)).$(printf %03d $((d % 1000)))"
+		kill -KILL "$SRV_PID"
+		timeout 15 tail --pid=$pid -f /dev/null || true
+		wait $pid || rc=$?
+		[ "$rc" -eq 1 ] || die "trial $i (${d} ms): bw exited $rc"
+		[ "$(wc -l <"$BATS_TEST_TMPDIR/bw.err")" -eq 1 ] ||
+			die "trial $i (${d} ms): $(cat "$BATS_TEST_TMPDIR/bw.err")"
+		grep -q "connection lost\|unreachable\|refused\|reset\|closed by peer" "$BATS_TEST_TMPDIR/bw.err" ||
+			die "trial $i (${d} ms): $(cat "$BATS_TEST_TMPDIR/bw.err")"
+	done
 }
 
 # --- the server keeps serving ---------------------------------------------------

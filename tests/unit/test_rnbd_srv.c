@@ -3,6 +3,7 @@
  * exports and mappings, bounds, flush/FUA/discard/write-zeroes, device
  * lifetime with the session. */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,6 +11,11 @@
 #include <cmocka.h>
 
 #include "rtrs_srv_harness.h"
+
+#include <sys/time.h>
+
+#include "rnbd/rnbd_clt.h"
+#include "rtrs/rtrs_clt.h"
 
 static void test_exports(void **state)
 {
@@ -193,6 +199,64 @@ static void test_io_threads_cache_miss(void **state)
 	free(pat);
 }
 
+static volatile sig_atomic_t alarms, stop_flag;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarms++;
+}
+
+/* rnbd_clt_open against the server with a signal every 50 us, as a stop
+ * signal and SIGCONT (^Z, fg) or a profiler would deliver them: every
+ * open succeeds.  Then the stop flag is set: the open gives up, EINTR. */
+static void test_open_interrupted(void **state)
+{
+	struct itimerval it = { { 0, 50 }, { 0, 50 } }, off = { 0 };
+	struct sigaction sa = { .sa_handler = on_alarm };	/* no SA_RESTART */
+	struct rtrs_clt_opts o;
+	struct rtrs_clt *clt;
+	struct rnbd_clt_dev *d;
+	struct tsrv *s;
+	struct xuri u;
+	sigset_t set;
+	char err[256], uri[64];
+
+	(void)state;
+	/* the server's thread never takes the signal */
+	sigemptyset(&set);
+	sigaddset(&set, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	s = srv_start(8, 64 << 10, false, 0);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%u", s->port);
+	assert_int_equal(xuri_parse(uri, 0, &u, err, sizeof(err)), 0);
+	rtrs_clt_opts_default(&o);
+	o.sessname = "intr";
+	o.connections = 1;
+	o.stop = &stop_flag;
+	clt = rtrs_clt_open(&o, &u, 1, NULL, NULL, err, sizeof(err));
+	assert_non_null(clt);
+	sigaction(SIGALRM, &sa, NULL);
+	setitimer(ITIMER_REAL, &it, NULL);
+	for (int i = 0; i < 50; i++) {
+		d = rnbd_clt_open(clt, "disk", RNBD_ACCESS_RO, TMO, err, sizeof(err));
+		if (!d)
+			fail_msg("open %d: %s", i, err);
+		assert_int_equal(rnbd_clt_close(d, TMO), 0);
+	}
+	assert_true(alarms > 50);
+	stop_flag = 1;
+	d = rnbd_clt_open(clt, "disk", RNBD_ACCESS_RO, TMO, err, sizeof(err));
+	assert_null(d);
+	assert_int_equal(errno, EINTR);
+	setitimer(ITIMER_REAL, &off, NULL);
+	signal(SIGALRM, SIG_DFL);
+	rtrs_clt_close(clt);
+	wait_sessions(s, 0);
+	srv_stop(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -200,6 +264,7 @@ int main(void)
 		cmocka_unit_test(test_rnbd_rules),
 		cmocka_unit_test(test_rnbd_rules_io_threads),
 		cmocka_unit_test(test_io_threads_cache_miss),
+		cmocka_unit_test(test_open_interrupted),
 	};
 
 	xlog_init("test_rnbd_srv");	/* XPRT_LOG=info: why paths close */
