@@ -64,6 +64,8 @@ static const char *rej_reason(int e)
 		return "refused by the server";
 	case -EPERM:
 		return "session name used by another client";
+	case -EOPNOTSUPP:
+		return "the server's RDMA device has no memory windows for always_invalidate";
 	default:
 		return strerror(e < 0 ? -e : e);
 	}

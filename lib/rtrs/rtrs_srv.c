@@ -132,12 +132,14 @@ int rtrs_srv_fd(const struct rtrs_srv *srv) { return srv->epfd; }
 /* The session's chunks in this path's domain: one region for all of them,
  * or with always_invalidate one region and one window per chunk (rxe
  * checks a window's requests against the bounds of the region under it,
- * xrc.h), plus the small control area for INFO_REQ/INFO_RSP. */
+ * xrc.h), plus the small control area for INFO_REQ/INFO_RSP.  Under
+ * windows a region has no remote access of its own: only the window's
+ * key of the moment reaches the chunk (the kernel's rtrs-srv gets the
+ * same from fast registration: the chunk's MR key changes per request). */
 static int path_mem(struct srv_path *p, struct xrc_dom *d, char *err, size_t errlen)
 {
 	struct rtrs_srv *srv = p->sess->srv;
 	uint32_t qd = srv->o.queue_depth, cs = srv->o.chunk_size;
-	unsigned acc = XRC_ACCESS_LOCAL_WRITE | XRC_ACCESS_REMOTE_WRITE;
 
 	p->dom = d;
 	p->info_len = RTRS_INFO_RSP_HDR_LEN + RTRS_SG_DESC_LEN * (srv->o.always_invalidate ? qd : 1);
@@ -151,7 +153,8 @@ static int path_mem(struct srv_path *p, struct xrc_dom *d, char *err, size_t err
 	if (!p->ctl_mr)
 		return -ENOMEM;
 	if (!srv->o.always_invalidate) {
-		p->chunks_mr = xrc_reg(d, p->sess->chunks, p->sess->chunks_len, acc, err, errlen);
+		p->chunks_mr = xrc_reg(d, p->sess->chunks, p->sess->chunks_len,
+				       XRC_ACCESS_LOCAL_WRITE | XRC_ACCESS_REMOTE_WRITE, err, errlen);
 		return p->chunks_mr ? 0 : -ENOMEM;
 	}
 	p->keys = calloc(qd, sizeof(*p->keys));
@@ -160,7 +163,8 @@ static int path_mem(struct srv_path *p, struct xrc_dom *d, char *err, size_t err
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < qd; i++) {
-		p->keys[i].mr = xrc_reg(d, p->sess->chunks + (size_t)i * cs, cs, acc, err, errlen);
+		p->keys[i].mr = xrc_reg(d, p->sess->chunks + (size_t)i * cs, cs,
+					XRC_ACCESS_LOCAL_WRITE, err, errlen);
 		if (!p->keys[i].mr)
 			return -ENOMEM;
 		p->keys[i].win = xrc_win_new(d, 0, err, errlen);
@@ -302,6 +306,13 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 		srv_host_of(xrc_req_local(rq), local, sizeof(local));
 	else if (!srv_wildcard(srv->lsn[li].uri.host))
 		snprintf(local, sizeof(local), "%s", srv->lsn[li].uri.host);
+	/* always_invalidate needs a window per chunk: a device without them
+	 * is refused up front, with the reason in the log and for the client */
+	if (srv->o.always_invalidate && xrc_req_windows(rq, 0, err, sizeof(err)) < 0) {
+		xlog_ratelimited(XLOG_WARN, "%s, which always_invalidate needs: connections over "
+				 "it are refused (run the server with always_invalidate off)", err);
+		return reject(srv, rq, -EOPNOTSUPP, "no memory windows for always_invalidate");
+	}
 	rc = srv_admit(srv, li, pd, len, peer, local, &cr, &p, &why);
 	if (rc < 0)
 		return reject(srv, rq, rc, why);

@@ -160,6 +160,11 @@ const char *xrc_req_peer(const struct xrc_req *r);
 /* "ADDR:PORT" of ours it came to -- on a wildcard listener, the address
  * the client connected to. */
 const char *xrc_req_local(const struct xrc_req *r);
+/* Whether the device the request came in on has memory windows of the
+ * kind (flags: 0 for type 1, XRC_WIN_TYPE2), as xrc_win_new() on its
+ * connection would need: 0, or -EOPNOTSUPP with err "DEV has no type-1
+ * memory windows".  A server refuses a connection it could not serve. */
+int xrc_req_windows(const struct xrc_req *r, unsigned flags, char *err, size_t errlen);
 /* Accepts with `priv` (<= XRC_PRIV_MAX bytes, may be NULL) as the reply's
  * private data; frees r.  Never waits for the peer: returns a connection
  * that is XRC_UP (tcp) or still XRC_CONNECTING (rdma: xrc_poll() turns it

@@ -45,6 +45,8 @@ struct xrc_listener_ops {
 	struct xrc *(*accept)(struct xrc_req *r, const void *priv, size_t privlen,
 			      const struct xrc_opts *o, char *err, size_t errlen);
 	void (*reject)(struct xrc_req *r, const void *priv, size_t privlen);
+	/* NULL: windows of both kinds */
+	int (*windows)(const struct xrc_req *r, unsigned flags, char *err, size_t errlen);
 };
 
 struct xrc_dom_ops {

@@ -720,6 +720,22 @@ free_conn:
 	return NULL;
 }
 
+static int req_windows(const struct xrc_req *xr, unsigned flags, char *err, size_t errlen)
+{
+	const struct rreq *r = (const struct rreq *)xr;
+	bool t2 = flags & XRC_WIN_TYPE2;
+	struct ibv_device_attr da;
+
+	if (!r->id->verbs || ibv_query_device(r->id->verbs, &da))
+		return 0;	/* xrc_win_new() will say */
+	if (da.device_cap_flags & (t2 ? IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B
+				      : IBV_DEVICE_MEM_WINDOW))
+		return 0;
+	snprintf(err, errlen, "%s has no %s memory windows",
+		 ibv_get_device_name(r->id->verbs->device), t2 ? "type-2" : "type-1");
+	return -EOPNOTSUPP;
+}
+
 static const struct xrc_listener_ops listener_ops = {
 	.close = listener_close,
 	.fd = listener_fd,
@@ -727,6 +743,7 @@ static const struct xrc_listener_ops listener_ops = {
 	.get_request = listener_get,
 	.accept = req_accept,
 	.reject = req_reject,
+	.windows = req_windows,
 };
 
 /* --- data path ------------------------------------------------------------------ */

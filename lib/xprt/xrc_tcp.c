@@ -188,10 +188,19 @@ static void tcp_dereg(struct xrc_mr *mr)
 	free(m);
 }
 
+bool xtcp_test_no_windows;
+
 static struct xrc_win *tcp_win_new(struct xrc_dom *d, unsigned flags, char *err, size_t errlen)
 {
-	struct tcp_win *w = calloc(1, sizeof(*w));
+	struct tcp_win *w;
 
+	if (xtcp_test_no_windows) {
+		xerr(err, errlen, "tcp has no %s memory windows",
+		     flags & XRC_WIN_TYPE2 ? "type-2" : "type-1");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	w = calloc(1, sizeof(*w));
 	if (!w) {
 		xerr(err, errlen, "window: out of memory");
 		errno = ENOMEM;

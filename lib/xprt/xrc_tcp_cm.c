@@ -480,9 +480,18 @@ static void tcp_listener_close(struct xrc_listener *xl)
 	free(l);
 }
 
+static int tcp_req_windows(const struct xrc_req *r, unsigned flags, char *err, size_t errlen)
+{
+	(void)r;
+	if (!xtcp_test_no_windows)
+		return 0;
+	xerr(err, errlen, "tcp has no %s memory windows", flags & XRC_WIN_TYPE2 ? "type-2" : "type-1");
+	return -EOPNOTSUPP;
+}
+
 static const struct xrc_listener_ops tcp_listener_ops = {
 	tcp_listener_close, tcp_listener_fd, tcp_listener_port, tcp_get_request,
-	tcp_accept, tcp_reject,
+	tcp_accept, tcp_reject, tcp_req_windows,
 };
 
 static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_opts *o,

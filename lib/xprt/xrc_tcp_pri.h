@@ -4,6 +4,7 @@
 #ifndef XPRT_XRC_TCP_PRI_H
 #define XPRT_XRC_TCP_PRI_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -18,5 +19,9 @@
  * name for messages.  NULL with errno and err set on failure. */
 struct xrc *xtcp_conn_new(int fd, const struct xrc_opts *o, uint32_t peer_max_send,
 			  uint32_t peer_sq_depth, const char *peer, char *err, size_t errlen);
+
+/* Tests only: the tcp domain acts as a device without memory windows
+ * (xrc_win_new and xrc_req_windows fail with EOPNOTSUPP). */
+extern bool xtcp_test_no_windows;
 
 #endif

@@ -14,6 +14,9 @@
 
 #include "rtrs_srv_harness.h"
 
+#include "rtrs/rtrs_srv_pri.h"
+#include "xprt/xrc_tcp_pri.h"
+
 /* --- tests ------------------------------------------------------------- */
 
 static void test_connect_info_io(void **state)
@@ -104,8 +107,60 @@ static void test_always_invalidate(void **state)
 	wait_sessions(s, 0);
 	t = good_session(s, 3, "inv2", 2, RNBD_ACCESS_RW, &dev);
 	check_io(t, dev, 24, 5);
+	/* the region under a chunk's window grants nothing of its own: a
+	 * write through its key (which a client could guess or have seen)
+	 * is refused (the target's memory untouched, the xrc contract) */
+	{
+		struct rtrs_srv_sess *ss;
+		struct xrc_sge sg = { t->mem + MEMSZ / 2, sizeof(junk), t->mr };
+		struct xrc_wc wc;
+		uint64_t end = xtime_ns() + TMO;
+		uint32_t mkey;
+
+		pthread_mutex_lock(&s->mu);
+		ss = rtrs_srv_sess_next(s->srv, NULL);
+		assert_non_null(ss);
+		mkey = ss->paths->keys[5].mr->rkey;
+		pthread_mutex_unlock(&s->mu);
+		memset(t->mem + MEMSZ / 2, 0x77, sizeof(junk));
+		assert_int_equal(xrc_post_write(t->con[1].x, &sg, 1, t->rb[5].addr, mkey, false, 0, 77,
+						XRC_SIGNALED), 0);
+		do {
+			assert_true(xtime_ns() < end);
+			if (xrc_poll(t->con[1].x, &wc, 1) == 0)
+				xrc_wait(t->con[1].x, 10 * XTIME_NS_PER_MS);
+			else if (wc.op == XRC_OP_WRITE && wc.wr_id == 77)
+				break;
+		} while (1);
+		assert_int_equal(wc.status, -EREMOTEIO);
+	}
 	clt_close(t);
+	wait_sessions(s, 0);
 	srv_stop(s);
+}
+
+/* A device without memory windows cannot serve always_invalidate: the
+ * connection is refused up front with EOPNOTSUPP (the client names it),
+ * and no session is left; with always_invalidate off it serves. */
+static void test_no_windows(void **state)
+{
+	struct tsrv *s = srv_start(8, 64 << 10, true, 0);
+	struct tclt *t = clt_new(s, 60);
+	uint32_t dev;
+
+	(void)state;
+	xtcp_test_no_windows = true;
+	assert_int_equal(clt_connect(t, 2), -EOPNOTSUPP);
+	clt_close(t);
+	wait_sessions(s, 0);
+	srv_stop(s);
+	s = srv_start(8, 64 << 10, false, 0);
+	t = good_session(s, 61, "nowin", 2, RNBD_ACCESS_RW, &dev);
+	check_io(t, dev, 8, 6);
+	clt_close(t);
+	wait_sessions(s, 0);
+	srv_stop(s);
+	xtcp_test_no_windows = false;
 }
 
 /* Connection requests the server must refuse, each with its errno. */
@@ -413,6 +468,7 @@ int main(void)
 		cmocka_unit_test(test_geometry),
 		cmocka_unit_test(test_connect_info_io),
 		cmocka_unit_test(test_always_invalidate),
+		cmocka_unit_test(test_no_windows),
 		cmocka_unit_test(test_conn_req_rules),
 		cmocka_unit_test(test_violations),
 		cmocka_unit_test(test_violations_inval),
