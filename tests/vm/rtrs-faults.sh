@@ -25,20 +25,14 @@
 # Env: SERVERS ("kernel ours"), FAULTS ("cut remove drop restart"), FIO_SECS (10),
 #      CUT_SECS (4), BACK_WAIT (75).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 SRV=${RTRS_SERVER:-${B:-build}/rtrs-server}
 case $SRV in /*) ;; *) SRV=$PWD/$SRV ;; esac
 SERVERS=${SERVERS:-kernel ours} FAULTS=${FAULTS:-cut remove drop restart} FIO_SECS=${FIO_SECS:-10} CUT_SECS=${CUT_SECS:-4}
 BACK_WAIT=${BACK_WAIT:-75}
-W=$(mktemp -d /tmp/rtrs-faults.XXXXXX)
-n=0 bad=0 SRV_PID=
+W=$(mktemp -d /tmp/rtrs-faults.XXXXXX) T=$W SRV_PID=
 declare -A BACK
-ok() { n=$((n + 1)); echo "ok $n $*"; }
-notok() { n=$((n + 1)) bad=$((bad + 1)); echo "not ok $n $*"; }
-check() {	# NAME CMD...
-	local name=$1; shift
-	if "$@"; then ok "$name"; else notok "$name"; return 1; fi
-}
+. tests/vm/tap.sh
 cleanup() {
 	[ -n "$SRV_PID" ] && kill -KILL "$SRV_PID" 2>/dev/null
 	rm -rf "$W"
@@ -59,14 +53,6 @@ bail() {
 	[ -s "$W/srv.err" ] && { echo "# rtrs-server stderr:"; tail -n 30 "$W/srv.err" | sed 's/^/#   /'; }
 	finish
 }
-wait_for() {	# SECONDS CMD...: until CMD succeeds (time, not tries: TCG is slow)
-	local end=$((SECONDS + $1))
-	until "${@:2}"; do
-		[ $SECONDS -lt $end ] || return 1
-		sleep 0.2
-	done
-}
-
 if [ -z "${XPRT_VM:-}" ] || [ ! -f "${XPRT_VM_MODDIR:-/nonexistent}/rnbd-server.ko" ] ||
 	[ -z "${XPRT_VM_WIRE_A:-}" ]; then
 	notok "setup # not inside tests/vm/xprt-vm -f rtrs -w"; echo "1..$n"; exit 1
@@ -88,12 +74,12 @@ server_start() {	# kernel|ours
 		"$SRV" -l "rdma://$XPRT_VM_IP:1234" -l "rdma://$B_:1234" --dev-search-path / \
 			--ctl "$W/ctl.sock" -v >"$W/srv.out" 2>>"$W/srv.err" &
 		SRV_PID=$!
-		wait_for 30 eval "[ \$(grep -c '^listening ' '$W/srv.out') -eq 2 ]"
+		wait_for 300 eval "[ \$(grep -c '^listening ' '$W/srv.out') -eq 2 ]"
 	fi
 }
 server_stop() {	# kernel|ours
 	if [ "$1" = kernel ]; then
-		wait_for 30 eval '[ -z "$(ls -A /sys/class/rtrs-server/ 2>/dev/null)" ]' &&
+		wait_for 300 eval '[ -z "$(ls -A /sys/class/rtrs-server/ 2>/dev/null)" ]' &&
 			rmmod rnbd_server && rmmod rtrs_server
 	else
 		kill -TERM "$SRV_PID" && wait "$SRV_PID"
@@ -182,13 +168,13 @@ fault() {
 	cut) cut ;;
 	remove)
 		p=$(wire_dir "$3") && echo 1 >"$p/remove_path" &&
-			wait_for 30 wire_gone "$3" && sleep 2 &&
+			wait_for 300 wire_gone "$3" && sleep 2 &&
 			echo "$WIRE" >"/sys/class/rtrs-client/$3/add_path" ;;
-	drop) server_drop "$2" "$3" && { wait_for 30 wire_down "$3" ||
+	drop) server_drop "$2" "$3" && { wait_for 300 wire_down "$3" ||
 		{ echo "# the client's wire path stayed connected"; false; }; } ;;
 	restart)
 		kill -KILL "$SRV_PID"; wait "$SRV_PID" 2>/dev/null; SRV_PID=
-		wait_for 60 some_down "$3" && server_start ours ;;
+		wait_for 600 some_down "$3" && server_start ours ;;
 	esac
 }
 
@@ -197,13 +183,13 @@ for srv in $SERVERS; do
 	check "$srv: server up" server_start "$srv" || bail
 	if ! dev=$(map "$sess"); then notok "$srv: map over two paths"; bail; fi
 	ok "$srv: the kernel's rnbd-client maps /dev/ram0 over two paths as /dev/$dev"
-	check "$srv: both paths connected" wait_for 60 all_connected "$sess" || bail
+	check "$srv: both paths connected" wait_for 600 all_connected "$sess" || bail
 	for f in $FAULTS; do
 		[ "$f" = restart ] && [ "$srv" = kernel ] && continue
 		if [ "$f" != restart ]; then fio_start "$dev" "$srv-$f"; sleep 3; fi
 		check "$srv/$f: injected" fault "$f" "$srv" "$sess"
 		s=$SECONDS
-		if wait_for "$BACK_WAIT" all_connected "$sess"; then
+		if wait_for $((BACK_WAIT * 10)) all_connected "$sess"; then
 			BACK[$srv/$f]=$((SECONDS - s))
 			ok "$srv/$f: both paths connected again ($((SECONDS - s)) s after the fault)"
 		else
