@@ -117,8 +117,8 @@ void xrdma_memlock_hint(int e, char *buf, size_t len)
 	if ((e != ENOMEM && e != EPERM) || getrlimit(RLIMIT_MEMLOCK, &rl) ||
 	    rl.rlim_cur == RLIM_INFINITY)
 		return;
-	snprintf(buf, len, " (the locked-memory limit, RLIMIT_MEMLOCK, is %llu KiB: "
-		 "ulimit -l, or LimitMEMLOCK= for a service)", (unsigned long long)rl.rlim_cur >> 10);
+	snprintf(buf, len, " (RLIMIT_MEMLOCK is %llu KiB: raise ulimit -l, or LimitMEMLOCK=)",
+		 (unsigned long long)rl.rlim_cur >> 10);
 }
 
 int xrdma_check(const struct xuri *u, char *err, size_t errlen)

@@ -44,9 +44,9 @@ struct ibv_mr *xrdma_pd_zmr(struct xrdma_pd *p);
 /* Fails with the one-line "URI: no RDMA device found (...); use tcp://...
  * instead" (xdev_require) when there is no usable device. */
 int xrdma_check(const struct xuri *u, char *err, size_t errlen);
-/* After a registration failed with e: " (the locked-memory limit ... is
- * N KiB: ...)" in buf where the limit may be why (ENOMEM or EPERM under a
- * finite RLIMIT_MEMLOCK), else "". */
+/* After a registration failed with e: " (RLIMIT_MEMLOCK is N KiB: raise
+ * ulimit -l, or LimitMEMLOCK=)" in buf where the limit may be why (ENOMEM
+ * or EPERM under a finite RLIMIT_MEMLOCK), else "". */
 void xrdma_memlock_hint(int e, char *buf, size_t len);
 
 /* "scheme://host:port" for messages. */

@@ -42,6 +42,7 @@
 
 #include "xprt/rdma_util.h"
 #include "core/cc.h"
+#include "core/log.h"
 #include "core/ring.h"
 #include "xprt/xrc_pri.h"
 #ifdef XRC_STAMPS
@@ -100,7 +101,10 @@ struct rconn {
 struct rlistener {
 	struct xrc_listener base;
 	struct rdma_event_channel *ech;
-	struct rdma_cm_id *id;
+	struct rdma_cm_id *id;		/* NULL while it waits to listen again */
+	struct sockaddr_storage addr;	/* what it listens on (the port bound) */
+	char name[300];			/* its URI, for the log */
+	uint64_t relisten_ns;		/* id NULL: when to try again */
 	uint16_t port;
 	uint64_t dropped;
 };
@@ -515,6 +519,41 @@ free_conn:
 
 /* --- passive side --------------------------------------------------------------- */
 
+/* A listening id on l->ech for *ss: 0, or -errno with err filled. */
+static int listen_id(struct rlistener *l, const struct sockaddr_storage *ss, char *err,
+		     size_t errlen)
+{
+	struct rdma_cm_id *id;
+	int rc;
+
+	if (rdma_create_id(l->ech, &id, l, RDMA_PS_TCP)) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: rdma_create_id: %s", l->name, strerror(-rc));
+		return rc;
+	}
+	if (ss->ss_family == AF_INET6) {
+		/* [::] takes IPv4 clients too (the kernel's rtrs-server
+		 * listens on the IPv6 wildcard for both) */
+		int afonly = 0;
+
+		rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &afonly, sizeof(afonly));
+	}
+	if (rdma_bind_addr(id, (struct sockaddr *)ss)) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: bind: %s", l->name, strerror(-rc));
+		rdma_destroy_id(id);
+		return rc;
+	}
+	if (rdma_listen(id, 128)) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: listen: %s", l->name, strerror(-rc));
+		rdma_destroy_id(id);
+		return rc;
+	}
+	l->id = id;
+	return 0;
+}
+
 static struct xrc_listener *rdma_listen_(const struct xuri *u, const struct xrc_opts *o,
 					 char *err, size_t errlen)
 {
@@ -533,43 +572,63 @@ static struct xrc_listener *rdma_listen_(const struct xuri *u, const struct xrc_
 	}
 	l->base.ops = &listener_ops;
 	l->base.scheme = XURI_RDMA;
-	rc = cm_create(&l->ech, &l->id, l, us, err, errlen);
-	if (rc)
+	snprintf(l->name, sizeof(l->name), "%s", us);
+	l->ech = xrdma_channel_create();
+	if (!l->ech) {
+		rc = -(errno ? errno : ENOMEM);
+		snprintf(err, errlen, "%s: rdma_create_event_channel: %s (is rdma_ucm loaded?)", us,
+			 strerror(-rc));
 		goto free_listener;
-	if (ss.ss_family == AF_INET6) {
-		/* [::] takes IPv4 clients too (the kernel's rtrs-server
-		 * listens on the IPv6 wildcard for both) */
-		int afonly = 0;
-
-		rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &afonly,
-				sizeof(afonly));
 	}
-	if (rdma_bind_addr(l->id, (struct sockaddr *)&ss)) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: bind: %s", us, strerror(-rc));
-		goto destroy_id;
-	}
-	if (rdma_listen(l->id, 128)) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: listen: %s", us, strerror(-rc));
-		goto destroy_id;
-	}
+	rc = listen_id(l, &ss, err, errlen);
+	if (rc)
+		goto destroy;
 	l->port = ntohs(rdma_get_src_port(l->id));
+	/* a listen again takes the same port (port 0 picked one) */
+	l->addr = ss;
+	if (ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&l->addr)->sin6_port = htons(l->port);
+	else
+		((struct sockaddr_in *)&l->addr)->sin_port = htons(l->port);
 	return &l->base;
 
-destroy_id:
-	xrdma_cm_destroy(l->id, l->ech);
+destroy:
+	xrdma_cm_destroy(NULL, l->ech);
 free_listener:
 	free(l);
 	errno = -rc;
 	return NULL;
 }
 
+/* The listening id's device went away (DEVICE_REMOVAL), or its address
+ * moved (ADDR_CHANGE): the id is no use any more.  The listener lets it go
+ * and listens again on the same address and port, now or, while that
+ * fails (the device or address not back yet), once a second: the server
+ * keeps serving its other listeners and connections meanwhile. */
+static void relisten(struct rlistener *l, const char *why)
+{
+	char err[400];
+	uint64_t now = xrdma_now_ns();
+
+	if (why) {
+		xlog_warn("%s: %s: listening again once it can", l->name, why);
+		rdma_destroy_id(l->id);
+		l->id = NULL;
+	} else if (now < l->relisten_ns) {
+		return;
+	}
+	if (listen_id(l, &l->addr, err, sizeof(err)) == 0) {
+		xlog_info("%s: listening again", l->name);
+		return;
+	}
+	l->relisten_ns = now + 1000000000ull;
+}
+
 static void listener_close(struct xrc_listener *xl)
 {
 	struct rlistener *l = (struct rlistener *)xl;
 
-	xrdma_cm_destroy(l->id, l->ech);
+	xrdma_cm_destroy(l->id, l->ech);	/* id NULL ok */
 	free(l);
 }
 
@@ -595,6 +654,8 @@ static struct xrc_req *listener_get(struct xrc_listener *xl, char *err, size_t e
 	struct rlistener *l = (struct rlistener *)xl;
 	struct rdma_cm_event *ev;
 
+	if (!l->id)
+		relisten(l, NULL);
 	for (;;) {
 		if (rdma_get_cm_event(l->ech, &ev)) {
 			int e = errno;
@@ -604,11 +665,14 @@ static struct xrc_req *listener_get(struct xrc_listener *xl, char *err, size_t e
 			errno = e == EINTR ? EAGAIN : e;
 			return NULL;
 		}
-		if (ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+		if ((ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+		     ev->event == RDMA_CM_EVENT_ADDR_CHANGE) && ev->id == l->id) {
+			const char *why = ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL ?
+				"the RDMA device went away" : "the address moved";
+
 			rdma_ack_cm_event(ev);
-			snprintf(err, errlen, "listener: RDMA device removed");
-			errno = ENODEV;
-			return NULL;
+			relisten(l, why);
+			continue;
 		}
 		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
 			rdma_ack_cm_event(ev);

@@ -18,6 +18,8 @@
 # 30 s before a reconnect).  The time from the fault's end until then is
 # printed for both servers side by side, and ours must recover from every
 # fault the reference recovers from.
+# Then (ours) a locked-memory limit too small for the server's or the
+# client's buffers (CAP_IPC_LOCK dropped): one line that names it.
 #
 #   make tools && tests/vm/xprt-vm -f rtrs -w -t 1500 -e B=build -- tests/vm/rtrs-faults.sh
 #
@@ -211,6 +213,37 @@ for srv in $SERVERS; do
 	check "$srv: unmap" eval "echo normal >/sys/block/$dev/rnbd/unmap_device"
 	check "$srv: server stops" server_stop "$srv"
 done
+
+# --- a locked-memory limit too small for the buffers (ours) -------------------
+# (root locks any amount with CAP_IPC_LOCK: it is dropped here)
+CLT=$(dirname "$SRV")/rtrs-client
+if [[ " $SERVERS " == *" ours "* ]]; then
+	LOWLOCK=(setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock bash -c 'ulimit -l 256 && exec "$@"' -)
+	: >"$W/srv.out"
+	# one command, so that $! is the server itself (exec all the way)
+	"${LOWLOCK[@]}" "$SRV" -l "rdma://$XPRT_VM_IP:1302" --dev-search-path / --ctl "$W/ctl.sock" \
+		>"$W/srv.out" 2>"$W/srv.err" &
+	SRV_PID=$!
+	check "memlock: rtrs-server under ulimit -l 256 listens" \
+		wait_for 300 grep -q '^listening ' "$W/srv.out"
+	rc=0
+	timeout 60 "$CLT" read -s ml -p "rdma://$XPRT_VM_IP:1302" -d /dev/ram0 --length 1M -q \
+		--timeout 10s >/dev/null 2>"$W/c.err" || rc=$?
+	check "memlock: the client fails (exit 1)" test "$rc" -eq 1
+	sed 's/^/#   /' "$W/c.err"
+	check "memlock: the server's log names the limit" grep -q 'RLIMIT_MEMLOCK is 256 KiB: raise ulimit -l, or LimitMEMLOCK=)' "$W/srv.err"
+	grep -m1 RLIMIT_MEMLOCK "$W/srv.err" | sed 's/^/#   /'
+	check "memlock: rtrs-server runs on" kill -0 "$SRV_PID"
+	check "memlock: rtrs-server exits 0 on SIGTERM" server_stop ours
+	check "memlock: rtrs-server without the limit" server_start ours
+	rc=0
+	"${LOWLOCK[@]}" timeout 60 "$CLT" read -s ml2 -p "rdma://$XPRT_VM_IP:1234" -d /dev/ram0 --length 1M -q \
+		>/dev/null 2>"$W/c.err" || rc=$?
+	check "memlock: a client under ulimit -l 256 fails in one line naming the limit" eval \
+		"[ $rc -eq 1 ] && [ \$(wc -l <'$W/c.err') -eq 1 ] && grep -q 'RLIMIT_MEMLOCK is 256 KiB: raise ulimit -l, or LimitMEMLOCK=)$' '$W/c.err'"
+	sed 's/^/#   /' "$W/c.err"
+	check "memlock: rtrs-server exits 0 on SIGTERM" server_stop ours
+fi
 
 # side by side: ours must recover from what the reference recovers from
 echo "# seconds from the fault's end until both paths are connected again:"
