@@ -754,9 +754,9 @@ int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t u
 
 		if (now >= until)
 			return 0;
-		/* Busy-poll (no sched_yield: measured here, yielding spinners
-		 * let the scheduler keep both ends on one CPU, 12 us round
-		 * trips instead of 1), then sleep. */
+		/* Busy-poll (no sched_yield: yielding spinners let the
+		 * scheduler keep both ends on one CPU, bench/README.md), then
+		 * sleep. */
 		if (now < spin_until)
 			continue;
 		/* Progress may have queued completions of other ports, or

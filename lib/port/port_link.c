@@ -232,8 +232,8 @@ static int priv_decode(const uint8_t *b, size_t len, unsigned *lane, uint64_t *n
 }
 
 /* Fragment size of a lane.  rdma: bigger by default -- the adapter moves
- * the bytes, and per-message work is what costs (Soft-RoCE in the VM: 54
- * against 50 MB/s); both ends must agree (rdma does not negotiate). */
+ * the bytes, and per-message work is what costs; both ends must agree
+ * (rdma does not negotiate). */
 static uint32_t lane_frag(const struct xp_host *h, enum xuri_scheme s)
 {
 	if (s == XURI_RDMA && h->frag_default)

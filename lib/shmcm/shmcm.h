@@ -126,8 +126,7 @@ int shmcm_tx_commit(struct shmcm_conn *c, uint32_t src, uint32_t dst, size_t len
 typedef void (*shmcm_sent_fn)(void *ctx, int status);
 /* Two in flight: the receiver pulls one message at a time, so one more
  * waiting hides the hand-over between pulls; more only adds traffic on the
- * completion line (measured on 2 CPUs: 64 KiB at 16 GB/s with 16 in
- * flight, 21-22 GB/s with 2 or 4). */
+ * completion line (bench/README.md has the figures). */
 #define SHMCM_REF_WINDOW 2
 
 /* Sends a message by reference without waiting for the peer to pull it,
