@@ -146,8 +146,15 @@ static int ctl(struct pclient *c, const struct probe_ctl *req, struct probe_ctl 
 				    xp_strstatus(c->ctl_failed));
 		if (rc == -EINTR && cli_stop_requested)
 			return fail(c->cmd, "interrupted");
-		if (rc == -EINTR)
-			continue;	/* ^Z and fg, or a debugger */
+		if (rc == -EINTR) {
+			/* ^Z and fg, or a debugger: the time stopped is not the
+			 * server's, and its answer may be waiting */
+			uint64_t t = xtime_ns() + XTIME_NS_PER_S;
+
+			if (deadline < t)
+				deadline = t;
+			continue;
+		}
 		if (rc < 0)
 			return fail(c->cmd, "%s: %s", c->target, strerror(-rc));
 		if (!xp_node_up(c->h, c->node)) {

@@ -338,19 +338,24 @@ static int ping_port(const struct ping_opts *o, struct pclient *c, struct ping_r
 		}
 		r->sent++;
 		/* the completion runs inside xp_unknown(): look, spin, then
-		 * sleep a millisecond at a time */
+		 * sleep a millisecond at a time; the deadline is looked at
+		 * after a look found nothing (a ^Z past it, then fg, finds
+		 * the answer waiting) */
 		while (!ps.done && !cli_stop_requested) {
 			struct xp_event ev;
-			uint64_t now = xtime_ns();
+			uint64_t now;
 
-			if (now >= deadline || !xp_node_up(c->h, c->node))
-				break;
 			rc = xp_receive(c->p, &ev);
 			if (rc == 1 && (ev.type == XP_RECV_EVENT || ev.type == XP_HIGH_RECV_EVENT))
 				xp_provide_receive_buffer(c->p, ev.buffer, ev.size, ev.prio);
 			else if (rc == 1)
 				xp_unknown(c->p, &ev);
-			else if (!ps.done && now - t0 >= o->co.spin_ns)
+			if (rc == 1 || ps.done)
+				continue;
+			now = xtime_ns();
+			if (now >= deadline || !xp_node_up(c->h, c->node))
+				break;
+			if (now - t0 >= o->co.spin_ns)
 				xp_host_wait(c->h, deadline - now < XTIME_NS_PER_MS ? deadline - now
 										: XTIME_NS_PER_MS);
 		}

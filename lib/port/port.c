@@ -327,7 +327,13 @@ static uint64_t next_timer(const struct xp_host *h, uint64_t now)
 
 	while (a && a->due <= now)
 		a = a->next;
-	return a && a->due < t ? a->due : t;
+	if (a && a->due < t)
+		t = a->due;
+	/* a listener waiting to listen again tries when it is looked at */
+	for (unsigned i = 0; i < h->nls; i++)
+		if (h->ls[i]->xl && xrc_listener_waiting(h->ls[i]->xl) && now + XTIME_NS_PER_S < t)
+			t = now + XTIME_NS_PER_S;
+	return t;
 }
 
 int xp_host_timeout_ms(const struct xp_host *h, int max_ms)

@@ -580,67 +580,86 @@ static XCOLD void lane_wc_failed(struct xp_link *k, unsigned i, int status)
 	xpl_fail(k, why);
 }
 
-XINLINE int rx_xrc(struct xp_link *k, uint64_t now)
+/* One poll of lane i's completions: the count handled.  A failed one, or
+ * the lane found down, is noted in *down / *down_status (the first only)
+ * for rx_xrc to act on; other failures fail the link here. */
+XINLINE int lane_rx(struct xp_link *k, unsigned i, uint64_t now, int *down, int *down_status)
 {
+	struct xp_lane *ln = &k->lane[i];
 	struct xrc_wc wc[32];
-	int done = 0, down_status = 0;
-	int down = -1;		/* a lane that went down */
+	int n = xrc_poll(ln->c, wc, 32), done = 0;
+	char why[200];
 
-	/* The high-priority lane first.  A lane that goes down fails the
-	 * link only after the others are read: a peer that closes writes its
-	 * last frames (the ACK of what it took) on one lane and may be seen
-	 * closing another first. */
-	for (unsigned i = k->nlanes; i-- > 0 && !k->dead;) {
-		struct xp_lane *ln = &k->lane[i];
-		int n = xrc_poll(ln->c, wc, 32);
-		char why[200];
+	for (int j = 0; j < n && !k->dead; j++) {
+		if (wc[j].status) {
+			if (*down < 0) {
+				*down = (int)i;
+				*down_status = wc[j].status;
+			}
+			break;
+		}
+		done++;
+		if (wc[j].op == XRC_OP_SEND) {
+			/* sends complete in order: this one and every
+			 * unsignaled one before it are done */
+			uint32_t upto = (uint32_t)wc[j].wr_id;
 
-		for (int j = 0; j < n && !k->dead; j++) {
-			if (wc[j].status) {
-				if (down < 0) {
-					down = (int)i;
-					down_status = wc[j].status;
-				}
+			if ((int32_t)(upto - ln->tail) < 0 || upto - ln->tail >= ln->posted) {
+				xpl_fail(k, "bad send completion");
 				break;
 			}
-			done++;
-			if (wc[j].op == XRC_OP_SEND) {
-				/* sends complete in order: this one and every
-				 * unsignaled one before it are done */
-				uint32_t upto = (uint32_t)wc[j].wr_id;
+			while ((int32_t)(upto - ln->tail) >= 0) {
+				struct xp_tx *t = &ln->ring[ln->tail++ & (ln->sq - 1)];
 
-				if ((int32_t)(upto - ln->tail) < 0 || upto - ln->tail >= ln->posted) {
-					xpl_fail(k, "bad send completion");
-					break;
-				}
-				while ((int32_t)(upto - ln->tail) >= 0) {
-					struct xp_tx *t = &ln->ring[ln->tail++ & (ln->sq - 1)];
-
-					ln->posted--;
-					if (t->ref)
-						pe_frame_done(k->h->e, t->ref);
-					t->ref = NULL;
-				}
-			} else if (wc[j].op == XRC_OP_RECV) {
-				uint8_t *b = ln->rxpool + wc[j].wr_id * ln->bufsz;
-
-				if (wc[j].wr_id >= XP_RQ_DEPTH || wc[j].len > ln->bufsz) {
-					xpl_fail(k, "bad receive completion");
-					break;
-				}
-				if (pe_input(k->h->e, k->node, b, wc[j].len, now, why, sizeof(why)) < 0) {
-					xpl_fail(k, why);
-					break;
-				}
-				ln->repost[ln->nrepost++] = (uint16_t)wc[j].wr_id;
-				if (ln->nrepost >= XP_REPOST_BATCH && lane_repost(k, ln) < 0)
-					break;
+				ln->posted--;
+				if (t->ref)
+					pe_frame_done(k->h->e, t->ref);
+				t->ref = NULL;
 			}
+		} else if (wc[j].op == XRC_OP_RECV) {
+			uint8_t *b = ln->rxpool + wc[j].wr_id * ln->bufsz;
+
+			if (wc[j].wr_id >= XP_RQ_DEPTH || wc[j].len > ln->bufsz) {
+				xpl_fail(k, "bad receive completion");
+				break;
+			}
+			if (pe_input(k->h->e, k->node, b, wc[j].len, now, why, sizeof(why)) < 0) {
+				xpl_fail(k, why);
+				break;
+			}
+			ln->repost[ln->nrepost++] = (uint16_t)wc[j].wr_id;
+			if (ln->nrepost >= XP_REPOST_BATCH && lane_repost(k, ln) < 0)
+				break;
 		}
-		if (down < 0 && (n < 0 || xrc_state(ln->c) == XRC_DOWN))
-			down = (int)i;
 	}
-	if (down >= 0 && !k->dead) {
+	if (*down < 0 && (n < 0 || xrc_state(ln->c) == XRC_DOWN))
+		*down = (int)i;
+	return done;
+}
+
+/* The high-priority lane first.  A lane that goes down fails the link only
+ * after every other lane is read to its end: a peer that closes writes its
+ * last frames (the ACK of what it took) on one lane and may be seen closing
+ * another first, in either order. */
+XINLINE int rx_xrc(struct xp_link *k, uint64_t now)
+{
+	int done = 0, down = -1, down_status = 0;
+
+	for (unsigned i = k->nlanes; i-- > 0 && !k->dead;)
+		done += lane_rx(k, i, now, &down, &down_status);
+	if (down < 0 || k->dead)
+		return done;
+	for (int pass = 0; pass < 64 && !k->dead; pass++) {
+		int got = 0;
+
+		for (unsigned i = k->nlanes; i-- > 0 && !k->dead;)
+			if ((int)i != down)
+				got += lane_rx(k, i, now, &down, &down_status);
+		if (!got)
+			break;
+		done += got;
+	}
+	if (!k->dead) {
 		if (down_status)
 			lane_wc_failed(k, (unsigned)down, down_status);
 		else

@@ -63,11 +63,12 @@ static int wait_loop(struct rtrs_clt *s, const volatile int *flag, uint64_t time
 		struct epoll_event ev;
 		int ms;
 
+		/* a stop is looked at first: once set, nothing more waits */
+		if (stoppable && rtrs_clt_stopping(s))
+			return -EINTR;
 		rtrs_clt_poll(s, now);
 		if (flag && *flag)
 			return 0;
-		if (stoppable && rtrs_clt_stopping(s))
-			return -EINTR;
 		now = xtime_ns();
 		if (now >= deadline)
 			return -ETIMEDOUT;
@@ -76,7 +77,7 @@ static int wait_loop(struct rtrs_clt *s, const volatile int *flag, uint64_t time
 		t = rtrs_clt_next_timer(s);
 		t = t < deadline ? t : deadline;
 		ms = t <= now ? 0 : (int)((t - now + 999999) / 1000000);
-		/* EINTR: the stop flag, looked at above */
+		/* EINTR: the stop flag, looked at next */
 		epoll_wait(rtrs_clt_fd(s), &ev, 1, ms);
 	}
 }
@@ -110,10 +111,13 @@ static void sync_conf(void *priv, int err)
 static int sync_call(struct rtrs_clt *s, int dir, const void *usr, uint32_t usrlen, void *data,
 		     uint32_t datalen, uint64_t timeout_ns, bool stoppable)
 {
-	struct sync_req *r = calloc(1, sizeof(*r));
+	struct sync_req *r;
 	uint64_t deadline = xtime_ns() + timeout_ns;
 	int rc;
 
+	if (stoppable && rtrs_clt_stopping(s))
+		return -EINTR;
+	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	while ((rc = rtrs_clt_request(s, dir | RTRS_CLT_ADMIN, usr, usrlen, data, datalen,
@@ -250,9 +254,10 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 fail:
 	if (d) {
 		free(d->parts);
-		/* a request that timed out may still be answered into the
-		 * buffer: then it stays (registered) with the session */
-		if (d->rsp && rc != -ETIMEDOUT && rtrs_clt_del_mem(s, d->rsp) == 0)
+		/* a request that timed out or was given up (the stop flag)
+		 * may still be answered into the buffer: then it stays
+		 * (registered) with the session */
+		if (d->rsp && rc != -ETIMEDOUT && rc != -EINTR && rtrs_clt_del_mem(s, d->rsp) == 0)
 			free(d->rsp);
 		free(d);
 	}

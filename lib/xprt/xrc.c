@@ -109,6 +109,11 @@ const void *xrc_req_data(const struct xrc_req *r, size_t *len)
 const char *xrc_req_peer(const struct xrc_req *r) { return r->peer; }
 const char *xrc_req_local(const struct xrc_req *r) { return r->local; }
 
+bool xrc_listener_waiting(const struct xrc_listener *l)
+{
+	return l->ops->waiting && l->ops->waiting(l);
+}
+
 int xrc_req_windows(const struct xrc_req *r, unsigned flags, char *err, size_t errlen)
 {
 	return r->ops->windows ? r->ops->windows(r, flags, err, errlen) : 0;

@@ -160,6 +160,13 @@ const char *xrc_req_peer(const struct xrc_req *r);
 /* "ADDR:PORT" of ours it came to -- on a wildcard listener, the address
  * the client connected to. */
 const char *xrc_req_local(const struct xrc_req *r);
+/* Whether an rdma:// listener waits to listen again: its device went away
+ * or its address moved (RDMA_CM_EVENT_DEVICE_REMOVAL, _ADDR_CHANGE), and
+ * nothing will make its fd readable; each xrc_get_request() then tries,
+ * once a second at most, so a caller that sleeps calls it at least that
+ * often.  The listener keeps its address and port (port 0: the one picked
+ * at first). */
+bool xrc_listener_waiting(const struct xrc_listener *l);
 /* Whether the device the request came in on has memory windows of the
  * kind (flags: 0 for type 1, XRC_WIN_TYPE2), as xrc_win_new() on its
  * connection would need: 0, or -EOPNOTSUPP with err "DEV has no type-1

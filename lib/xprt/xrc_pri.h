@@ -47,6 +47,7 @@ struct xrc_listener_ops {
 	void (*reject)(struct xrc_req *r, const void *priv, size_t privlen);
 	/* NULL: windows of both kinds */
 	int (*windows)(const struct xrc_req *r, unsigned flags, char *err, size_t errlen);
+	bool (*waiting)(const struct xrc_listener *l);	/* NULL: never */
 };
 
 struct xrc_dom_ops {

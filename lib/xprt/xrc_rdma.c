@@ -621,6 +621,8 @@ static void relisten(struct rlistener *l, const char *why)
 		xlog_info("%s: listening again", l->name);
 		return;
 	}
+	if (why)	/* the first try; the next ones fail the same way */
+		xlog_info("%s", err);
 	l->relisten_ns = now + 1000000000ull;
 }
 
@@ -784,6 +786,11 @@ free_conn:
 	return NULL;
 }
 
+static bool listener_waiting(const struct xrc_listener *xl)
+{
+	return !((const struct rlistener *)xl)->id;
+}
+
 static int req_windows(const struct xrc_req *xr, unsigned flags, char *err, size_t errlen)
 {
 	const struct rreq *r = (const struct rreq *)xr;
@@ -808,6 +815,7 @@ static const struct xrc_listener_ops listener_ops = {
 	.accept = req_accept,
 	.reject = req_reject,
 	.windows = req_windows,
+	.waiting = listener_waiting,
 };
 
 /* --- data path ------------------------------------------------------------------ */

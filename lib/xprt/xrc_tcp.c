@@ -188,7 +188,7 @@ static void tcp_dereg(struct xrc_mr *mr)
 	free(m);
 }
 
-bool xtcp_test_no_windows;
+_Atomic bool xtcp_test_no_windows;
 
 static struct xrc_win *tcp_win_new(struct xrc_dom *d, unsigned flags, char *err, size_t errlen)
 {

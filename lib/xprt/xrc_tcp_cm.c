@@ -491,7 +491,7 @@ static int tcp_req_windows(const struct xrc_req *r, unsigned flags, char *err, s
 
 static const struct xrc_listener_ops tcp_listener_ops = {
 	tcp_listener_close, tcp_listener_fd, tcp_listener_port, tcp_get_request,
-	tcp_accept, tcp_reject, tcp_req_windows,
+	tcp_accept, tcp_reject, tcp_req_windows, NULL,
 };
 
 static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_opts *o,

@@ -22,6 +22,6 @@ struct xrc *xtcp_conn_new(int fd, const struct xrc_opts *o, uint32_t peer_max_se
 
 /* Tests only: the tcp domain acts as a device without memory windows
  * (xrc_win_new and xrc_req_windows fail with EOPNOTSUPP). */
-extern bool xtcp_test_no_windows;
+extern _Atomic bool xtcp_test_no_windows;
 
 #endif

@@ -144,12 +144,14 @@ static void test_always_invalidate(void **state)
  * and no session is left; with always_invalidate off it serves. */
 static void test_no_windows(void **state)
 {
-	struct tsrv *s = srv_start(8, 64 << 10, true, 0);
-	struct tclt *t = clt_new(s, 60);
+	struct tsrv *s;
+	struct tclt *t;
 	uint32_t dev;
 
 	(void)state;
 	xtcp_test_no_windows = true;
+	s = srv_start(8, 64 << 10, true, 0);
+	t = clt_new(s, 60);
 	assert_int_equal(clt_connect(t, 2), -EOPNOTSUPP);
 	clt_close(t);
 	wait_sessions(s, 0);
@@ -160,7 +162,13 @@ static void test_no_windows(void **state)
 	clt_close(t);
 	wait_sessions(s, 0);
 	srv_stop(s);
+}
+
+static int windows_back(void **state)
+{
+	(void)state;
 	xtcp_test_no_windows = false;
+	return 0;
 }
 
 /* Connection requests the server must refuse, each with its errno. */
@@ -468,7 +476,7 @@ int main(void)
 		cmocka_unit_test(test_geometry),
 		cmocka_unit_test(test_connect_info_io),
 		cmocka_unit_test(test_always_invalidate),
-		cmocka_unit_test(test_no_windows),
+		cmocka_unit_test_teardown(test_no_windows, windows_back),
 		cmocka_unit_test(test_conn_req_rules),
 		cmocka_unit_test(test_violations),
 		cmocka_unit_test(test_violations_inval),

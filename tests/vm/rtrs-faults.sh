@@ -25,13 +25,14 @@
 #
 # Reports TAP, then "rtrs-faults: PASS (N checks)" or "... FAIL (...)".
 # Env: SERVERS ("kernel ours"), FAULTS ("cut remove drop restart"), FIO_SECS (10),
-#      CUT_SECS (4), BACK_WAIT (75).
+#      CUT_SECS (4), BACK_WAIT (100: a path the server has not yet seen fail
+#      is refused once, as by the kernel, and the client tries again 30 s on).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 SRV=${RTRS_SERVER:-${B:-build}/rtrs-server}
 case $SRV in /*) ;; *) SRV=$PWD/$SRV ;; esac
 SERVERS=${SERVERS:-kernel ours} FAULTS=${FAULTS:-cut remove drop restart} FIO_SECS=${FIO_SECS:-10} CUT_SECS=${CUT_SECS:-4}
-BACK_WAIT=${BACK_WAIT:-75}
+BACK_WAIT=${BACK_WAIT:-100}
 W=$(mktemp -d /tmp/rtrs-faults.XXXXXX) T=$W SRV_PID=
 declare -A BACK
 . tests/vm/tap.sh
@@ -122,7 +123,7 @@ map() {	# SESS -> the rnbd device's name
 wire_dir() {	# SESS -> the wire path's sysfs directory
 	local p
 	for p in /sys/class/rtrs-client/"$1"/paths/*; do
-		case ${p##*/} in *"$B_"*) echo "$p"; return 0 ;; esac
+		case ${p##*/} in *"@ip:$B_") echo "$p"; return 0 ;; esac
 	done
 	return 1
 }
@@ -151,7 +152,7 @@ fio_ok() {	# NAME
 	wait "$FIO_PID" && grep -q 'err= 0' "$W/$1.fio" ||
 		{ sed 's/^/#   /' "$W/$1.fio" | grep -E 'err=|verify|error' | head -n 10; return 1; }
 }
-cut() {	# the wire drops everything for CUT_SECS s
+cut_wire() {	# the wire drops everything for CUT_SECS s
 	local na nb
 	na=$(ip neigh show "$B_" dev "$NA" | awk '{print $3}')
 	nb=$(ip neigh show "$A" dev "$NB" | awk '{print $3}')
@@ -167,7 +168,7 @@ cut() {	# the wire drops everything for CUT_SECS s
 fault() {
 	local p
 	case $1 in
-	cut) cut ;;
+	cut) cut_wire ;;
 	remove)
 		p=$(wire_dir "$3") && echo 1 >"$p/remove_path" &&
 			wait_for 300 wire_gone "$3" && sleep 2 &&
@@ -188,6 +189,7 @@ for srv in $SERVERS; do
 	check "$srv: both paths connected" wait_for 600 all_connected "$sess" || bail
 	for f in $FAULTS; do
 		[ "$f" = restart ] && [ "$srv" = kernel ] && continue
+		mark=$({ wc -l <"$W/srv.err"; } 2>/dev/null || echo 0)
 		if [ "$f" != restart ]; then fio_start "$dev" "$srv-$f"; sleep 3; fi
 		check "$srv/$f: injected" fault "$f" "$srv" "$sess"
 		s=$SECONDS
@@ -200,6 +202,13 @@ for srv in $SERVERS; do
 			for p in /sys/class/rtrs-client/"$sess"/paths/*; do
 				echo "#   ${p##*/}: $(cat "$p/state")"
 			done
+		fi
+		# what the server saw meanwhile
+		if [ "$srv" = ours ]; then
+			tail -n +"$((mark + 1))" "$W/srv.err" | grep -v 'OPEN of' | head -n 12 |
+				sed 's/^/#   srv: /'
+		elif [ -n "${FAULT_DMESG:-}" ]; then
+			dmesg | grep -i 'rtrs\|rnbd' | tail -n 12 | sed 's/^/#   dmesg: /'
 		fi
 		if [ "$f" != restart ]; then
 			check "$srv/$f: fio write+verify across it: no error, no mismatch" fio_ok "$srv-$f"
