@@ -107,9 +107,11 @@ static void sync_conf(void *priv, int err)
 	r->done = 1;
 }
 
-/* One request and its answer, blocking.  0 or -errno. */
+/* One request and its answer, blocking.  0 or -errno; *left (may be NULL)
+ * says whether a request given up is still out, to be answered into data
+ * later. */
 static int sync_call(struct rtrs_clt *s, int dir, const void *usr, uint32_t usrlen, void *data,
-		     uint32_t datalen, uint64_t timeout_ns, bool stoppable)
+		     uint32_t datalen, uint64_t timeout_ns, bool stoppable, bool *left)
 {
 	struct sync_req *r;
 	uint64_t deadline = xtime_ns() + timeout_ns;
@@ -141,6 +143,8 @@ static int sync_call(struct rtrs_clt *s, int dir, const void *usr, uint32_t usrl
 	if (rc) {
 		/* still queued or in flight: its confirmation comes later */
 		r->abandoned = true;
+		if (left)
+			*left = true;
 		return rc;
 	}
 	rc = r->err;
@@ -180,6 +184,7 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	struct rnbd_open o;
 	struct rnbd_clt_dev *d;
 	uint32_t qd = rtrs_clt_queue_depth(s);
+	bool left = false;
 	int rc;
 
 	memset(&o, 0, sizeof(o));
@@ -217,7 +222,8 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	/* SESS_INFO: our protocol version; the server answers with the one
 	 * the session runs (min of both) */
 	rnbd_sess_info_encode(&(struct rnbd_sess_info){ RNBD_PROTO_VER_MAJOR }, si);
-	rc = sync_call(s, RTRS_READ, si, sizeof(si), d->rsp, RNBD_SESS_INFO_LEN, timeout_ns, true);
+	rc = sync_call(s, RTRS_READ, si, sizeof(si), d->rsp, RNBD_SESS_INFO_LEN, timeout_ns, true,
+		       &left);
 	if (rc == 0 && rnbd_sess_info_rsp_decode(d->rsp, RNBD_SESS_INFO_LEN, &info))
 		rc = -EPROTO;
 	if (rc) {
@@ -227,7 +233,8 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 	}
 	d->g.proto_ver = info.ver;
 	memset(d->rsp, 0, RNBD_OPEN_RSP_LEN);
-	rc = sync_call(s, RTRS_READ, op, sizeof(op), d->rsp, RNBD_OPEN_RSP_LEN, timeout_ns, true);
+	rc = sync_call(s, RTRS_READ, op, sizeof(op), d->rsp, RNBD_OPEN_RSP_LEN, timeout_ns, true,
+		       &left);
 	if (rc == 0 && rnbd_open_rsp_decode(d->rsp, RNBD_OPEN_RSP_LEN, &or))
 		rc = -EPROTO;
 	if (rc) {
@@ -254,10 +261,10 @@ struct rnbd_clt_dev *rnbd_clt_open(struct rtrs_clt *s, const char *dev_name,
 fail:
 	if (d) {
 		free(d->parts);
-		/* a request that timed out or was given up (the stop flag)
-		 * may still be answered into the buffer: then it stays
-		 * (registered) with the session */
-		if (d->rsp && rc != -ETIMEDOUT && rc != -EINTR && rtrs_clt_del_mem(s, d->rsp) == 0)
+		/* a request given up (timed out, or the stop flag) may still
+		 * be answered into the buffer: then it stays (registered)
+		 * with the session */
+		if (d->rsp && !left && rtrs_clt_del_mem(s, d->rsp) == 0)
 			free(d->rsp);
 		free(d);
 	}
@@ -576,7 +583,7 @@ int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns)
 	rtrs_clt_hold_on_reconnect(d->s, false);
 	rnbd_close_encode(&(struct rnbd_close){ d->g.device_id }, msg);
 	rc = sync_call(d->s, RTRS_WRITE, msg, sizeof(msg), NULL, 0,
-		       xtime_ns() < deadline ? deadline - xtime_ns() : 1, false);
+		       xtime_ns() < deadline ? deadline - xtime_ns() : 1, false, NULL);
 	free(d->parts);
 	if (rtrs_clt_del_mem(d->s, d->rsp) == 0)
 		free(d->rsp);
