@@ -41,16 +41,7 @@ cleanup() {
 	rm -rf "$W"
 }
 trap cleanup EXIT
-finish() {
-	if dmesg | grep -E 'BUG:|WARNING:|Oops|general protection|Call Trace' >"$W/oops"; then
-		notok "no kernel BUG/WARNING"; sed 's/^/#   /' "$W/oops" | head -n 40
-	else
-		ok "no kernel BUG/WARNING"
-	fi
-	echo "1..$n"
-	if [ $bad -eq 0 ]; then echo "rtrs-faults: PASS ($n checks)"; exit 0; fi
-	echo "rtrs-faults: FAIL ($bad of $n checks failed)"; exit 1
-}
+finish() { tap_finish rtrs-faults; }
 bail() {
 	echo "# dmesg:"; dmesg | tail -n 30 | sed 's/^/#   /'
 	[ -s "$W/srv.err" ] && { echo "# rtrs-server stderr:"; tail -n 30 "$W/srv.err" | sed 's/^/#   /'; }

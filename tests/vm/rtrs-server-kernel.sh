@@ -20,38 +20,18 @@ cd "$(dirname "$0")/../.."
 MB=${MB:-32}
 SRV=${RTRS_SERVER:-${B:-build}/rtrs-server}
 case $SRV in /*) ;; *) SRV=$PWD/$SRV ;; esac
-W=$(mktemp -d /tmp/rtrs-server-kernel.XXXXXX)
-n=0 bad=0 SRV_PID=
-ok() { n=$((n + 1)); echo "ok $n $*"; }
-notok() { n=$((n + 1)) bad=$((bad + 1)); echo "not ok $n $*"; }
-check() {	# NAME CMD...
-	local name=$1; shift
-	if "$@"; then ok "$name"; else notok "$name"; return 1; fi
-}
+W=$(mktemp -d /tmp/rtrs-server-kernel.XXXXXX) T=$W SRV_PID=
+. tests/vm/tap.sh
 cleanup() {
 	[ -n "$SRV_PID" ] && kill -KILL "$SRV_PID" 2>/dev/null
 	rm -rf "$W"
 }
 trap cleanup EXIT
-finish() {
-	if dmesg | grep -E 'BUG:|WARNING:|Oops|general protection|Call Trace' >"$W/oops"; then
-		notok "no kernel BUG/WARNING"; sed 's/^/#   /' "$W/oops" | head -n 40
-	else
-		ok "no kernel BUG/WARNING"
-	fi
-	echo "1..$n"
-	if [ $bad -eq 0 ]; then echo "rtrs-server-kernel: PASS ($n checks)"; exit 0; fi
-	echo "rtrs-server-kernel: FAIL ($bad of $n checks failed)"; exit 1
-}
+finish() { tap_finish rtrs-server-kernel; }
 bail() {
 	echo "# dmesg:"; dmesg | tail -n 30 | sed 's/^/#   /'
 	[ -e "$W/srv.err" ] && { echo "# rtrs-server stderr:"; sed 's/^/#   /' "$W/srv.err"; }
 	finish
-}
-wait_for() {	# TENTHS CMD...
-	local i
-	for ((i = 0; i < $1; i++)); do "${@:2}" && return 0; sleep 0.1; done
-	"${@:2}"
 }
 
 if [ -z "${XPRT_VM:-}" ] || [ ! -f "${XPRT_VM_MODDIR:-/nonexistent}/rnbd-client.ko" ]; then
