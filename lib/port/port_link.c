@@ -683,7 +683,7 @@ static XCOLD void lane_failed(struct xp_link *k, unsigned i, int rc)
 XINLINE int lane_post_small(struct xp_link *k, struct xp_lane *ln, unsigned i,
 			    const struct pe_frame *f, uint32_t lim)
 {
-	unsigned fl = XRC_MORE;
+	unsigned fl = ln->held ? XRC_MORE : 0;
 	int rc;
 
 	ln->posted++;
@@ -702,8 +702,8 @@ XINLINE int lane_post_small(struct xp_link *k, struct xp_lane *ln, unsigned i,
 	return -1;
 }
 
-/* One frame onto lane i (XRC_MORE: out at lane_flush).  0, or -1 when the
- * link failed. */
+/* One frame onto lane i (tcp: XRC_MORE, out at lane_flush; rdma: out at
+ * once).  0, or -1 when the link failed. */
 XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const struct pe_frame *f,
 		      uint32_t lim)
 {
@@ -742,7 +742,7 @@ XINLINE int lane_post(struct xp_link *k, struct xp_lane *ln, unsigned i, const s
 		if (f->dlen)
 			sg[nsg++] = (struct xrc_sge){ (void *)f->data, f->dlen, NULL };
 	}
-	rc = xrc_post_send(ln->c, sg, nsg, ln->head++, XRC_SIGNALED | XRC_MORE);
+	rc = xrc_post_send(ln->c, sg, nsg, ln->head++, XRC_SIGNALED | (ln->held ? XRC_MORE : 0));
 	if (rc == 0)
 		return 0;
 	lane_failed(k, i, rc);

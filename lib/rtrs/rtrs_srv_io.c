@@ -112,8 +112,9 @@ static int post_rsp(struct rtrs_srv_op *op)
 	struct srv_path *p = op->path;
 	bool inv = need_inval(op);
 	uint32_t imm = rtrs_imm_io_rsp(op->buf_id, op->err, inv);
-	/* inside the poll loop, one sendmsg carries a batch of answers
-	 * (poll_con flushes); an answer from outside goes at once */
+	/* one post (rdma: a chain, one doorbell; tcp: one sendmsg) for the
+	 * work requests of an answer, and inside the poll loop for a batch of
+	 * answers (poll_con flushes); an answer from outside goes at once */
 	unsigned more = p->sess->srv->in_poll ? XRC_MORE : 0;
 	int rc;
 
@@ -122,13 +123,13 @@ static int post_rsp(struct rtrs_srv_op *op)
 		struct xrc_sge sg = { chunk_of(p, op->buf_id), op->rd.desc.len, mr };
 
 		rc = xrc_post_write(c->x, &sg, 1, op->rd.desc.addr, op->rd.desc.key, false, 0, 0,
-				    more);
+				    XRC_MORE);
 		if (rc < 0)
 			return rc;
 		posted(c, false);
 	}
 	if (inv) {
-		rc = xrc_post_send_inv(c->x, NULL, 0, op->rd.desc.key, 0, more);
+		rc = xrc_post_send_inv(c->x, NULL, 0, op->rd.desc.key, 0, XRC_MORE);
 		if (rc < 0)
 			return rc;
 		posted(c, false);

@@ -120,7 +120,10 @@ enum {
 	XRC_FENCE	= 4,	/* wait for earlier reads to finish first */
 	XRC_MORE	= 8,	/* more posts follow: the backend may hold this one
 				 * back until a post without the flag, xrc_flush()
-				 * or xrc_poll() (tcp: one sendmsg for a batch) */
+				 * or xrc_poll() (tcp: one sendmsg for a batch;
+				 * rdma: one ibv_post_send, one doorbell, for a
+				 * chain of up to 16 work requests, also sent
+				 * before a bind, an arming or going down) */
 };
 
 struct xrc_wc {

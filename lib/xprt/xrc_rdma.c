@@ -58,6 +58,7 @@
  * other reasons (8: no listener on that port) mean "refused". */
 #define REJ_CONSUMER 28
 #define RD_ATOMIC_MAX 16
+#define HOLD_MAX 16	/* work requests one post may chain */
 
 struct sq_slot {
 	uint64_t wr_id;
@@ -93,6 +94,15 @@ struct rconn {
 	struct ibv_wc stash;	/* taken by conn_arm's look at the CQ */
 	bool stashed;
 	struct rwin *wins;	/* type-2 windows bound on this connection */
+	/* Send work requests posted with XRC_MORE and not yet handed to the
+	 * device: the next post without the flag, xrc_flush(), a poll, an
+	 * arming or a bind posts them and itself as one chain (one
+	 * ibv_post_send, one doorbell).  Their slots are counted when held;
+	 * inline payloads are copied into hinl then. */
+	struct ibv_send_wr hwr[HOLD_MAX];
+	struct ibv_sge hsge[HOLD_MAX][XRC_MAX_SGE];
+	uint8_t *hinl;			/* HOLD_MAX * max_inline bytes */
+	unsigned nheld;
 };
 
 #define CM_EVERY_NS 1000000ull
@@ -288,6 +298,7 @@ static void conn_free(struct rconn *c)
 	xrdma_pd_put(c->pd);
 	free(c->sq);
 	free(c->rq);
+	free(c->hinl);
 	free(c);
 }
 
@@ -375,7 +386,8 @@ static int conn_setup(struct rconn *c, const struct xrc_opts *o, const char *wha
 	c->rq_mask = xring_cap(o->rq_depth) - 1;
 	c->sq = calloc((size_t)c->sq_mask + 1, sizeof(*c->sq));
 	c->rq = calloc((size_t)c->rq_mask + 1, sizeof(*c->rq));
-	if (!c->sq || !c->rq) {
+	c->hinl = malloc((size_t)HOLD_MAX * (c->base.max_inline ? c->base.max_inline : 1));
+	if (!c->sq || !c->rq || !c->hinl) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -820,10 +832,15 @@ static const struct xrc_listener_ops listener_ops = {
 
 /* --- data path ------------------------------------------------------------------ */
 
+static int sq_flush(struct rconn *c);
+
 static void go_down(struct rconn *c)
 {
 	if (c->base.state == XRC_DOWN)
 		return;
+	/* held requests go too, to be flushed with the rest: a caller may
+	 * wait for every post's completion */
+	sq_flush(c);
 	c->base.state = XRC_DOWN;
 	/* moves the QP to ERROR (every outstanding request flushes) and tells
 	 * the peer, which then sees DISCONNECTED */
@@ -890,10 +907,70 @@ static int post_errno(int e)
 	return e == ENOMEM ? -ENOBUFS : -e;
 }
 
+/* One ibv_post_send of the held chain followed by wr (NULL: the chain
+ * alone).  On a refusal the held requests from the refused one on never
+ * reached the device, though their posts returned 0: their slots are given
+ * back and the connection goes down (what did go flushes), so nobody waits
+ * for completions that cannot come; the error is returned to whichever
+ * post or flush rang. */
+static int sq_ring(struct rconn *c, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *first = wr, *bad = NULL;
+	unsigned n = c->nheld;
+
+	if (n) {
+		c->hwr[n - 1].next = wr;
+		first = &c->hwr[0];
+		c->nheld = 0;
+	}
+	if (!first)
+		return 0;
+	stamp_send_begin();
+	if (ibv_post_send(c->qp, first, &bad)) {
+		int e = errno;
+
+		if (n && bad >= &c->hwr[0] && bad < &c->hwr[n]) {
+			c->sq_head -= (uint64_t)(&c->hwr[n] - bad);
+			go_down(c);
+		}
+		return post_errno(e);
+	}
+	stamp_send_end();
+	return 0;
+}
+
+/* Keeps wr (and its gather list, and an inline payload) to go with the
+ * next post. */
+static void sq_hold(struct rconn *c, const struct ibv_send_wr *wr)
+{
+	unsigned i = c->nheld++;
+	struct ibv_send_wr *h = &c->hwr[i];
+	struct ibv_sge *sg = c->hsge[i];
+
+	*h = *wr;
+	h->next = NULL;
+	if (i)
+		c->hwr[i - 1].next = h;
+	h->sg_list = sg;
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		uint8_t *b = c->hinl + (size_t)i * c->base.max_inline;
+		uint32_t off = 0;
+
+		for (int k = 0; k < wr->num_sge; k++) {
+			memcpy(b + off, (const void *)(uintptr_t)wr->sg_list[k].addr,
+			       wr->sg_list[k].length);
+			off += wr->sg_list[k].length;
+		}
+		sg[0] = (struct ibv_sge){ (uintptr_t)b, off, 0 };
+		h->num_sge = off ? 1 : 0;
+	} else {
+		memcpy(sg, wr->sg_list, sizeof(*sg) * (size_t)wr->num_sge);
+	}
+}
+
 XINLINE int post_sq(struct rconn *c, struct ibv_send_wr *wr, unsigned flags, enum xrc_op op,
 		    uint64_t wr_id, uint32_t len)
 {
-	struct ibv_send_wr *bad;
 	unsigned sf;
 	uint64_t seq;
 	int rc = sq_claim(c, flags, op, wr_id, len, &seq, &sf);
@@ -902,12 +979,28 @@ XINLINE int post_sq(struct rconn *c, struct ibv_send_wr *wr, unsigned flags, enu
 		return rc;
 	wr->wr_id = seq;
 	wr->send_flags |= sf;
-	stamp_send_begin();
-	if (ibv_post_send(c->qp, wr, &bad))
-		return post_errno(errno);
-	stamp_send_end();
+	if ((flags & XRC_MORE) && c->nheld < HOLD_MAX - 1) {
+		sq_hold(c, wr);
+		sq_posted(c, sf);
+		return 0;
+	}
+	rc = sq_ring(c, wr);
+	if (rc)
+		return rc;
 	sq_posted(c, sf);
 	return 0;
+}
+
+/* The held chain out now, before a post that does not join it (a bind)
+ * or a sleep. */
+static int sq_flush(struct rconn *c)
+{
+	return c->nheld ? sq_ring(c, NULL) : 0;
+}
+
+static int conn_flush(struct xrc *xc)
+{
+	return sq_flush((struct rconn *)xc);
 }
 
 /* Gathers sg into wr (opcode and remote address set by the caller), posts
@@ -1077,6 +1170,10 @@ static int conn_win_bind(struct xrc *xc, struct xrc_win *xw, struct xrc_mr *xmr,
 		if (access & XRC_ACCESS_REMOTE_READ)
 			bi.mw_access_flags |= IBV_ACCESS_REMOTE_READ;
 	}
+	/* in posting order: what is held goes first */
+	rc = sq_flush(c);
+	if (rc)
+		return rc;
 	rc = sq_claim(c, flags, XRC_OP_BIND, wr_id, 0, &seq, &sf);
 	if (rc)
 		return rc;
@@ -1231,6 +1328,8 @@ static int conn_poll(struct xrc *xc, struct xrc_wc *out, int n)
 				go_down(c);
 		}
 	}
+	if (c->nheld && c->base.state == XRC_UP)
+		sq_flush(c);	/* a refusal: the connection is down */
 	if (!n)
 		return 0;
 	if (c->stashed) {
@@ -1274,6 +1373,8 @@ static int conn_arm(struct xrc *xc)
 	struct rconn *c = (struct rconn *)xc;
 	int k;
 
+	if (c->nheld && c->base.state == XRC_UP && sq_flush(c))
+		return 1;	/* refused: the connection is down, poll */
 	if (c->stashed || c->more_raised)
 		return 1;
 	/* About to sleep: a CM event the throttled look in conn_poll left
@@ -1331,6 +1432,7 @@ static const struct xrc_conn_ops conn_ops = {
 	.post_recv = conn_post_recv,
 	.post_recvs = conn_post_recvs,
 	.poll = conn_poll,
+	.flush = conn_flush,
 	.fd = conn_fd,
 	.wait = conn_wait,
 	.arm = conn_arm,
