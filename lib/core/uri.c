@@ -78,6 +78,18 @@ static bool valid_ipv6(const char *s, size_t n)
 	return colon;
 }
 
+/* "gid:" and an InfiniBand GID, which is written as an IPv6 address (the
+ * kernel's rtrs "gid:" addresses), without a scope. */
+static bool is_gid(const char *s, size_t n)
+{
+	return n >= 4 && strncasecmp(s, "gid:", 4) == 0;
+}
+
+static bool valid_gid(const char *s, size_t n)
+{
+	return !memchr(s, '%', n) && valid_ipv6(s, n);
+}
+
 static int parse_hostport(const char *s, const char *rest, uint16_t default_port,
 			  struct xuri *u, char *err, size_t errlen)
 {
@@ -92,9 +104,17 @@ static int parse_hostport(const char *s, const char *rest, uint16_t default_port
 			return uri_err(err, errlen, "missing ']' in '%s'", s);
 		host = rest + 1;
 		hlen = (size_t)(close - host);
-		if (hlen >= sizeof(u->host) || !valid_ipv6(host, hlen))
+		if (is_gid(host, hlen)) {
+			if (u->scheme != XURI_RDMA)
+				return uri_err(err, errlen, "a gid: address is for rdma:// only, in '%s'",
+					       s);
+			if (hlen >= sizeof(u->host) || !valid_gid(host + 4, hlen - 4))
+				return uri_err(err, errlen, "invalid GID '[%.*s]' in '%s'", (int)hlen,
+					       host, s);
+		} else if (hlen >= sizeof(u->host) || !valid_ipv6(host, hlen)) {
 			return uri_err(err, errlen, "invalid IPv6 address '[%.*s]' in '%s'",
 				       (int)hlen, host, s);
+		}
 		if (close[1] == ':')
 			port = close + 2;
 		else if (close[1] != '\0')
@@ -149,7 +169,11 @@ static int parse_src(const char *s, const char *src, size_t n, struct xuri *u, c
 			       "only, in '%s'", s);
 	if (!an || an >= sizeof(u->src))
 		return uri_err(err, errlen, "invalid source address in '%s'", s);
-	if (v6) {
+	if (v6 && is_gid(a, an)) {
+		if (u->scheme != XURI_RDMA || !valid_gid(a + 4, an - 4))
+			return uri_err(err, errlen, "invalid source GID '%.*s' in '%s' (rdma:// only)",
+				       (int)n, src, s);
+	} else if (v6) {
 		if (!valid_ipv6(a, an))
 			return uri_err(err, errlen, "invalid IPv6 source address '%.*s' in '%s'",
 				       (int)n, src, s);

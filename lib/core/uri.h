@@ -4,7 +4,10 @@
  * IPv6 literals go in brackets: tcp://[::1]:7000, [fe80::1%eth0]:7000.
  * A connection may name the local address it leaves from, as the kernel's
  * RTRS path=[src@]dst: tcp://SRC@HOST:PORT, rdma://[fe80::1%eth1]@[...]:P
- * (SRC an IP literal; tcp, rdma and bare addresses only). */
+ * (SRC an IP literal; tcp, rdma and bare addresses only).  rdma:// also
+ * takes InfiniBand addresses, as the kernel's "gid:" paths: a GID in
+ * brackets after "gid:", rdma://[gid:fe80::2:c903:a:1]:1234, and as SRC,
+ * and [gid:::] to listen on any. */
 #ifndef XPRT_CORE_URI_H
 #define XPRT_CORE_URI_H
 
@@ -17,10 +20,10 @@ enum xuri_scheme { XURI_AUTO, XURI_SHM, XURI_TCP, XURI_UDP, XURI_RDMA, XURI_UD }
 
 struct xuri {
 	enum xuri_scheme scheme;
-	char host[256]; /* hostname or IP literal, without [] for IPv6 */
+	char host[256]; /* hostname or IP literal, without [] for IPv6; "gid:GID" */
 	uint16_t port;
 	char name[128]; /* shm:// only */
-	char src[64];	/* local IP literal to connect from ("" none), no [] */
+	char src[64];	/* local IP literal (or "gid:GID") to connect from ("" none), no [] */
 };
 
 /* Schemes are matched case-insensitively.  Hosts are 1..255 characters of

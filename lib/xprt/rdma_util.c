@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <endian.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -136,6 +138,20 @@ void xrdma_uri_str(const struct xuri *u, char *buf, size_t len)
 		snprintf(buf, len, "%s:%u", u->host, u->port);
 }
 
+int xrdma_gid_sockaddr(const char *gid, uint16_t port, struct sockaddr_storage *ss)
+{
+	struct sockaddr_ib *sib = (struct sockaddr_ib *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	if (inet_pton(AF_INET6, gid, &sib->sib_addr) != 1)
+		return -EINVAL;
+	sib->sib_family = AF_IB;
+	sib->sib_pkey = htons(0xffff);
+	sib->sib_sid = htobe64(RDMA_IB_PS_IB | port);
+	sib->sib_sid_mask = htobe64(~0ull);
+	return 0;
+}
+
 int xrdma_sockaddr(const struct xuri *u, bool passive, struct sockaddr_storage *ss,
 		   char *err, size_t errlen)
 {
@@ -144,6 +160,13 @@ int xrdma_sockaddr(const struct xuri *u, bool passive, struct sockaddr_storage *
 	char port[8], us[300];
 	int rc;
 
+	if (strncasecmp(u->host, "gid:", 4) == 0) {
+		if (xrdma_gid_sockaddr(u->host + 4, u->port, ss) == 0)
+			return 0;
+		xrdma_uri_str(u, us, sizeof(us));
+		snprintf(err, errlen, "%s: invalid GID", us);
+		return -EINVAL;
+	}
 	if (passive)
 		hints.ai_flags |= AI_PASSIVE;
 	snprintf(port, sizeof(port), "%u", u->port);
@@ -180,6 +203,11 @@ void xrdma_addr_str(const struct sockaddr *sa, char *buf, size_t len)
 		}
 		inet_ntop(AF_INET6, &s->sin6_addr, a, sizeof(a));
 		snprintf(buf, len, "[%s]:%u", a, ntohs(s->sin6_port));
+	} else if (sa->sa_family == AF_IB) {
+		const struct sockaddr_ib *s = (const struct sockaddr_ib *)sa;
+
+		inet_ntop(AF_INET6, &s->sib_addr, a, sizeof(a));
+		snprintf(buf, len, "[gid:%s]:%u", a, (unsigned)(be64toh(s->sib_sid) & 0xffff));
 	} else {
 		snprintf(buf, len, "?");
 	}

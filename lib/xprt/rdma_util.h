@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <infiniband/ib.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
@@ -52,8 +53,13 @@ void xrdma_memlock_hint(int e, char *buf, size_t len);
 /* "scheme://host:port" for messages. */
 void xrdma_uri_str(const struct xuri *u, char *buf, size_t len);
 
-/* getaddrinfo() of u->host:u->port (passive: wildcard allowed).  0 or
- * -errno with "URI: reason" in err. */
+/* The AF_IB address of an InfiniBand GID (its IPv6 form) and port, as the
+ * kernel's rtrs makes of a "gid:" path: service id RDMA_IB_PS_IB | port
+ * (every bit of it compared), the default P_Key.  0 or -EINVAL. */
+int xrdma_gid_sockaddr(const char *gid, uint16_t port, struct sockaddr_storage *ss);
+/* getaddrinfo() of u->host:u->port (passive: wildcard allowed), or for a
+ * "gid:GID" host xrdma_gid_sockaddr().  0 or -errno with "URI: reason" in
+ * err. */
 int xrdma_sockaddr(const struct xuri *u, bool passive, struct sockaddr_storage *ss,
 		   char *err, size_t errlen);
 /* "ADDR:PORT" of a sockaddr. */

@@ -417,13 +417,20 @@ static void copy_priv(const struct rdma_cm_event *ev, void *rep, size_t *replen)
 		*replen = rep ? n : 0;
 }
 
-/* A non-blocking event channel and a TCP-space id on it, for either side.
- * 0, or -errno with err filled and both NULL. */
+/* The port space of an address: IB's for an AF_IB one (a gid: address),
+ * as the kernel's rtrs, else TCP's. */
+static enum rdma_port_space port_space(const struct sockaddr_storage *ss)
+{
+	return ss->ss_family == AF_IB ? RDMA_PS_IB : RDMA_PS_TCP;
+}
+
+/* A non-blocking event channel and an id on it, for either side.  0, or
+ * -errno with err filled and both NULL. */
 static int cm_create(struct rdma_event_channel **ech, struct rdma_cm_id **id, void *context,
-		     const char *us, char *err, size_t errlen)
+		     enum rdma_port_space ps, const char *us, char *err, size_t errlen)
 {
 	const char *failed;
-	int rc = xrdma_cm_create(ech, id, context, RDMA_PS_TCP, &failed);
+	int rc = xrdma_cm_create(ech, id, context, ps, &failed);
 
 	if (rc)
 		snprintf(err, errlen, "%s: %s: %s%s", us, failed, strerror(-rc),
@@ -456,7 +463,7 @@ static struct xrc *rdma_connect_(const struct xuri *u, const struct xrc_opts *o,
 		errno = ENOMEM;
 		return NULL;
 	}
-	rc = cm_create(&c->ech, &c->id, c, us, err, errlen);
+	rc = cm_create(&c->ech, &c->id, c, port_space(&dst), us, err, errlen);
 	if (rc)
 		goto free_conn;
 	/* the traffic class must be set before route resolution */
@@ -538,7 +545,7 @@ static int listen_id(struct rlistener *l, const struct sockaddr_storage *ss, cha
 	struct rdma_cm_id *id;
 	int rc;
 
-	if (rdma_create_id(l->ech, &id, l, RDMA_PS_TCP)) {
+	if (rdma_create_id(l->ech, &id, l, port_space(ss))) {
 		rc = -errno;
 		snprintf(err, errlen, "%s: rdma_create_id: %s", l->name, strerror(-rc));
 		return rc;
@@ -600,6 +607,8 @@ static struct xrc_listener *rdma_listen_(const struct xuri *u, const struct xrc_
 	l->addr = ss;
 	if (ss.ss_family == AF_INET6)
 		((struct sockaddr_in6 *)&l->addr)->sin6_port = htons(l->port);
+	else if (ss.ss_family == AF_IB)
+		((struct sockaddr_ib *)&l->addr)->sib_sid = htobe64(RDMA_IB_PS_IB | l->port);
 	else
 		((struct sockaddr_in *)&l->addr)->sin_port = htons(l->port);
 	return &l->base;

@@ -176,6 +176,34 @@ static void test_source(void **state)
 	bad("tcp://[zz]@h:1", 0, "invalid IPv6 source address '[zz]' in 'tcp://[zz]@h:1'");
 }
 
+/* InfiniBand addresses (the kernel's rtrs "gid:"): rdma:// only, in
+ * brackets, as destination and source, no scope. */
+static void test_gid(void **state)
+{
+	struct xuri u;
+	char buf[128], err[256];
+
+	(void)state;
+	ok("rdma://[gid:fe80::2:c903:a:1]:1234", 0, XURI_RDMA, "gid:fe80::2:c903:a:1", 1234,
+	   "rdma://[gid:fe80::2:c903:a:1]:1234");
+	ok("RDMA://[GID:FE80::1]", 1234, XURI_RDMA, "GID:FE80::1", 1234, "rdma://[GID:FE80::1]:1234");
+	ok("rdma://[gid:::]:0", 0, XURI_RDMA, "gid:::", 0, "rdma://[gid:::]:0");
+	assert_int_equal(xuri_parse("rdma://[gid:fe80::1]@[gid:fe80::2]:7", 0, &u, err, sizeof(err)),
+			 0);
+	assert_string_equal(u.src, "gid:fe80::1");
+	assert_string_equal(u.host, "gid:fe80::2");
+	assert_int_equal(xuri_format(&u, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "rdma://[gid:fe80::1]@[gid:fe80::2]:7");
+	bad("tcp://[gid:fe80::1]:7", 0, "a gid: address is for rdma:// only, in 'tcp://[gid:fe80::1]:7'");
+	bad("[gid:fe80::1]:7", 0, "a gid: address is for rdma:// only, in '[gid:fe80::1]:7'");
+	bad("rdma://[gid:fe80::1%ib0]:7", 0, "invalid GID '[gid:fe80::1%ib0]' in 'rdma://[gid:fe80::1%ib0]:7'");
+	bad("rdma://[gid:1.2.3.4]:7", 0, "invalid GID '[gid:1.2.3.4]' in 'rdma://[gid:1.2.3.4]:7'");
+	bad("rdma://[gid:]:7", 0, "invalid GID '[gid:]' in 'rdma://[gid:]:7'");
+	bad("rdma://gid:fe80::1:7", 0, "IPv6 address must be in brackets in 'rdma://gid:fe80::1:7'");
+	bad("tcp://[gid:fe80::1]@h:7", 0, "invalid source GID '[gid:fe80::1]' in 'tcp://[gid:fe80::1]@h:7' (rdma:// only)");
+	bad("rdma://[gid:zz]@[gid:fe80::2]:7", 0, "invalid source GID '[gid:zz]' in 'rdma://[gid:zz]@[gid:fe80::2]:7' (rdma:// only)");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -184,6 +212,7 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_format),
 		cmocka_unit_test(test_source),
+		cmocka_unit_test(test_gid),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,9 +9,13 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <endian.h>
 #include <errno.h>
+#include <arpa/inet.h>
 
 #include "core/uri.h"
+#include "core/xtime.h"
+#include "xprt/rdma_util.h"
 #include "xprt/xdev.h"
 #include "xprt/xdg.h"
 #include "xprt/xrc.h"
@@ -201,6 +205,47 @@ static void test_backends_without_rdma(void **state)
 	assert_non_null(strstr(err, "no RDMA device found"));
 }
 
+/* gid: addresses become AF_IB ones as the kernel's rtrs makes them; over
+ * a RoCE-only device (rxe) an IB address cannot be reached: one line, at
+ * once. */
+static void test_gid(void **state)
+{
+	struct sockaddr_storage ss;
+	const struct sockaddr_ib *sib = (const struct sockaddr_ib *)&ss;
+	static const uint8_t want[16] = { 0xfe, 0x80, 0, 0, 0, 0, 0, 0,
+					  0, 0x02, 0xc9, 0x03, 0, 0x0a, 0, 0x01 };
+	char buf[128], err[300] = "";
+	struct xuri u;
+
+	(void)state;
+	assert_int_equal(xrdma_gid_sockaddr("fe80::2:c903:a:1", 1234, &ss), 0);
+	assert_int_equal(sib->sib_family, AF_IB);
+	assert_memory_equal(&sib->sib_addr, want, 16);
+	assert_int_equal(be64toh(sib->sib_sid), 0x13F0000ull | 1234);	/* RDMA_IB_PS_IB */
+	assert_int_equal(sib->sib_sid_mask, ~0ull);
+	assert_int_equal(ntohs(sib->sib_pkey), 0xffff);
+	xrdma_addr_str((const struct sockaddr *)&ss, buf, sizeof(buf));
+	assert_string_equal(buf, "[gid:fe80::2:c903:a:1]:1234");
+	assert_int_equal(xrdma_gid_sockaddr("fe80::1%ib0", 1, &ss), -EINVAL);
+	assert_int_equal(xrdma_gid_sockaddr("10.0.0.1", 1, &ss), -EINVAL);
+	uri("rdma://[gid:fe80::1]:7", &u);
+	assert_int_equal(xrdma_sockaddr(&u, false, &ss, err, sizeof(err)), 0);
+	assert_int_equal(ss.ss_family, AF_IB);
+	if (have) {
+		uint8_t rep[XRC_PRIV_MAX];
+		size_t replen = 0;
+		struct xrc_opts o = { .timeout_ns = 5 * XTIME_NS_PER_S };
+		uint64_t t0 = xtime_ns();
+
+		errno = 0;
+		assert_null(xrc_connect(&u, &o, "x", 1, rep, &replen, err, sizeof(err)));
+		print_message("%s (errno %d, %.1f s)\n", err, errno, (xtime_ns() - t0) / 1e9);
+		assert_true(errno != 0);
+		one_line(err);
+		assert_true(strncmp(err, "rdma://[gid:fe80::1]:7: ", 24) == 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -209,6 +254,7 @@ int main(void)
 		cmocka_unit_test(test_auto),
 		cmocka_unit_test(test_require),
 		cmocka_unit_test(test_backends_without_rdma),
+		cmocka_unit_test(test_gid),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
