@@ -17,10 +17,11 @@
  * can reach it.  The kernel's own server uses fast-registration MRs,
  * whose re-execution is harmless.
  *
- * Send-queue accounting.  Responses are posted unsignaled except their last
- * work request; each signaled request carries in its wr_id how many slots
- * were posted since the previous one, and its completion gives them back
- * (an RC send queue completes in order).  A request holds at most four
+ * Send-queue accounting.  Responses are posted unsignaled but for the last
+ * work request of one now and then (post_rsp); each signaled request
+ * carries in its wr_id how many slots were posted since the previous one,
+ * and its completion gives them back (an RC send queue completes in
+ * order).  A request holds at most four
  * slots (bind, data write, send-with-invalidate, response), which is what
  * the queue is sized for, so arrivals never wait; answers that find the
  * queue full (completions not polled yet) or the connection not up yet
@@ -116,6 +117,14 @@ static int post_rsp(struct rtrs_srv_op *op)
 	 * work requests of an answer, and inside the poll loop for a batch of
 	 * answers (poll_con flushes); an answer from outside goes at once */
 	unsigned more = p->sess->srv->in_poll ? XRC_MORE : 0;
+	/* The answer's last work request is signaled on connection 0 with
+	 * always_invalidate (the binds wait for its queue to be empty), and
+	 * elsewhere once a quarter of the queue went unsignaled: its
+	 * completion gives all those slots back (the kernel's server signals
+	 * every signal_interval-th send). */
+	bool sig = (c->cid == 0 && p->keys) ||
+		   c->sq_unsig + rsp_slots(op) >= (c->sq_cap / 4 ? c->sq_cap / 4 : 1);
+	unsigned sf = (sig ? XRC_SIGNALED : 0) | more;
 	int rc;
 
 	if (op->dir == RTRS_READ && !op->err && op->rd.sg_cnt) {
@@ -140,15 +149,14 @@ static int post_rsp(struct rtrs_srv_op *op)
 		struct xrc_sge sg = { msg, sizeof(msg), NULL };
 
 		rtrs_rkey_rsp_encode(&rk, msg);
-		rc = xrc_post_send_imm(c->x, &sg, 1, imm, wr_id_for(c, WR_RSP, true),
-				       XRC_SIGNALED | XRC_INLINE | more);
+		rc = xrc_post_send_imm(c->x, &sg, 1, imm, wr_id_for(c, WR_RSP, sig),
+				       sf | XRC_INLINE);
 	} else {
-		rc = xrc_post_write(c->x, NULL, 0, 0, 0, true, imm, wr_id_for(c, WR_RSP, true),
-				    XRC_SIGNALED | more);
+		rc = xrc_post_write(c->x, NULL, 0, 0, 0, true, imm, wr_id_for(c, WR_RSP, sig), sf);
 	}
 	if (rc < 0)
 		return rc;
-	posted(c, true);
+	posted(c, sig);
 	c->held |= more != 0;
 	return 0;
 }
