@@ -234,7 +234,11 @@ int xuri_parse(const char *s, uint16_t default_port, struct xuri *u, char *err, 
 			return rc;
 		rest = sep + 1;
 	}
-	return parse_hostport(s, rest, default_port, u, err, errlen);
+	int rc = parse_hostport(s, rest, default_port, u, err, errlen);
+
+	if (rc == 0 && u->src[0] && is_gid(u->src, strlen(u->src)) != is_gid(u->host, strlen(u->host)))
+		return uri_err(err, errlen, "a GID and an IP address in one path, in '%s'", s);
+	return rc;
 }
 
 int xuri_format(const struct xuri *u, char *buf, size_t len)

@@ -622,6 +622,10 @@ int rtrs_srv_arm(struct rtrs_srv *srv)
 					continue;
 				if (xrc_arm(c->x) != 0)
 					return 1;
+				/* arming read the CM's ESTABLISHED: answers that
+				 * waited for it can go now */
+				if (c->wait && xrc_state(c->x) == XRC_UP)
+					return 1;
 				/* tcp: bytes waiting for room in the socket */
 				out = xrc_tx_pending(c->x);
 				if (out != c->epoll_out) {

@@ -50,6 +50,13 @@ int xrdma_check(const struct xuri *u, char *err, size_t errlen);
  * or EPERM under a finite RLIMIT_MEMLOCK), else "". */
 void xrdma_memlock_hint(int e, char *buf, size_t len);
 
+/* The errno of a failed ibv_post_send/ibv_post_recv: verbs returns it
+ * (errno need not be set), and some providers return it negated. */
+static inline int xrdma_post_err(int r)
+{
+	return r < 0 ? -r : r;
+}
+
 /* "scheme://host:port" for messages. */
 void xrdma_uri_str(const struct xuri *u, char *buf, size_t len);
 

@@ -199,8 +199,9 @@ static int post_rx(struct udep *d, uint32_t i)
 		.lkey = d->rxmr->lkey,
 	};
 	struct ibv_recv_wr wr = { .wr_id = RX_BIT | i, .sg_list = &sge, .num_sge = 1 }, *bad;
+	int e = xrdma_post_err(ibv_post_recv(d->qp, &wr, &bad));
 
-	return ibv_post_recv(d->qp, &wr, &bad) ? -(errno ? errno : ENOMEM) : 0;
+	return e ? -e : 0;
 }
 
 /* SIDR requests from peers resolving us: answer with our QPN. */
@@ -597,9 +598,9 @@ static int ud_send_batch(struct xdg *xd, const struct xdg_dgram *m, int n, unsig
 		if (!k)
 			break;
 		wr[k - 1].next = NULL;
-		if (ibv_post_send(d->qp, wr, &bad)) {
-			int e = errno ? errno : ENOMEM;
+		int e = xrdma_post_err(ibv_post_send(d->qp, wr, &bad));
 
+		if (e) {
 			/* nothing of this chain counts; earlier chains did */
 			if (!done)
 				return e == ENOMEM ? -ENOBUFS : -e;
@@ -874,10 +875,10 @@ static int ud_post_recv(struct xdg *xd, const struct xdg_rwr *w, int n)
 			g += x->nsge;
 		}
 		wr[k - 1].next = NULL;
-		if (ibv_post_recv(d->qp, wr, &bad)) {
-			/* the ones before the failed WR are posted */
-			int e = errno ? errno : ENOMEM;
+		int e = xrdma_post_err(ibv_post_recv(d->qp, wr, &bad));
 
+		if (e) {
+			/* the ones before the failed WR are posted */
 			for (int j = 0; j < k && &wr[j] != bad; j++)
 				done++;
 			return done ? done : (e == ENOMEM ? -ENOBUFS : -e);

@@ -848,8 +848,10 @@ static void go_down(struct rconn *c)
 	if (c->base.state == XRC_DOWN)
 		return;
 	/* held requests go too, to be flushed with the rest: a caller may
-	 * wait for every post's completion */
+	 * wait for every post's completion (a refusal went down already) */
 	sq_flush(c);
+	if (c->base.state == XRC_DOWN)
+		return;
 	c->base.state = XRC_DOWN;
 	/* moves the QP to ERROR (every outstanding request flushes) and tells
 	 * the peer, which then sees DISCONNECTED */
@@ -935,9 +937,9 @@ static int sq_ring(struct rconn *c, struct ibv_send_wr *wr)
 	if (!first)
 		return 0;
 	stamp_send_begin();
-	if (ibv_post_send(c->qp, first, &bad)) {
-		int e = errno;
+	int e = xrdma_post_err(ibv_post_send(c->qp, first, &bad));
 
+	if (e) {
 		if (n && bad >= &c->hwr[0] && bad < &c->hwr[n]) {
 			c->sq_head -= (uint64_t)(&c->hwr[n] - bad);
 			go_down(c);
@@ -984,8 +986,10 @@ XINLINE int post_sq(struct rconn *c, struct ibv_send_wr *wr, unsigned flags, enu
 	uint64_t seq;
 	int rc = sq_claim(c, flags, op, wr_id, len, &seq, &sf);
 
-	if (rc)
+	if (rc) {
+		sq_flush(c);	/* what is held must reach the device to free room */
 		return rc;
+	}
 	wr->wr_id = seq;
 	wr->send_flags |= sf;
 	if ((flags & XRC_MORE) && c->nheld < HOLD_MAX - 1) {
@@ -1136,9 +1140,9 @@ static int conn_post_recvs(struct xrc *xc, const struct xrc_sge *sg,
 	if (!k)
 		return rc;
 	wr[k - 1].next = NULL;
-	if (ibv_post_recv(c->qp, wr, &bad)) {
-		int e = errno ? errno : ENOMEM;
+	int e = xrdma_post_err(ibv_post_recv(c->qp, wr, &bad));
 
+	if (e) {
 		k = bad ? (int)(bad - wr) : 0;
 		if (!k)
 			return e == ENOMEM ? -ENOBUFS : -e;
@@ -1193,7 +1197,7 @@ static int conn_win_bind(struct xrc *xc, struct xrc_win *xw, struct xrc_mr *xmr,
 
 		if (!m && !(b.bind_info.mr = xrdma_pd_zmr(c->pd)))
 			return post_errno(errno);
-		rc = ibv_bind_mw(c->qp, w->mw, &b);
+		rc = xrdma_post_err(ibv_bind_mw(c->qp, w->mw, &b));
 		if (rc)
 			return post_errno(rc);
 		xw->rkey = w->mw->rkey;	/* the provider stepped it at post */
@@ -1210,8 +1214,9 @@ static int conn_win_bind(struct xrc *xc, struct xrc_win *xw, struct xrc_mr *xmr,
 			wr.opcode = IBV_WR_LOCAL_INV;
 			wr.invalidate_rkey = key;
 		}
-		if (ibv_post_send(c->qp, &wr, &bad))
-			return post_errno(errno);
+		rc = xrdma_post_err(ibv_post_send(c->qp, &wr, &bad));
+		if (rc)
+			return post_errno(rc);
 		/* For type 2 the consumer keeps the MW's key current (type 1:
 		 * the provider does): rxe checks it against its own on the
 		 * next bind. */

@@ -201,6 +201,8 @@ static void test_gid(void **state)
 	bad("rdma://[gid:]:7", 0, "invalid GID '[gid:]' in 'rdma://[gid:]:7'");
 	bad("rdma://gid:fe80::1:7", 0, "IPv6 address must be in brackets in 'rdma://gid:fe80::1:7'");
 	bad("tcp://[gid:fe80::1]@h:7", 0, "invalid source GID '[gid:fe80::1]' in 'tcp://[gid:fe80::1]@h:7' (rdma:// only)");
+	bad("rdma://[gid:fe80::1]@10.0.0.1:7", 0, "a GID and an IP address in one path, in 'rdma://[gid:fe80::1]@10.0.0.1:7'");
+	bad("rdma://10.0.0.1@[gid:fe80::1]:7", 0, "a GID and an IP address in one path, in 'rdma://10.0.0.1@[gid:fe80::1]:7'");
 	bad("rdma://[gid:zz]@[gid:fe80::2]:7", 0, "invalid source GID '[gid:zz]' in 'rdma://[gid:zz]@[gid:fe80::2]:7' (rdma:// only)");
 }
 

@@ -231,7 +231,16 @@ static void test_gid(void **state)
 	uri("rdma://[gid:fe80::1]:7", &u);
 	assert_int_equal(xrdma_sockaddr(&u, false, &ss, err, sizeof(err)), 0);
 	assert_int_equal(ss.ss_family, AF_IB);
-	if (have) {
+	if (!have) {
+		/* no tcp:// to suggest for an InfiniBand address */
+		uint8_t rep[XRC_PRIV_MAX];
+		size_t replen = 0;
+
+		assert_null(xrc_connect(&u, NULL, "x", 1, rep, &replen, err, sizeof(err)));
+		one_line(err);
+		assert_true(strncmp(err, "rdma://[gid:fe80::1]:7: no RDMA device found", 44) == 0);
+		assert_null(strstr(err, "instead"));
+	} else {
 		uint8_t rep[XRC_PRIV_MAX];
 		size_t replen = 0;
 		struct xrc_opts o = { .timeout_ns = 5 * XTIME_NS_PER_S };
