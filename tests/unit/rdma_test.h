@@ -1,5 +1,5 @@
 /* Shared by the RDMA unit tests (test_rdma_rc.c, test_rdma_ud.c,
- * test_xdev.c): they run for real where an active RDMA device exists
+ * test_rdma_ibc.c, test_xdev.c): they run for real where an active RDMA device exists
  * (inside tests/vm/xprt-vm) and skip, saying why, everywhere else.
  * Include after <cmocka.h>. */
 #ifndef XPRT_TESTS_RDMA_TEST_H
@@ -12,6 +12,7 @@
 #include "core/uri.h"
 
 #include "xprt/xdev.h"
+#include "xprt/xdg.h"
 
 /* The address of the RDMA netdev: the VM's 10.200.0.1 unless told. */
 static inline const char *rdma_test_ip(void)
@@ -32,6 +33,21 @@ static inline void rdma_test_uri(struct xuri *u, enum xuri_scheme s, const char 
 	u->scheme = s;
 	snprintf(u->host, sizeof(u->host), "%s", host);
 	u->port = port;
+}
+
+/* A ud:// endpoint on the RDMA netdev, any free port; the test fails with
+ * the reason when it cannot open. */
+static inline struct xdg *rdma_test_ud_open(const struct xdg_opts *o)
+{
+	char err[256];
+	struct xuri u;
+	struct xdg *d;
+
+	rdma_test_uri(&u, XURI_UD, rdma_test_ip(), 0);
+	d = xdg_open(&u, o, err, sizeof(err));
+	if (!d)
+		fail_msg("open: %s", err);
+	return d;
 }
 
 /* Skips the calling test, with the reason on stdout, when there is no

@@ -23,10 +23,8 @@
 #include "ibcache/ibc_req.h"
 #include "ibcache/ibc_srv.h"
 #include "xprt/xdg.h"
+#include "ibc_test_store.h"
 
-#define PS	4096u
-#define INO	5u
-#define GEN	9u
 #define MS	1000000ull
 
 enum { M_NORMAL, M_SILENT, M_HOLD, M_FLUSH, M_LOSSY };
@@ -42,26 +40,6 @@ struct srvth {
 	int nheld;
 	unsigned nsent;
 };
-
-static uint8_t pat(uint64_t page, uint32_t off)
-{
-	return (uint8_t)(page * 17 + off * 13 + 3);
-}
-
-static int store(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now)
-{
-	uint32_t n = 0;
-
-	if (q->obj.ino != INO || q->obj.gen != GEN)
-		return q->obj.ino != INO ? -ENOENT : -ESTALE;
-	for (uint32_t b = 0; b < q->npblk; b++)
-		for (uint64_t p = q->pblk[b].index; p < q->pblk[b].index + q->pblk[b].count; p++) {
-			for (uint32_t o = 0; o < PS; o++)
-				buf[(size_t)n * PS + o] = pat(p, o);
-			n++;
-		}
-	return (int)n;
-}
 
 static void *srv_main(void *p)
 {

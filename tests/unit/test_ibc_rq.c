@@ -15,38 +15,10 @@
 
 #include "ibcache/ibc_rq.h"
 #include "ibcache/ibc_srv.h"
+#include "ibc_test_store.h"
 
-#define PS	4096u
-#define INO	1u
-#define GEN	7u
 #define MS	1000000ull
 #define PEER	((void *)0x10)
-
-static uint64_t held = UINT64_MAX;
-
-static uint8_t pat(uint64_t page, uint32_t off)
-{
-	return (uint8_t)(page * 131 + off * 3 + (off >> 9) + 1);
-}
-
-static int store(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now)
-{
-	uint32_t n = 0;
-
-	if (q->obj.ino != INO)
-		return -ENOENT;
-	if (q->obj.gen != GEN)
-		return -ESTALE;
-	for (uint32_t b = 0; b < q->npblk; b++)
-		for (uint64_t p = q->pblk[b].index; p < q->pblk[b].index + q->pblk[b].count; p++) {
-			if (p >= held)
-				return (int)n;
-			for (uint32_t o = 0; o < PS; o++)
-				buf[(size_t)n * PS + o] = pat(p, o);
-			n++;
-		}
-	return (int)n;
-}
 
 struct net {
 	struct ibc_srv *s;

@@ -14,42 +14,9 @@
 #include <string.h>
 
 #include "ibcache/ibc_srv.h"
+#include "ibc_test_store.h"
 
-#define PS	4096u
-#define INO	1u
-#define GEN	7u
-#define STALE	2u
 #define MS	1000000ull
-
-static int held = 1000;		/* pages of INO the store has (a prefix) */
-
-static uint8_t pat(uint64_t page, uint32_t off)
-{
-	return (uint8_t)(page * 31 + off * 5 + 1);
-}
-
-static int store(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now)
-{
-	uint32_t n = 0;
-
-	(void)ctx;
-	(void)now;
-	if (q->obj.ino == STALE)
-		return -ESTALE;
-	if (q->obj.ino != INO)
-		return -ENOENT;
-	if (q->obj.gen != GEN)
-		return -ESTALE;
-	for (uint32_t b = 0; b < q->npblk; b++)
-		for (uint64_t p = q->pblk[b].index; p < q->pblk[b].index + q->pblk[b].count; p++) {
-			if (p >= (uint64_t)held)
-				return (int)n;
-			for (uint32_t o = 0; o < q->psize; o++)
-				buf[(size_t)n * q->psize + o] = pat(p, o);
-			n++;
-		}
-	return (int)n;
-}
 
 static struct ibc_srv *mk(enum gfcc_flavour f, uint32_t mtu, uint32_t states, uint64_t mem)
 {

@@ -23,24 +23,15 @@
 #include "ibcache/ibc_srv.h"
 #include "xprt/xdg.h"
 #include "rdma_test.h"
+#include "ibc_test_store.h"
 
-#define PS	4096u
-#define INO	5u
-#define GEN	9u
 #define MS	1000000ull
 
 static struct xdg *open_ep(bool user_rx, uint32_t depth)
 {
 	struct xdg_opts o = { .user_rx = user_rx, .rx_depth = depth, .rx_sge = 4 };
-	char err[256];
-	struct xuri u;
-	struct xdg *d;
 
-	rdma_test_uri(&u, XURI_UD, rdma_test_ip(), 0);
-	d = xdg_open(&u, &o, err, sizeof(err));
-	if (!d)
-		fail_msg("open: %s", err);
-	return d;
+	return rdma_test_ud_open(&o);
 }
 
 /* Polls b until a RECV comes or ms pass; the completion in *w. */
@@ -156,30 +147,6 @@ static void test_scatter_qkey_reset(void **s)
 
 /* --- the pool against a responder thread ---------------------------------- */
 
-static uint64_t held = UINT64_MAX;
-
-static uint8_t pat(uint64_t page, uint32_t off)
-{
-	return (uint8_t)(page * 17 + off * 13 + 3);
-}
-
-static int store(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now)
-{
-	uint32_t n = 0;
-
-	if (q->obj.ino != INO || q->obj.gen != GEN)
-		return q->obj.ino != INO ? -ENOENT : -ESTALE;
-	for (uint32_t b = 0; b < q->npblk; b++)
-		for (uint64_t p = q->pblk[b].index; p < q->pblk[b].index + q->pblk[b].count; p++) {
-			if (p >= held)
-				return (int)n;
-			for (uint32_t o = 0; o < PS; o++)
-				buf[(size_t)n * PS + o] = pat(p, o);
-			n++;
-		}
-	return (int)n;
-}
-
 struct srvth {
 	struct xdg *d;
 	struct ibc_srv *s;
@@ -242,13 +209,8 @@ static struct srvth *srv_start(void)
 	struct srvth *st = calloc(1, sizeof(*st));
 	struct xdg_opts o = { .tx_depth = 1024 };
 	struct ibc_srv_cfg c = { .flavour = GFCC_UD };
-	char err[256];
-	struct xuri u;
 
-	rdma_test_uri(&u, XURI_UD, rdma_test_ip(), 0);
-	st->d = xdg_open(&u, &o, err, sizeof(err));
-	if (!st->d)
-		fail_msg("open: %s", err);
+	st->d = rdma_test_ud_open(&o);
 	c.mtu = xdg_mtu(st->d);
 	st->s = ibc_srv_new(&c, store, NULL);
 	st->kept = calloc(2048, sizeof(*st->kept));

@@ -18,19 +18,6 @@
 #include "xprt/xdg.h"
 #include "rdma_test.h"
 
-static struct xdg *open_ep(const struct xdg_opts *o)
-{
-	char err[256];
-	struct xuri u;
-	struct xdg *d;
-
-	rdma_test_uri(&u, XURI_UD, rdma_test_ip(), 0);
-	d = xdg_open(&u, o, err, sizeof(err));
-	if (!d)
-		fail_msg("open: %s", err);
-	return d;
-}
-
 struct poller {
 	struct xdg *d;
 	atomic_bool stop;
@@ -91,7 +78,7 @@ static void test_open(void **state)
 
 	(void)state;
 	RDMA_OR_SKIP();
-	d = open_ep(NULL);
+	d = rdma_test_ud_open(NULL);
 	print_message("mtu %u port %u\n", xdg_mtu(d), xdg_port(d));
 	assert_true(xdg_mtu(d) >= 256 && xdg_mtu(d) <= 4096);
 	assert_true(xdg_port(d) > 0);
@@ -126,8 +113,8 @@ static void test_send_recv_reply(void **state)
 
 	(void)state;
 	RDMA_OR_SKIP();
-	a = open_ep(NULL);
-	b = open_ep(NULL);
+	a = rdma_test_ud_open(NULL);
+	b = rdma_test_ud_open(NULL);
 	to_b = resolve_polled(a, b);
 	again = resolve_polled(a, b);
 	assert_ptr_equal(to_b, again);
@@ -192,8 +179,8 @@ static void test_mtu_limit_and_batch(void **state)
 
 	(void)state;
 	RDMA_OR_SKIP();
-	a = open_ep(&(struct xdg_opts){ .tx_depth = 32 });
-	b = open_ep(NULL);
+	a = rdma_test_ud_open(&(struct xdg_opts){ .tx_depth = 32 });
+	b = rdma_test_ud_open(NULL);
 	to_b = resolve_polled(a, b);
 	mtu = xdg_mtu(a);
 	for (uint32_t i = 0; i < sizeof(big); i++)
@@ -244,10 +231,10 @@ static void test_resolve_nobody(void **state)
 
 	(void)state;
 	RDMA_OR_SKIP();
-	b = open_ep(NULL);
+	b = rdma_test_ud_open(NULL);
 	port = xdg_port(b);
 	xdg_close(b);
-	a = open_ep(&(struct xdg_opts){ .timeout_ns = 2000000000ull });
+	a = rdma_test_ud_open(&(struct xdg_opts){ .timeout_ns = 2000000000ull });
 	snprintf(s, sizeof(s), "ud://%s:%u", rdma_test_ip(), port);
 	assert_int_equal(xuri_parse(s, 0, &u, err, sizeof(err)), 0);
 	assert_null(xdg_resolve(a, &u, err, sizeof(err)));

@@ -13,23 +13,7 @@
 #include <string.h>
 
 #include "rnbd/rnbd_wire.h"
-
-static size_t unhex(const char *s, uint8_t *out)
-{
-	size_t n = 0;
-
-	while (*s) {
-		if (*s == ' ') {
-			s++;
-			continue;
-		}
-		char b[3] = { s[0], s[1], 0 };
-
-		out[n++] = (uint8_t)strtoul(b, NULL, 16);
-		s += 2;
-	}
-	return n;
-}
+#include "unhex.h"
 
 static void test_sess_info(void **s)
 {

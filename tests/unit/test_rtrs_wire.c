@@ -13,29 +13,13 @@
 #include <string.h>
 
 #include "rtrs/rtrs_wire.h"
+#include "unhex.h"
 
 #define QD	512u
 #define CHUNK	(128u << 10)
 
 static const struct rtrs_geom geom = { QD, CHUNK, RTRS_MAX_HDR_SIZE };
 
-/* hex string (spaces allowed) -> bytes; returns the count */
-static size_t unhex(const char *s, uint8_t *out)
-{
-	size_t n = 0;
-
-	while (*s) {
-		if (*s == ' ') {
-			s++;
-			continue;
-		}
-		char b[3] = { s[0], s[1], 0 };
-
-		out[n++] = (uint8_t)strtoul(b, NULL, 16);
-		s += 2;
-	}
-	return n;
-}
 
 /* --- connection establishment (rdma_cm private data) ------------------- */
 
