@@ -351,12 +351,18 @@ Try 'rtrs-client read --help'."
 	# path's connection waits for the session's --timeout (3 s)
 	python3 -c 'import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64); time.sleep(60)' "$hole" &
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64); open(sys.argv[2], "w").close(); time.sleep(60)' \
+		"$hole" "$T/hole.ready" &
 	BG_PIDS+=($!)
+	# (python starts slowly on a loaded machine: a path add before the
+	# listen would be refused at once)
+	for _ in $(seq 100); do [ -e "$T/hole.ready" ] && break; sleep 0.1; done
+	[ -e "$T/hole.ready" ] || die "the silent listener on $hole did not start"
 	"$RTRS_CLIENT" bench -s e8 -p "tcp://127.0.0.1:$port" -d d1 --time 30 --rw randrw --verify \
 		--timeout 3 --hb-interval 200 --hb-missed 2 -q -o json >"$T/b.json" 2>"$T/b.err" &
 	local bp=$!
 	BG_PIDS+=($bp)
+	local WAIT_STATUS_LOG=$T/b.err
 	wait_status e8 'j["activity"] == "bench" and j["paths"][0]["state"] == "connected"'
 	"$RTRS_CLIENT" path add -s e8 "tcp://127.0.0.1:$hole" >"$T/add.out" 2>"$T/add.err" &
 	local ap=$!

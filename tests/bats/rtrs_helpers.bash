@@ -52,7 +52,8 @@ json() {
 }
 
 # wait_status SESSION EXPR: until `status -o json` of SESSION makes EXPR
-# true (at most 20 s)
+# true (at most 20 s); on failure the message ends with the last lines of
+# $WAIT_STATUS_LOG when set (the session's stderr)
 wait_status() {
 	local i
 	for i in $(seq 1 200); do
@@ -60,7 +61,7 @@ wait_status() {
 		[ "$status" -eq 0 ] && [ "$(json "$2")" = True ] && return 0
 		sleep 0.1
 	done
-	die "status of $1 never had $2: $output $stderr"
+	die "status of $1 never had $2: $output $stderr${WAIT_STATUS_LOG:+; $WAIT_STATUS_LOG: $(tail -n 5 "$WAIT_STATUS_LOG" 2>&1)}"
 }
 
 # run_clt EXPECTED_RC ARGS...: rtrs-client ARGS with a 30 s limit.
