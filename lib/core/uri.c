@@ -85,6 +85,11 @@ static bool is_gid(const char *s, size_t n)
 	return n >= 4 && strncasecmp(s, "gid:", 4) == 0;
 }
 
+bool xuri_is_gid(const char *host)
+{
+	return is_gid(host, strlen(host));
+}
+
 static bool valid_gid(const char *s, size_t n)
 {
 	return !memchr(s, '%', n) && valid_ipv6(s, n);
@@ -236,7 +241,7 @@ int xuri_parse(const char *s, uint16_t default_port, struct xuri *u, char *err, 
 	}
 	int rc = parse_hostport(s, rest, default_port, u, err, errlen);
 
-	if (rc == 0 && u->src[0] && is_gid(u->src, strlen(u->src)) != is_gid(u->host, strlen(u->host)))
+	if (rc == 0 && u->src[0] && xuri_is_gid(u->src) != xuri_is_gid(u->host))
 		return uri_err(err, errlen, "a GID and an IP address in one path, in '%s'", s);
 	return rc;
 }

@@ -11,6 +11,7 @@
 #ifndef XPRT_CORE_URI_H
 #define XPRT_CORE_URI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,8 @@ struct xuri {
  * Returns 0, or -EINVAL with a message naming the problem in err (which may
  * be NULL).  *u is zeroed first. */
 int xuri_parse(const char *s, uint16_t default_port, struct xuri *u, char *err, size_t errlen);
+/* Whether host (or src) of an xuri is an InfiniBand address, "gid:GID". */
+bool xuri_is_gid(const char *host);
 /* "shm", "tcp", "udp", "rdma", "ud", "auto"; "?" for values out of range. */
 const char *xuri_scheme_name(enum xuri_scheme s);
 /* Canonical form: lower-case scheme (none for AUTO), brackets around hosts

@@ -21,8 +21,8 @@
  * work request of one now and then (post_rsp); each signaled request
  * carries in its wr_id how many slots were posted since the previous one,
  * and its completion gives them back (an RC send queue completes in
- * order).  A request holds at most four
- * slots (bind, data write, send-with-invalidate, response), which is what
+ * order).  A request holds at most four slots (bind, data write,
+ * send-with-invalidate, response), which is what
  * the queue is sized for, so arrivals never wait; answers that find the
  * queue full (completions not polled yet) or the connection not up yet
  * (rdma: the CM's ESTABLISHED can trail the first receive) wait in

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -160,7 +159,7 @@ int xrdma_sockaddr(const struct xuri *u, bool passive, struct sockaddr_storage *
 	char port[8], us[300];
 	int rc;
 
-	if (strncasecmp(u->host, "gid:", 4) == 0) {
+	if (xuri_is_gid(u->host)) {
 		if (xrdma_gid_sockaddr(u->host + 4, u->port, ss) == 0)
 			return 0;
 		xrdma_uri_str(u, us, sizeof(us));

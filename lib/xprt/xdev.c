@@ -10,7 +10,6 @@
 #include <net/if.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <arpa/inet.h>
 
 #include <infiniband/verbs.h>
@@ -229,7 +228,7 @@ int xdev_require(const struct xuri *u, char *err, size_t errlen)
 	a.scheme = u->scheme == XURI_UD ? XURI_UDP : XURI_TCP;
 	xrdma_uri_str(u, us, sizeof(us));
 	xrdma_uri_str(&a, alt, sizeof(alt));
-	if (strncasecmp(u->host, "gid:", 4) == 0)	/* no IP address to offer */
+	if (xuri_is_gid(u->host))	/* no IP address to offer */
 		snprintf(err, errlen, "%s: %s", us, reason);
 	else
 		snprintf(err, errlen, "%s: %s; use %s instead", us, reason, alt);

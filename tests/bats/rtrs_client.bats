@@ -149,6 +149,24 @@ Try 'rtrs-client read --help'."
 	run_clt 1 read -s s1 -p rdma://127.0.0.1 -d d1
 	[[ $stderr == "rtrs-client read: all paths to s1 are down: "*"RDMA"* ]] || die "$stderr"
 	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+	# an InfiniBand GID: the same line, and no tcp:// offered for it
+	run_clt 1 read -s s1 -p 'rdma://[gid:fe80::2:c903:a:1]' -d d1
+	[[ $stderr == "rtrs-client read: all paths to s1 are down: rdma://[gid:fe80::2:c903:a:1]:1234: no RDMA device found"* ]] ||
+		die "$stderr"
+	[[ $stderr != *instead* ]] || die "$stderr"
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+}
+
+@test "gid: addresses: rdma:// only, whole, not mixed with an IP address" {
+	run_clt 2 read -s s1 -p 'tcp://[gid:fe80::1]:7' -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: -p: a gid: address is for rdma:// only, in 'tcp://[gid:fe80::1]:7'" ]] || die "$stderr"
+	run_clt 2 read -s s1 -p 'rdma://[gid:fe80::1%ib0]:7' -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: -p: invalid GID '[gid:fe80::1%ib0]' in 'rdma://[gid:fe80::1%ib0]:7'" ]] || die "$stderr"
+	run_clt 2 read -s s1 -p 'rdma://10.0.0.1@[gid:fe80::1]:7' -d d1
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: -p: a GID and an IP address in one path, in 'rdma://10.0.0.1@[gid:fe80::1]:7'" ]] || die "$stderr"
+	[ -x "$RTRS_SERVER" ] || skip "rtrs-server not built"
+	run --separate-stderr "$RTRS_SERVER" -e "d=$T/x" -l 'tcp://[gid:::]:7'
+	[ "$status" -eq 2 ] && [[ $stderr == *"a gid: address is for rdma:// only"* ]] || die "$status $stderr"
 }
 
 # --- config files ---------------------------------------------------------------
