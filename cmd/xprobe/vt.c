@@ -457,6 +457,29 @@ static void sess_free(struct vt_server *s, struct vt_sess *t)
 	free(t);
 }
 
+/* Session t, unlinked, is over: said (-v says it as it said the start) */
+static void sess_end(struct vt_server *s, struct vt_sess *t)
+{
+	xlog(s->verbose ? XLOG_WARN : XLOG_INFO, "%s: verbs test ended after %llu operations",
+	     t->peer, (unsigned long long)t->ops);
+	sess_free(s, t);
+}
+
+/* A client that just died still holds its share until its last bytes
+ * are read (a write test leaves megabytes in the socket): sessions whose
+ * peer is gone go now, before a request is refused for their memory. */
+static void reap_gone(struct vt_server *s)
+{
+	for (struct vt_sess **pp = &s->list, *t; (t = *pp);) {
+		if (t->c && !xrc_peer_gone(t->c)) {
+			pp = &t->next;
+			continue;
+		}
+		*pp = t->next;
+		sess_end(s, t);
+	}
+}
+
 static int post_slot(struct vt_sess *t, uint32_t i)
 {
 	return xrc_post_recv(t->c, &(struct xrc_sge){ t->buf + i * t->slot, (uint32_t)t->slot,
@@ -493,6 +516,8 @@ bool vt_server_take(void *arg, struct xrc_req *r)
 		goto reject;
 	}
 	need = slot_len(v.size) * v.depth + 2 * PROBE_VT_MEM_LEN;
+	if (*s->mem_used + need + VT_CONN_COST > s->mem_max)
+		reap_gone(s);
 	if (*s->mem_used + need + VT_CONN_COST > s->mem_max) {
 		rep.status = ENOMEM;
 		goto reject;
@@ -667,10 +692,8 @@ int vt_server_poll(struct vt_server *s)
 			}
 		}
 		if (gone) {
-			xlog_info("%s: verbs test ended after %llu operations", t->peer,
-				  (unsigned long long)t->ops);
 			*pp = t->next;
-			sess_free(s, t);
+			sess_end(s, t);
 			work++;
 			continue;
 		}

@@ -421,6 +421,11 @@ bool xrc_tx_pending(const struct xrc *c)
 	return c->state == XRC_UP && c->ops->tx_pending && c->ops->tx_pending(c);
 }
 
+bool xrc_peer_gone(const struct xrc *c)
+{
+	return c->state == XRC_DOWN || (c->ops->peer_gone && c->ops->peer_gone(c));
+}
+
 int xrc_fd(const struct xrc *c) { return c->ops->fd(c); }
 int xrc_wait(struct xrc *c, uint64_t timeout_ns) { return c->ops->wait(c, timeout_ns); }
 

@@ -374,6 +374,13 @@ int xrc_flush(struct xrc *c);
  * it to become writable (EPOLLOUT), or nothing wakes it to send them. */
 bool xrc_tx_pending(const struct xrc *c);
 
+/* Whether the peer is known to be gone although what it sent before may
+ * still wait unread (tcp: its FIN or RST queued behind data, which
+ * xrc_poll() drains opts.burst bytes at a time first).  Anything
+ * already DOWN is gone too.  For a server short of memory that would
+ * rather drop a dead client at once than after its last bytes. */
+bool xrc_peer_gone(const struct xrc *c);
+
 /* Makes progress (socket I/O for tcp, CQ polling for rdma) and returns up
  * to n completions, 0 if none, or -errno only for misuse.  Never blocks. */
 int xrc_poll(struct xrc *c, struct xrc_wc *wc, int n);

@@ -29,6 +29,7 @@ struct xrc_conn_ops {
 	struct xrc_dom *(*domain)(struct xrc *c);
 	int (*flush)(struct xrc *c);	/* NULL: posts are never held back */
 	bool (*tx_pending)(const struct xrc *c);	/* NULL: never */
+	bool (*peer_gone)(const struct xrc *c);	/* NULL: when DOWN */
 	int (*arm)(struct xrc *c);	/* NULL: the fd needs no arming */
 	/* mr NULL: invalidate (xrc.c checked domain, bounds, access, state) */
 	int (*win_bind)(struct xrc *c, struct xrc_win *w, struct xrc_mr *mr, void *addr,

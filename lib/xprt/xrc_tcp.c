@@ -1116,6 +1116,15 @@ static bool tcp_tx_pending(const struct xrc *xc)
 	return c->tx_head != c->tx_tail;
 }
 
+/* The peer's FIN (or RST) shows in poll() before the bytes ahead of it
+ * are read. */
+static bool tcp_peer_gone(const struct xrc *xc)
+{
+	struct pollfd p = { .fd = ((const struct tcp_conn *)xc)->fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* The socket needs no arming; completions parsed but not returned yet
  * would not make it readable, though. */
 static int tcp_arm(struct xrc *xc)
@@ -1135,6 +1144,7 @@ static const struct xrc_conn_ops tcp_conn_ops = {
 	.domain = tcp_domain,
 	.flush = tcp_flush,
 	.tx_pending = tcp_tx_pending,
+	.peer_gone = tcp_peer_gone,
 	.arm = tcp_arm,
 	.win_bind = tcp_win_bind,
 };

@@ -544,15 +544,22 @@ PY
 }
 
 @test "a verbs test client killed mid-stream: the server keeps serving, and its memory comes back" {
-	start_server --max-mem 8m tcp://127.0.0.1:0
-	local i pid
+	start_server -v --max-mem 8m tcp://127.0.0.1:0
+	local i j pid err="$BATS_TEST_TMPDIR/c.err"
 	for i in 1 2 3; do
-		"$XPROBE" bw "${URIS[0]}" --op write -s 1m --window 4 -T 10 -q >/dev/null 2>&1 3>&- &
+		"$XPROBE" bw "${URIS[0]}" --op write -s 1m --window 4 -T 10 -q >/dev/null 2>"$err" 3>&- &
 		pid=$!
 		BG_PIDS+=($pid)
 		sleep 0.3
-		kill -KILL $pid
+		kill -KILL $pid 2>/dev/null || die "client $i ended by itself: $(cat "$err")"
 		wait $pid 2>/dev/null || true
+		# the server frees a session once it has read what the dead
+		# client had sent, megabytes here: until then it is in use
+		for j in $(seq 1 100); do
+			[ "$(grep -c ': verbs test ended after' "$SRV_ERR")" -ge $i ] && break
+			[ $j -lt 100 ] || die "session $i never ended: $(cat "$SRV_ERR")"
+			sleep 0.05
+		done
 	done
 	# 4 x 1 MiB sessions would not fit three times in 8 MiB: each went
 	run_xprobe 0 bw "${URIS[0]}" --op read -s 1m --window 4 -T 0.2 -q

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -168,6 +169,45 @@ static void test_backpressure(void **state)
 	xrc_close(b);
 }
 
+/* A peer that sent 64 KiB and went: xrc_peer_gone() says so at once,
+ * while the connection is still up with its bytes unread.  (Its FIN must
+ * have left: one queued behind bytes the receiver has no room for is not
+ * known to anyone but the sender's kernel.) */
+static void test_peer_gone(void **state)
+{
+	enum { N = 1, SZ = 65536 };
+	struct xrc_opts o = { .sq_depth = N, .rq_depth = 4 };
+	struct xrc *a, *b;
+	uint8_t *src = calloc(N, SZ);
+	struct xrc_wc wc[64];
+	int inq = 0;
+
+	(void)state;
+	xc_pair_opts(&a, &b, &o, &o);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(xrc_post_send(a, &(struct xrc_sge){ src + (size_t)i * SZ, SZ,
+					       NULL }, 1, (uint64_t)i, 0), 0);
+	for (int round = 0; round < 200; round++) {	/* b posts no receive */
+		int outq = 1;
+
+		assert_true(xrc_poll(a, wc, 64) >= 0);
+		assert_int_equal(xrc_poll(b, wc, 64), 0);
+		assert_int_equal(ioctl(xrc_fd(a), SIOCOUTQ, &outq), 0);
+		if (!xrc_tx_pending(a) && !outq)
+			break;
+		xrc_wait(a, 5 * XTIME_NS_PER_MS);
+	}
+	assert_false(xrc_peer_gone(b));
+	assert_false(xrc_peer_gone(a));
+	xrc_close(a);
+	assert_int_equal(ioctl(xrc_fd(b), FIONREAD, &inq), 0);
+	assert_true(inq > 0);
+	assert_int_equal(xrc_state(b), XRC_UP);
+	assert_true(xrc_peer_gone(b));
+	free(src);
+	xrc_close(b);
+}
+
 /* A client that sends garbage is dropped (it reads EOF), one that stops
  * half-way through a header holds nothing up; a real one behind them gets
  * through. */
@@ -259,6 +299,7 @@ int main(void)
 		cmocka_unit_test(test_opts_fit),
 		cmocka_unit_test(test_connect_timeout),
 		cmocka_unit_test(test_backpressure),
+		cmocka_unit_test(test_peer_gone),
 		cmocka_unit_test(test_garbage_client),
 		cmocka_unit_test(test_ipv6),
 	};
