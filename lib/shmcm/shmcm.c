@@ -4,6 +4,7 @@
 #include "xprt/futex.h"
 
 #include <limits.h>
+#include <poll.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -204,7 +205,6 @@ static void cm_event(struct shmcm_conn *c, const struct shmcm_cm_ev *ev)
 static void peer_unwatch(struct shmcm_conn *c)
 {
 	if (c->peer_pidfd >= 0) {
-		xloop_del_fd(c->loop, c->peer_pidfd);
 		close(c->peer_pidfd);
 		c->peer_pidfd = -1;
 	}
@@ -221,10 +221,8 @@ static void peer_check(struct shmcm_conn *c)
 	cm_event(c, &ev);
 }
 
-static void on_peer_exit(struct xloop *l, int fd, uint32_t revents, void *arg)
+static void on_peer_exit(struct shmcm_conn *c)
 {
-	struct shmcm_conn *c = arg;
-
 	peer_unwatch(c);
 	c->peer_owner = 0;	/* whoever owns the side next is someone new */
 	atomic_store(&c->peer_dead, true);
@@ -252,26 +250,21 @@ static void peer_watch(struct shmcm_conn *c)
 		 * exited (and released it) before we saw its pidfd fire.
 		 * Gone either way; the new owner is watched on the next
 		 * tick, once this one is dealt with. */
-		on_peer_exit(c->loop, c->peer_pidfd, 0, c);
+		on_peer_exit(c);
 		return;
 	}
 	c->peer_owner = owner;
 	fd = mbox_side_pidfd(c->mb->h, mbox_peer(c->mb->side), &pid);
 	if (fd < 0)
 		return;
-	if (xloop_add_fd(c->loop, fd, EPOLLIN, on_peer_exit, c) < 0) {
-		close(fd);
-		return;
-	}
 	c->peer_pidfd = fd;
 	atomic_store(&c->watched_owner, owner);
 	atomic_store(&c->peer_dead, false);
 	xlog(XLOG_DEBUG, "%s: watching peer pid %d", c->mb->name, (int)pid);
 }
 
-static void on_tick(struct xloop *l, struct xtimer *t, void *arg)
+static void on_tick(struct shmcm_conn *c)
 {
-	struct shmcm_conn *c = arg;
 	struct shmcm_cm_ev ev = { .type = SHMCM_EV_TICK };
 
 	peer_watch(c);
@@ -332,20 +325,17 @@ static void handle_job(struct shmcm_conn *c, struct job *j)
 		ev.type = SHMCM_EV_DISCONNECT;
 		cm_event(c, &ev);
 		synchronize_shmcm_lock(&c->con_pkt_lock);
-		xloop_timer_cancel(c->loop, c->tick);
-		c->tick = NULL;
-		xloop_stop(c->loop);
+		c->cm_stop = true;
 		break;
 	}
 }
 
-static void on_jobs(struct xloop *l, int fd, uint32_t revents, void *arg)
+static void on_jobs(struct shmcm_conn *c)
 {
-	struct shmcm_conn *c = arg;
 	uint64_t n;
 	struct job *j;
 
-	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+	if (read(c->job_efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
 		xlog_ratelimited(XLOG_WARN, "%s: job queue eventfd: %m", c->mb->name);
 	for (;;) {
 		pthread_mutex_lock(&c->jq_lock);
@@ -360,15 +350,43 @@ static void on_jobs(struct xloop *l, int fd, uint32_t revents, void *arg)
 			break;
 		handle_job(c, j);
 		shmcm_job_finish(c, j);
+		if (c->cm_stop)
+			break;
 	}
 }
 
+/* The manager's loop: jobs, the watched peer's exit, and the tick (every
+ * tick_ns from the last deadline; ticks missed while busy are skipped,
+ * not replayed) until JOB_DESTROY. */
 static void *cm_thread(void *arg)
 {
 	struct shmcm_conn *c = arg;
 	struct job *j;
 
-	xloop_run(c->loop);
+	c->next_tick = xtime_ns() + c->tick_ns;
+	while (!c->cm_stop) {
+		struct pollfd p[2] = { { c->job_efd, POLLIN, 0 }, { c->peer_pidfd, POLLIN, 0 } };
+		uint64_t now = xtime_ns();
+		int ms = now >= c->next_tick ? 0 :
+			 (int)((c->next_tick - now + XTIME_NS_PER_MS - 1) / XTIME_NS_PER_MS);
+
+		/* a negative fd (no peer watched) is skipped by poll() */
+		if (poll(p, 2, ms) < 0 && errno != EINTR) {
+			xlog_ratelimited(XLOG_WARN, "%s: poll: %m", c->mb->name);
+			continue;
+		}
+		if (p[0].revents)
+			on_jobs(c);
+		if (!c->cm_stop && p[1].revents && c->peer_pidfd == p[1].fd)
+			on_peer_exit(c);
+		now = xtime_ns();
+		if (!c->cm_stop && now >= c->next_tick) {
+			c->next_tick += c->tick_ns;
+			if (c->next_tick <= now)
+				c->next_tick = now + c->tick_ns;
+			on_tick(c);
+		}
+	}
 
 	/* Whatever was queued after destroy is answered, never left hanging. */
 	pthread_mutex_lock(&c->jq_lock);
@@ -388,8 +406,6 @@ static void *cm_thread(void *arg)
 
 static void conn_free(struct shmcm_conn *c)
 {
-	if (c->loop)
-		xloop_free(c->loop);
 	if (c->job_efd >= 0)
 		close(c->job_efd);
 	if (c->peer_pidfd >= 0)
@@ -468,20 +484,14 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 	set_state(c);
 
 	c->job_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	c->loop = xloop_new();
-	if (c->job_efd < 0 || !c->loop) {
-		snprintf(err, errlen, "connection '%s': event loop: %s", p->name, strerror(errno));
+	if (c->job_efd < 0) {
+		snprintf(err, errlen, "connection '%s': eventfd: %s", p->name, strerror(errno));
 		goto out_free;
 	}
 	tick_ns = (uint64_t)c->mb->cfg.con_tmo_ms / SHMCM_ALIVES_PER_TMO;
 	if (tick_ns < SHMCM_TICK_MIN_MS)
 		tick_ns = SHMCM_TICK_MIN_MS;
-	tick_ns *= 1000000ull;
-	if ((rc = xloop_add_fd(c->loop, c->job_efd, EPOLLIN, on_jobs, c)) < 0 ||
-	    !(c->tick = xloop_timer_add(c->loop, tick_ns, tick_ns, on_tick, c))) {
-		snprintf(err, errlen, "connection '%s': event loop setup failed", p->name);
-		goto out_free;
-	}
+	c->tick_ns = tick_ns * XTIME_NS_PER_MS;
 	if ((rc = pthread_create(&c->cm_thread, NULL, cm_thread, c)) != 0) {
 		snprintf(err, errlen, "connection '%s': cannot start thread: %s", p->name, strerror(rc));
 		goto out_free;

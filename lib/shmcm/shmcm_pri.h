@@ -9,7 +9,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/evloop.h"
 #include "shmcm/shmcm.h"
 #include "shmcm/shmcm_lock.h"
 #include "shmcm/shmcm_reasm.h"
@@ -61,8 +60,8 @@ struct shmcm_conn {
 
 	/* connection management: only the job-queue thread touches these */
 	pthread_t cm_thread;
-	struct xloop *loop;
-	struct xtimer *tick;
+	bool cm_stop;
+	uint64_t tick_ns, next_tick;
 	int job_efd;
 	int peer_pidfd;
 	uint64_t peer_owner;
