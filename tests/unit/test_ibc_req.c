@@ -23,103 +23,21 @@
 #include "ibcache/ibc_req.h"
 #include "ibcache/ibc_srv.h"
 #include "xprt/xdg.h"
-#include "ibc_test_store.h"
+#include "ibc_test_responder.h"
 
 #define MS	1000000ull
 
-enum { M_NORMAL, M_SILENT, M_HOLD, M_FLUSH, M_LOSSY };
-
-struct srvth {
-	struct xdg *d;
-	struct ibc_srv *s;
-	pthread_t t;
-	atomic_bool stop;
-	atomic_int mode;
-	/* M_HOLD: what would have gone out, kept for later */
-	struct { struct xdg_addr *to; uint32_t len; uint8_t b[9000]; } held[64];
-	int nheld;
-	unsigned nsent;
-};
-
-static void *srv_main(void *p)
+static struct responder *srv_start(void)
 {
-	struct srvth *st = p;
-	struct xdg_wc wc[64];
-	struct ibc_out out[64];
-
-	while (!atomic_load(&st->stop)) {
-		uint64_t now = xtime_ns();
-		int n = xdg_poll(st->d, wc, 64), mode = atomic_load(&st->mode), k;
-
-		for (int i = 0; i < n; i++)
-			if (wc[i].op == XDG_OP_RECV && !wc[i].status && mode != M_SILENT)
-				ibc_srv_input(st->s, wc[i].src, wc[i].data, wc[i].len, now);
-		if (mode == M_FLUSH) {
-			for (int i = 0; i < st->nheld; i++)
-				xdg_send(st->d, st->held[i].to, st->held[i].b, st->held[i].len, 0, 0);
-			st->nheld = 0;
-			atomic_store(&st->mode, M_NORMAL);
-		}
-		/* M_LOSSY: replies in bursts, so that the requester finds
-		 * several datagrams waiting, as on a real network */
-		if (mode == M_LOSSY && ibc_srv_busy(st->s))
-			usleep(2000);
-		while ((k = ibc_srv_pump(st->s, out, 64, now)) > 0) {
-			for (int i = 0; i < k; i++) {
-				struct xdg_dgram g = { .to = out[i].peer, .hdr = out[i].hdr,
-						       .hlen = out[i].hlen, .buf = out[i].buf,
-						       .len = out[i].len };
-
-				/* M_LOSSY: a datagram in 23 lost on the way, resends
-				 * too -- holes below the last segment, the case where
-				 * the requester's receive slots go to the holes */
-				if (mode == M_LOSSY && ++st->nsent % 23 == 0)
-					continue;
-				if (mode == M_HOLD) {
-					if (st->nheld < 64) {
-						st->held[st->nheld].to = out[i].peer;
-						memcpy(st->held[st->nheld].b, out[i].hdr, out[i].hlen);
-						memcpy(st->held[st->nheld].b + out[i].hlen, out[i].buf, out[i].len);
-						st->held[st->nheld++].len = out[i].hlen + out[i].len;
-					}
-					continue;
-				}
-				while (xdg_send_dgrams(st->d, &g, 1, 0) != 1)
-					xdg_poll(st->d, NULL, 0);
-			}
-		}
-		if (!n)
-			xdg_wait(st->d, MS);
-	}
-	return NULL;
-}
-
-static struct srvth *srv_start(void)
-{
-	struct srvth *st = calloc(1, sizeof(*st));
 	struct xuri u = { .scheme = XURI_UDP, .host = "127.0.0.1" };
 	struct xdg_opts o = { .mtu = 9000 };
 	struct ibc_srv_cfg c = { .flavour = GFCC_UDP, .mtu = 9000 };
 	char err[256];
 
-	st->d = xdg_open(&u, &o, err, sizeof(err));
-	assert_non_null(st->d);
-	st->s = ibc_srv_new(&c, store, NULL);
-	assert_non_null(st->s);
-	assert_int_equal(pthread_create(&st->t, NULL, srv_main, st), 0);
-	return st;
+	return resp_start(xdg_open(&u, &o, err, sizeof(err)), &c, 64);
 }
 
-static void srv_stop(struct srvth *st)
-{
-	atomic_store(&st->stop, true);
-	pthread_join(st->t, NULL);
-	ibc_srv_free(st->s);
-	xdg_close(st->d);
-	free(st);
-}
-
-static struct ibc_req *req_new(struct srvth *st, uint32_t depth, uint64_t timeout_ns, int *peer)
+static struct ibc_req *req_new(struct responder *st, uint32_t depth, uint64_t timeout_ns, int *peer)
 {
 	struct ibc_req_opts o = { .depth = depth, .timeout_ns = timeout_ns, .mtu = 9000 };
 	struct ibc_req *q = ibc_req_new(&o);
@@ -169,7 +87,7 @@ static int wait_done(struct ibc_req *q, struct ibc_done *d)
 
 static void test_reuse_depth(void **s_)
 {
-	struct srvth *st = srv_start();
+	struct responder *st = srv_start();
 	struct ibc_req_stats rs;
 	struct ibc_done d[4];
 	struct bufs b[3];
@@ -211,12 +129,12 @@ static void test_reuse_depth(void **s_)
 	ibc_req_get_stats(q, &rs);
 	assert_int_equal(rs.endpoints, 2);
 	ibc_req_free(q);
-	srv_stop(st);
+	resp_stop(st);
 }
 
 static void test_reap_and_strays(void **s_)
 {
-	struct srvth *st = srv_start();
+	struct responder *st = srv_start();
 	struct ibc_req_stats rs;
 	struct ibc_done d;
 	struct bufs b;
@@ -225,7 +143,7 @@ static void test_reap_and_strays(void **s_)
 	uint64_t t0;
 
 	/* the responder keeps the reply: reaped after the 50 ms timer */
-	atomic_store(&st->mode, M_HOLD);
+	atomic_store(&st->mode, RESP_HOLD);
 	bufs_init(&b, 0, 1, 8);
 	t0 = xtime_ns();
 	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b.pg, 8, b.dst, 1), 8);
@@ -236,9 +154,7 @@ static void test_reap_and_strays(void **s_)
 	bufs_check_free(&b, NULL, 8);
 	/* the same endpoint again; the first reply arrives now, late: its
 	 * datagrams (old id and key) must not land in the new request */
-	atomic_store(&st->mode, M_FLUSH);
-	while (atomic_load(&st->mode) == M_FLUSH)
-		usleep(1000);
+	resp_flush(st);
 	usleep(20000);
 	bufs_init(&b, 100, 1, 8);
 	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b.pg, 8, b.dst, 2), 8);
@@ -253,7 +169,7 @@ static void test_reap_and_strays(void **s_)
 
 	/* silent: the request is lost on the way every time */
 	q = req_new(st, 1, 30 * MS, &peer);
-	atomic_store(&st->mode, M_SILENT);
+	atomic_store(&st->mode, RESP_SILENT);
 	bufs_init(&b, 0, 1, 2);
 	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b.pg, 2, b.dst, 1), 2);
 	assert_int_equal(wait_done(q, &d), 1);
@@ -262,7 +178,7 @@ static void test_reap_and_strays(void **s_)
 	assert_true(rs.retries >= 2);
 	bufs_check_free(&b, NULL, 2);
 	ibc_req_free(q);
-	srv_stop(st);
+	resp_stop(st);
 }
 
 static void test_refused(void **s_)
@@ -300,7 +216,7 @@ static void test_refused(void **s_)
 
 static void test_blocks_stale(void **s_)
 {
-	struct srvth *st = srv_start();
+	struct responder *st = srv_start();
 	struct ibc_done d;
 	struct bufs b;
 	int peer, n;
@@ -324,7 +240,7 @@ static void test_blocks_stale(void **s_)
 	assert_int_equal(d.nok, 0);
 	bufs_check_free(&b, NULL, 4);
 	ibc_req_free(q);
-	srv_stop(st);
+	resp_stop(st);
 }
 
 /* Under loss, byte-exact: every page checked, every byte (the placed
@@ -332,7 +248,7 @@ static void test_blocks_stale(void **s_)
  * that came in another's place). */
 static void test_lossy(void **s_)
 {
-	struct srvth *st = srv_start();
+	struct responder *st = srv_start();
 	struct ibc_req_opts o = { .depth = 4, .timeout_ns = 5000 * MS, .mtu = 1500 };
 	struct ibc_req *q = ibc_req_new(&o);
 	struct xuri u = { .scheme = XURI_UDP, .host = "127.0.0.1", .port = xdg_port(st->d) };
@@ -343,7 +259,7 @@ static void test_lossy(void **s_)
 	int peer = ibc_req_add_peer(q, &u, err, sizeof(err));
 
 	assert_int_equal(peer, 0);
-	atomic_store(&st->mode, M_LOSSY);
+	atomic_store(&st->mode, RESP_LOSSY);
 	for (int round = 0; round < 5; round++) {
 		for (int r = 0; r < 4; r++) {
 			bufs_init(&b[r], (uint64_t)(round * 4 + r) * 256, 1, 256);
@@ -371,7 +287,7 @@ static void test_lossy(void **s_)
 	ibc_req_get_stats(q, &rs);
 	assert_true(rs.segments_asked > 0);
 	ibc_req_free(q);
-	srv_stop(st);
+	resp_stop(st);
 }
 
 int main(void)

@@ -23,7 +23,7 @@
 #include "ibcache/ibc_srv.h"
 #include "xprt/xdg.h"
 #include "rdma_test.h"
-#include "ibc_test_store.h"
+#include "ibc_test_responder.h"
 
 #define MS	1000000ull
 
@@ -147,86 +147,13 @@ static void test_scatter_qkey_reset(void **s)
 
 /* --- the pool against a responder thread ---------------------------------- */
 
-struct srvth {
-	struct xdg *d;
-	struct ibc_srv *s;
-	pthread_t t;
-	atomic_bool stop, hold;
-	struct { struct xdg_addr *to; uint32_t qkey, len; uint8_t b[4096]; } *kept;
-	int nkept;
-	atomic_bool flush;
-};
-
-static void *srv_main(void *p)
+static struct responder *srv_start(void)
 {
-	struct srvth *st = p;
-	struct xdg_wc wc[32];
-	struct ibc_out out[64];
-
-	while (!atomic_load(&st->stop)) {
-		uint64_t now = xtime_ns();
-		int n = xdg_poll(st->d, wc, 32), k;
-
-		for (int i = 0; i < n; i++)
-			if (wc[i].op == XDG_OP_RECV && !wc[i].status)
-				ibc_srv_input(st->s, wc[i].src, wc[i].data, wc[i].len, now);
-		if (atomic_load(&st->flush)) {
-			for (int i = 0; i < st->nkept; i++) {
-				struct xdg_dgram g = { .to = st->kept[i].to, .buf = st->kept[i].b,
-						       .len = st->kept[i].len, .qkey = st->kept[i].qkey };
-
-				while (xdg_send_dgrams(st->d, &g, 1, 0) != 1)
-					xdg_poll(st->d, NULL, 0);
-			}
-			st->nkept = 0;
-			atomic_store(&st->flush, false);
-		}
-		while ((k = ibc_srv_pump(st->s, out, 64, now)) > 0)
-			for (int i = 0; i < k; i++) {
-				struct xdg_dgram g = { .to = out[i].peer, .buf = out[i].buf,
-						       .len = out[i].len, .qkey = out[i].qkey };
-
-				if (atomic_load(&st->hold)) {
-					if (st->nkept < 2048) {
-						st->kept[st->nkept].to = out[i].peer;
-						st->kept[st->nkept].qkey = out[i].qkey;
-						st->kept[st->nkept].len = out[i].len;
-						memcpy(st->kept[st->nkept++].b, out[i].buf, out[i].len);
-					}
-					continue;
-				}
-				while (xdg_send_dgrams(st->d, &g, 1, 0) != 1)
-					xdg_poll(st->d, NULL, 0);
-			}
-		if (!n)
-			xdg_wait(st->d, MS);
-	}
-	return NULL;
-}
-
-static struct srvth *srv_start(void)
-{
-	struct srvth *st = calloc(1, sizeof(*st));
 	struct xdg_opts o = { .tx_depth = 1024 };
-	struct ibc_srv_cfg c = { .flavour = GFCC_UD };
+	struct xdg *d = rdma_test_ud_open(&o);
+	struct ibc_srv_cfg c = { .flavour = GFCC_UD, .mtu = d ? xdg_mtu(d) : 0 };
 
-	st->d = rdma_test_ud_open(&o);
-	c.mtu = xdg_mtu(st->d);
-	st->s = ibc_srv_new(&c, store, NULL);
-	st->kept = calloc(2048, sizeof(*st->kept));
-	assert_true(st->s && st->kept);
-	pthread_create(&st->t, NULL, srv_main, st);
-	return st;
-}
-
-static void srv_stop(struct srvth *st)
-{
-	atomic_store(&st->stop, true);
-	pthread_join(st->t, NULL);
-	ibc_srv_free(st->s);
-	xdg_close(st->d);
-	free(st->kept);
-	free(st);
+	return resp_start(d, &c, 2048);
 }
 
 static int wait_done(struct ibc_req *q, struct ibc_done *d)
@@ -241,7 +168,7 @@ static int wait_done(struct ibc_req *q, struct ibc_done *d)
 
 static void test_pool(void **s)
 {
-	struct srvth *st;
+	struct responder *st;
 	struct ibc_req_opts o = { .depth = 1, .timeout_ns = 3000 * MS };
 	struct ibc_req *q;
 	struct ibc_req_stats rs;
@@ -298,17 +225,17 @@ static void test_pool(void **s)
 	q = ibc_req_new(&o);
 	peer = ibc_req_add_peer(q, &u, err, sizeof(err));
 	assert_int_equal(ibc_req_register(q, mem, 64 * PS, err, sizeof(err)), 0);
-	atomic_store(&st->hold, true);
+	atomic_store(&st->mode, RESP_HOLD);
 	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, pg, 8, dst, 3), 8);
 	assert_int_equal(wait_done(q, &d), 1);
 	assert_int_equal(d.err, -ETIMEDOUT);
 	assert_int_equal(d.nok, 0);
-	atomic_store(&st->hold, false);
+	atomic_store(&st->mode, RESP_NORMAL);
 	for (int i = 0; i < 8; i++)
 		pg[i] = 1000 + (uint64_t)i;
 	memset(mem, 0, 64 * PS);
 	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, pg, 8, dst, 4), 8);
-	atomic_store(&st->flush, true);
+	resp_flush(st);
 	assert_int_equal(wait_done(q, &d), 1);
 	assert_int_equal(d.err, 0);
 	for (int i = 0; i < 8; i++)
@@ -319,7 +246,7 @@ static void test_pool(void **s)
 	assert_int_equal(rs.reaped, 1);
 	ibc_req_free(q);
 	free(mem);
-	srv_stop(st);
+	resp_stop(st);
 }
 
 int main(void)
