@@ -845,7 +845,7 @@ static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen
  * present; where even that fails, the cache file goes.  No more writes. */
 static void cache_failed(struct ibc_fetch *f, uint64_t off, uint64_t len, int e)
 {
-	char det[300];
+	char det[2 * IBC_PATH_MAX + 64];	/* the whole path, in a message a user reads */
 	struct stat a, b;
 
 	/* whole pages (the file's last one is cut at its end, but its block

@@ -1278,7 +1278,7 @@ XINLINE int input_hdr(struct pe_eng *e, uint32_t node, const void *frame, size_t
 XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len,
 			 uint64_t now, char *why, size_t whylen)
 {
-	struct pe_rxs *r;
+	struct pe_rxs *r = NULL;
 	struct pw_hdr h;
 	int rc = input_hdr(e, node, frame, len, now, &h, &r, why, whylen);
 
@@ -1291,7 +1291,7 @@ XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, siz
 int pe_input_hdr(struct pe_eng *e, uint32_t node, const void *hdr, uint32_t plen, uint64_t now,
 		 void **dest, char *why, size_t whylen)
 {
-	struct pe_rxs *r;
+	struct pe_rxs *r = NULL;
 	struct pw_hdr h;
 	uint8_t *d = NULL;
 	int rc;
