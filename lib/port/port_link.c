@@ -836,9 +836,11 @@ XHOT_INLINE void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_
  * packets, so shmcm_transmit() never waits for the peer: two hosts that
  * both send a lot keep draining their rx ring instead of blocking in
  * transmit (no deadlock). */
-static uint32_t shm_room(struct shmcm_conn *c, uint32_t *cap_out)
+static uint32_t shm_room(struct xp_link *k, bool high)
 {
-	return shmcm_tx_room(c, XP_SHM_MARGIN, cap_out);
+	/* While high priority is in use, low priority needs to know the
+	 * ring is empty: the peer's tail is read unless we know it is. */
+	return shmcm_tx_room(k->sc, XP_SHM_MARGIN, high ? k->shm_cap : XP_SHM_ENOUGH, &k->shm_cap);
 }
 
 /* A payload sent by reference is the peer's to pull until this runs
@@ -933,7 +935,7 @@ static void shm_input(struct xp_link *k, const void *data, size_t len)
 		rc = -EPROTO;
 		snprintf(why, sizeof(why), "frame before the link was set up");
 	} else {
-		rc = pe_input(k->h->e, k->node, data, len, xtime_ns(), why, sizeof(why));
+		rc = pe_input(k->h->e, k->node, data, len, k->h->now, why, sizeof(why));
 	}
 	/* failing closes the connection: not from inside its deliver */
 	if (rc < 0)
@@ -949,7 +951,7 @@ static void shm_ref_begin(struct xp_link *k)
 	char why[200];
 
 	k->rx_begun = true;
-	if (pe_input_hdr(k->h->e, k->node, k->rx_hdr, k->rx_plen, xtime_ns(), &k->rx_dest, why,
+	if (pe_input_hdr(k->h->e, k->node, k->rx_hdr, k->rx_plen, k->h->now, &k->rx_dest, why,
 			 sizeof(why)) < 0 && !k->why[0])
 		snprintf(k->why, sizeof(k->why), "%s", why);
 }
@@ -1316,7 +1318,6 @@ static int tx_shm(struct xp_link *k)
 	/* the idle case of a poll loop: one flag, no lock */
 	if (!pe_node_tx_maybe(k->h->e, k->node))
 		return 0;
-	room = shm_room(k->sc, &cap);
 	/* The mailbox is one FIFO for both priorities: while high priority is
 	 * in use, low-priority frames may fill only XP_SHM_LOW_SLOTS of it,
 	 * so a high-priority frame never queues behind more than that (seed
@@ -1325,6 +1326,8 @@ static int tx_shm(struct xp_link *k)
 	 * is long past; near it (or from xp_send(), later) the clock decides. */
 	high = (int64_t)(k->h->now - k->high_ns) < (int64_t)XP_HIGH_RECENT_NS &&
 	       xtime_ns() - k->high_ns < XP_HIGH_RECENT_NS;
+	room = shm_room(k, high);
+	cap = k->shm_cap;
 
 	/* payloads the peer has pulled since: their frames are done */
 	if (!ref_slot(k))

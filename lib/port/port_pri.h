@@ -20,6 +20,7 @@
 #define XP_SIG_EVERY	16		/* inline sends: one completion per this many */
 #define XP_REPOST_BATCH	8		/* receive buffers posted again at once */
 #define XP_SHM_MARGIN	4	/* slots left for the CM thread's CON packets */
+#define XP_SHM_ENOUGH	16	/* free slots that spare a look at the peer's tail */
 #define XP_SHM_LOW_SLOTS 1	/* mailbox slots low priority may hold... */
 #define XP_HIGH_RECENT_NS 10000000ull	/* ...within 10 ms of a high one, */
 #define XP_SHM_LOW_FRAG	4096		/* ...in fragments this big */
@@ -81,6 +82,7 @@ struct xp_link {
 	struct xp_listener *srv;	/* the mailbox we serve, or NULL (client) */
 	uint8_t *stage;			/* header + fragment, for shmcm_transmit */
 	uint64_t high_ns;		/* last high-priority frame seen (shm) */
+	uint32_t shm_cap;		/* mailbox slots ours to fill (shm_room) */
 	_Atomic int lost;		/* shm client: the connection went down
 					 * (shmcm's CM thread says so) */
 	/* shm by reference: sending */

@@ -700,7 +700,7 @@ int shmcm_tx_wait(struct shmcm_conn *c, uint32_t seen, uint64_t timeout_ns)
 	return mbox_tx_wait(c->mb->tx, seen, timeout_ns);
 }
 
-uint32_t shmcm_tx_room(struct shmcm_conn *c, uint32_t reserve, uint32_t *cap)
+uint32_t shmcm_tx_room(struct shmcm_conn *c, uint32_t reserve, uint32_t enough, uint32_t *cap)
 {
 	struct mbox *m = c->mb;
 	uint32_t used, size = m->mask + 1, room;
@@ -710,7 +710,11 @@ uint32_t shmcm_tx_room(struct shmcm_conn *c, uint32_t reserve, uint32_t *cap)
 	if (c->pq_head) {
 		room = 0;
 	} else {
-		used = m->tx_head - atomic_load_explicit(&m->tx->tail, memory_order_acquire);
+		used = m->tx_head - m->tx_tail_cache;
+		if (used + reserve + enough > size) {
+			m->tx_tail_cache = atomic_load_explicit(&m->tx->tail, memory_order_acquire);
+			used = m->tx_head - m->tx_tail_cache;
+		}
 		room = used + reserve >= size ? 0 : size - used - reserve;
 	}
 	pthread_spin_unlock(&c->tx_mutex);

@@ -166,8 +166,11 @@ enum shmcm_reason shmcm_get_peer_reason(const struct shmcm_conn *c);
 uint32_t shmcm_get_mtu(const struct shmcm_conn *c);
 /* Free slots of the tx ring less `reserve` (0 while CON packets wait in
  * the CM's queue), so that a caller sending only that much never waits in
- * shmcm_transmit() for the peer; *cap: the ring's slots less `reserve`. */
-uint32_t shmcm_tx_room(struct shmcm_conn *c, uint32_t reserve, uint32_t *cap);
+ * shmcm_transmit() for the peer; *cap: the ring's slots less `reserve`.
+ * The ring's tail is a cache line the peer writes with every packet it
+ * takes: it is read again only when the last reading leaves fewer than
+ * `enough` slots free.  The room may be understated, never overstated. */
+uint32_t shmcm_tx_room(struct shmcm_conn *c, uint32_t reserve, uint32_t enough, uint32_t *cap);
 /* For a caller that polls (params.poll): sleeps until a packet is in the
  * rx ring or timeout_ns pass (a futex wait on the mailbox).  As
  * mbox_rx_wait(): 0, -ETIMEDOUT, -EINTR. */
