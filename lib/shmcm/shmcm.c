@@ -372,13 +372,15 @@ static void *cm_thread(void *arg)
 
 		/* a negative fd (no peer watched) is skipped by poll() */
 		if (poll(p, 2, ms) < 0 && errno != EINTR) {
-			xlog_ratelimited(XLOG_WARN, "%s: poll: %m", c->mb->name);
-			continue;
+			xlog(XLOG_ERROR, "%s: connection manager: poll: %m", c->mb->name);
+			break;	/* jobs are answered below, from now on too */
 		}
+		/* The exit first: a job may close this pidfd and open the next
+		 * peer's, which can get the same number. */
+		if (p[1].revents)
+			on_peer_exit(c);
 		if (p[0].revents)
 			on_jobs(c);
-		if (!c->cm_stop && p[1].revents && c->peer_pidfd == p[1].fd)
-			on_peer_exit(c);
 		now = xtime_ns();
 		if (!c->cm_stop && now >= c->next_tick) {
 			c->next_tick += c->tick_ns;
@@ -388,7 +390,8 @@ static void *cm_thread(void *arg)
 		}
 	}
 
-	/* Whatever was queued after destroy is answered, never left hanging. */
+	/* Whatever was queued after destroy (or a failed poll) is answered,
+	 * never left hanging. */
 	pthread_mutex_lock(&c->jq_lock);
 	c->jq_closed = true;
 	j = c->jq_head;

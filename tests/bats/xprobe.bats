@@ -550,7 +550,14 @@ PY
 		"$XPROBE" bw "${URIS[0]}" --op write -s 1m --window 4 -T 10 -q >/dev/null 2>"$err" 3>&- &
 		pid=$!
 		BG_PIDS+=($pid)
-		sleep 0.3
+		# killed once the server has its session, and streaming
+		for j in $(seq 1 100); do
+			[ "$(grep -c ': verbs test: write bandwidth' "$SRV_ERR")" -ge $i ] && break
+			kill -0 $pid 2>/dev/null || die "client $i ended by itself: $(cat "$err")"
+			[ $j -lt 100 ] || die "session $i never started: $(cat "$SRV_ERR")"
+			sleep 0.05
+		done
+		sleep 0.2
 		kill -KILL $pid 2>/dev/null || die "client $i ended by itself: $(cat "$err")"
 		wait $pid 2>/dev/null || true
 		# the server frees a session once it has read what the dead

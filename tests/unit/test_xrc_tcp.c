@@ -169,13 +169,13 @@ static void test_backpressure(void **state)
 	xrc_close(b);
 }
 
-/* A peer that sent 64 KiB and went: xrc_peer_gone() says so at once,
+/* A peer that sent 32 KiB and went: xrc_peer_gone() says so at once,
  * while the connection is still up with its bytes unread.  (Its FIN must
  * have left: one queued behind bytes the receiver has no room for is not
  * known to anyone but the sender's kernel.) */
 static void test_peer_gone(void **state)
 {
-	enum { N = 1, SZ = 65536 };
+	enum { N = 1, SZ = 32768 };
 	struct xrc_opts o = { .sq_depth = N, .rq_depth = 4 };
 	struct xrc *a, *b;
 	uint8_t *src = calloc(N, SZ);
@@ -190,8 +190,8 @@ static void test_peer_gone(void **state)
 	for (int round = 0; round < 200; round++) {	/* b posts no receive */
 		int outq = 1;
 
+		/* b is not polled: what came stays in its socket */
 		assert_true(xrc_poll(a, wc, 64) >= 0);
-		assert_int_equal(xrc_poll(b, wc, 64), 0);
 		assert_int_equal(ioctl(xrc_fd(a), SIOCOUTQ, &outq), 0);
 		if (!xrc_tx_pending(a) && !outq)
 			break;
