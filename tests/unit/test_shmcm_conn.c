@@ -1242,6 +1242,51 @@ static void *disconnect_thread(void *c)
 /* Zero-copy stream sends: claimed slots are filled in place and sent as
  * one message each; a claim blocks other sends and queues CON packets;
  * committing nothing sends nothing. */
+/* shmcm_tx_room() reads the ring's tail (a line the peer writes) only when
+ * its last view of it leaves fewer than `enough` slots: until then the room
+ * is understated, never overstated. */
+static void test_tx_room(void **s)
+{
+	struct end a = { 0 }, b = { 0 };
+	uint32_t cap = 0;
+	int i;
+
+	/* a long timeout: no keep-alive packet from a's CM during the test */
+	cfgname("room", (struct mbox_cfg){ 16, 256, 60000, 0 });
+	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
+	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, NULL);
+	shmcm_connect(a.c);
+	shmcm_connect(b.c);
+	for (i = 0; i < 5000 && shmcm_get_state(b.c) != SHMCM_CONNECTED; i++) {
+		shmcm_poll(b.c, 16);
+		usleep(1000);
+	}
+	assert_int_equal(shmcm_wait_connected(a.c, 3000000000ull), 0);
+	/* b has taken the CON packets: the whole ring is ours (enough =
+	 * everything: read unless known empty) */
+	for (i = 0; i < 3000 && shmcm_tx_room(a.c, 2, 14, &cap) != 14; i++) {
+		shmcm_poll(b.c, 16);
+		usleep(1000);
+	}
+	assert_int_equal(cap, 14);
+	assert_int_equal(shmcm_tx_room(a.c, 2, 14, &cap), 14);
+	for (i = 0; i < 4; i++)
+		assert_int_equal(shmcm_transmit(a.c, 0, 0, "x", 1), 0);
+	assert_int_equal(shmcm_tx_room(a.c, 2, 0, &cap), 10);
+	want_len = 4;
+	for (i = 0; i < 3000 && !got_all(&b); i++)
+		shmcm_poll(b.c, 16);
+	assert_int_equal(b.got_len, 4);
+	/* taken, but our view still has 10 >= enough: not looked at */
+	assert_int_equal(shmcm_tx_room(a.c, 2, 10, &cap), 10);
+	/* wanting more than the view has: the tail is read, and kept */
+	assert_int_equal(shmcm_tx_room(a.c, 2, 11, &cap), 14);
+	assert_int_equal(shmcm_tx_room(a.c, 2, 0, &cap), 14);
+	close_end(&a);
+	close_end(&b);
+	rmname();
+}
+
 static void test_tx_claim(void **s)
 {
 	struct end a = { 0 }, b = { 0 };
@@ -1324,6 +1369,7 @@ int main(void)
 		cmocka_unit_test(test_data_after_fin_dropped),
 		cmocka_unit_test(test_transmit_guard),
 		cmocka_unit_test(test_tx_claim),
+		cmocka_unit_test(test_tx_room),
 		cmocka_unit_test(test_delivery_count),
 		cmocka_unit_test(test_peer_caps_latched),
 		cmocka_unit_test(test_stress),
