@@ -623,18 +623,22 @@ static int sess_wc(struct vt_sess *t, const struct xrc_wc *wc)
 		t->ops++;
 		if (!lat)
 			return post_slot(t, i) < 0 ? -1 : 0;
-		/* send latency: the message back from where it landed, and
-		 * its receive up again at once -- the client sends the next
-		 * only once the answer has arrived there, so it cannot land
-		 * on these bytes before they are out */
+		/* send latency: the message back from where it landed, its
+		 * receive up again first -- the client may send the next as
+		 * soon as the answer arrives, which can be before the post of
+		 * the answer returns (Soft-RoCE sends inside it): a receive
+		 * posted after would meet the next ping late, answered with
+		 * an RNR NAK and a retry 655 ms later.  It cannot land on
+		 * these bytes before they are out: the client sends the next
+		 * only once the answer has arrived. */
+		if (post_slot(t, i) < 0)
+			return -1;
 		if (wc->len <= xrc_max_inline(t->c))
 			fl |= XRC_INLINE;
 		struct xrc_sge sg = { t->buf + i * t->slot, wc->len, t->mr };
 
-		if ((imm ? xrc_post_send_imm(t->c, &sg, 1, wc->imm, i, fl)
-			 : xrc_post_send(t->c, &sg, 1, i, fl)) < 0)
-			return -1;
-		return post_slot(t, i) < 0 ? -1 : 0;
+		return (imm ? xrc_post_send_imm(t->c, &sg, 1, wc->imm, i, fl)
+			    : xrc_post_send(t->c, &sg, 1, i, fl)) < 0 ? -1 : 0;
 	case XRC_OP_RECV_IMM:	/* a write with an immediate landed */
 		t->ops++;
 		if (post_slot(t, i) < 0)
