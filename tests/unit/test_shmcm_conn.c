@@ -191,6 +191,19 @@ static void connect_pair(struct end *a, struct end *b)
 	assert_int_equal(shmcm_wait_connected(b->c, 5000000000ull), 0);
 }
 
+/* connect_pair() for a b in poll mode: b is polled until connected (and
+ * read no more here) */
+static void connect_polled(struct end *a, struct end *b)
+{
+	shmcm_connect(a->c);
+	shmcm_connect(b->c);
+	for (int i = 0; i < 5000 && shmcm_get_state(b->c) != SHMCM_CONNECTED; i++) {
+		shmcm_poll(b->c, 16);
+		usleep(1000);
+	}
+	assert_int_equal(shmcm_wait_connected(a->c, 3000000000ull), 0);
+}
+
 static size_t want_len;
 static bool got_all(struct end *e) { return e->got_len >= want_len; }
 
@@ -287,14 +300,7 @@ static void test_defq_overflow(void **s)
 	cfgname("defq", (struct mbox_cfg){ 8, 256, 300, 4 });
 	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_DEFER, false, NULL);
 	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, NULL);
-	shmcm_connect(a.c);
-	shmcm_connect(b.c);
-	/* poll b until connected, then stop reading */
-	for (i = 0; i < 5000 && shmcm_get_state(b.c) != SHMCM_CONNECTED; i++) {
-		shmcm_poll(b.c, 16);
-		usleep(1000);
-	}
-	assert_int_equal(shmcm_wait_connected(a.c, 3000000000ull), 0);
+	connect_polled(&a, &b);	/* then b stops reading */
 	for (i = 0; i < 100 && (rc = shmcm_transmit(a.c, 0, 0, msg, sizeof(msg))) == 0; i++)
 		;
 	assert_int_equal(rc, -ENOBUFS);
@@ -750,13 +756,7 @@ static void test_disconnect_while_deliver_blocks(void **s)
 	cfgname("echo", (struct mbox_cfg){ 8, 256, 60000, 0 });
 	echo_conn = open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, echo_back);
 	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, NULL);	/* never polled below */
-	shmcm_connect(a.c);
-	shmcm_connect(b.c);
-	for (int i = 0; i < 5000 && shmcm_get_state(b.c) != SHMCM_CONNECTED; i++) {
-		shmcm_poll(b.c, 16);
-		usleep(1000);
-	}
-	assert_int_equal(shmcm_wait_connected(a.c, 3000000000ull), 0);
+	connect_polled(&a, &b);
 	/* a echoes each into its ring to b, which nobody reads: it fills */
 	for (int i = 0; i < 8; i++)
 		assert_int_equal(shmcm_transmit(b.c, 0, 0, msg, sizeof(msg)), 0);
@@ -1255,13 +1255,7 @@ static void test_tx_room(void **s)
 	cfgname("room", (struct mbox_cfg){ 16, 256, 60000, 0 });
 	open_end(&a, MBOX_SIDE_A, SHMCM_FLOW_WAIT, false, NULL);
 	open_end(&b, MBOX_SIDE_B, SHMCM_FLOW_WAIT, true, NULL);
-	shmcm_connect(a.c);
-	shmcm_connect(b.c);
-	for (i = 0; i < 5000 && shmcm_get_state(b.c) != SHMCM_CONNECTED; i++) {
-		shmcm_poll(b.c, 16);
-		usleep(1000);
-	}
-	assert_int_equal(shmcm_wait_connected(a.c, 3000000000ull), 0);
+	connect_polled(&a, &b);
 	/* b has taken the CON packets: the whole ring is ours (enough =
 	 * everything: read unless known empty) */
 	for (i = 0; i < 3000 && shmcm_tx_room(a.c, 2, 14, &cap) != 14; i++) {
