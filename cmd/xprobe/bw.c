@@ -131,6 +131,7 @@ struct flow {
 	const struct bw_opts *o;
 	void *buf;
 	uint64_t end_ns, last_ns;
+	uint64_t now;		/* the clock after the last wait: no read per message */
 	uint64_t done_msgs;
 	unsigned inflight;
 	enum xp_status failed;
@@ -140,7 +141,7 @@ static void flow_sent(struct xp_port *p, void *ctx, enum xp_status st);
 
 static int flow_push(struct flow *f)
 {
-	while (f->inflight < f->o->window && f->failed == XP_SUCCESS && xtime_ns() < f->end_ns) {
+	while (f->inflight < f->o->window && f->failed == XP_SUCCESS && f->now < f->end_ns) {
 		int rc = xp_send(f->c->p, f->c->node, PROBE_PORT_SINK, f->o->co.prio, f->buf,
 				 f->o->size, flow_sent, f);
 
@@ -164,7 +165,6 @@ static void flow_sent(struct xp_port *p, void *ctx, enum xp_status st)
 		return;
 	}
 	f->done_msgs++;
-	f->last_ns = xtime_ns();
 	flow_push(f);
 }
 
@@ -191,7 +191,7 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	memset(f.buf, 0x5a, o->size);
 	f.c = &c;
 	f.o = o;
-	start = last_progress = xtime_ns();
+	start = last_progress = f.now = xtime_ns();
 	f.end_ns = start + o->secs_ns;
 	if ((rc = flow_push(&f)) < 0) {
 		fail("bw", "%s: send: %s", c.target, strerror(-rc));
@@ -199,8 +199,12 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	}
 	while (f.inflight && !cli_stop_requested) {
 		struct xp_event ev;
+		uint64_t done = f.done_msgs;
 
 		rc = pclient_wait(&c, &ev, 100000000ull);
+		f.now = xtime_ns();
+		if (f.done_msgs != done)
+			f.last_ns = f.now;	/* the last acknowledgement, give or take a wait */
 		if (rc == -ENOTCONN) {
 			fail("bw", "%s: connection lost", c.target);
 			goto out_free;

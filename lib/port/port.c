@@ -237,6 +237,13 @@ int xp_host_progress(struct xp_host *h)
 	for (uint32_t i = 0; i < h->nlinks; i++)
 		if (h->links[i])
 			done += xpl_rx(h->links[i], now);
+	/* ...unless many messages came in: then their ACKs go at once, so a
+	 * sender with a window of them in flight refills it while we work
+	 * through them (one reply would not carry them sooner). */
+	if (pe_unacked(h->e) >= XP_ACK_EARLY)
+		for (uint32_t i = 0; i < h->nlinks; i++)
+			if (h->links[i])
+				xpl_tx(h->links[i]);
 	done += pe_timers(h->e, now);
 	return done;
 }
@@ -369,7 +376,7 @@ XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enu
 	/* Out at once when there is room: a ping does not wait for the next
 	 * progress call.  Only frames move here, never a callback.  A message
 	 * that is the lane's only business goes straight to the transport. */
-	if (k && prio <= XP_HIGH && xpl_can_send_now(k, (unsigned)prio, len)) {
+	if (k && prio <= XP_HIGH && !p->h->defer_tx && xpl_can_send_now(k, (unsigned)prio, len)) {
 		struct pe_frame f;
 
 		rc = pe_send_now(p->h->e, p->id, node, dst_port, (unsigned)prio, buf, len, cb, ctx,
@@ -385,8 +392,12 @@ XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enu
 	/* Through the lane's queue (an shm link, a frame too big to go
 	 * inline, frames before it), then out as far as the lane takes. */
 	rc = pe_send(p->h->e, p->id, node, dst_port, (unsigned)prio, buf, len, cb, ctx);
-	if (rc == 0 && k)
-		xpl_tx_prio(k, (unsigned)prio);
+	if (rc == 0 && k) {
+		if (p->h->defer_tx)
+			p->h->deferred = true;	/* out when xp_unknown() returns */
+		else
+			xpl_tx_prio(k, (unsigned)prio);
+	}
 	return rc;
 }
 
@@ -472,17 +483,31 @@ void xp_unknown(struct xp_port *p, const struct xp_event *ev)
 	struct xp_host *h = p->h;
 	struct pe_done d;
 	xp_send_cb cb;
+	bool nested;
 
 	if (!p->open)
 		return;
 	switch (ev->type) {
 	case XP_SENT_TOKENS_EVENT:
 		/* every due callback up to the next completion that is an
-		 * event of its own; each one hands its send token back */
+		 * event of its own; each one hands its send token back.  What
+		 * they send goes out together afterwards: over shm in shared
+		 * mailbox packets, over a socket in one write. */
+		nested = h->defer_tx;
+		h->defer_tx = true;
 		while (p->open && pe_peek_completion(h->e, p->id, &cb) && cb != sent_event) {
 			pe_next_completion(h->e, p->id, &d);
 			if (d.cb)
 				d.cb(p, d.ctx, d.status);
+		}
+		if (!nested) {
+			h->defer_tx = false;
+			if (h->deferred) {
+				h->deferred = false;
+				for (uint32_t i = 0; i < h->nlinks; i++)
+					if (h->links[i])
+						xpl_tx(h->links[i]);
+			}
 		}
 		break;
 	case XP_ALARM_EVENT:

@@ -176,6 +176,7 @@ struct pe_eng {
 	struct pe_node **nodes;		/* [id - 1] */
 	uint32_t nnodes, cap;
 	struct link backoff;
+	uint32_t unacked;		/* messages taken since an ACK last went out */
 	struct pe_port ports[PW_MAX_PORTS];
 };
 
@@ -632,6 +633,7 @@ XINLINE bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, u
 		h.flags |= PW_ACKS;
 		h.aux = r->ack_seq;
 		r->ack_pending = false;
+		e->unacked = 0;
 		list_del(&r->ctl);
 	}
 	if (off == 0) {
@@ -897,6 +899,8 @@ XHOT_INLINE void pe_node_tx_idle(struct pe_eng *e, uint32_t node)
 		n->tx_maybe = 0;
 }
 
+uint32_t pe_unacked(const struct pe_eng *e) { return e->unacked; }
+
 XHOT_INLINE bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane)
 {
 	const struct pe_node *n = node_get(e, node);
@@ -909,7 +913,7 @@ XHOT_INLINE bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane)
 	       !list_empty(&l->active[0]);
 }
 
-static int pull_ctl(struct pe_lane *l, struct pe_rxs *r, struct pe_frame *f)
+static int pull_ctl(struct pe_eng *e, struct pe_lane *l, struct pe_rxs *r, struct pe_frame *f)
 {
 	struct pw_hdr h = { .prio = r->prio, .src_port = r->dst, .dst_port = r->src };
 
@@ -919,6 +923,7 @@ static int pull_ctl(struct pe_lane *l, struct pe_rxs *r, struct pe_frame *f)
 		h.type = PW_ACK;
 		h.seq = r->ack_seq;
 		r->ack_pending = false;
+		e->unacked = 0;
 	} else {
 		h.type = PW_NACK;
 		h.seq = r->nack_seq;
@@ -975,7 +980,7 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 		struct pe_txs *rev = r->nack_pending ? NULL : r->rev;
 
 		if (!rev || !linked(&rev->active) || rev->prio < min_prio)
-			return pull_ctl(l, r, f);
+			return pull_ctl(e, l, r, f);
 	}
 	/* seed 001: high priority never waits behind low; on a shared lane
 	 * the next frame is a high one whenever there is one. */
@@ -1081,6 +1086,7 @@ XINLINE void rx_complete(struct pe_eng *e, struct pe_rxs *r)
 	r->ack_seq = r->expect;
 	r->ack_pending = true;
 	r->expect++;
+	e->unacked++;
 	queue_ctl(r);
 }
 

@@ -148,6 +148,10 @@ bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane);
  * every lane empty -- so a busy poller need not ask lane by lane. */
 bool pe_node_tx_maybe(const struct pe_eng *e, uint32_t node);
 void pe_node_tx_idle(struct pe_eng *e, uint32_t node);
+/* Messages taken (whole, in a buffer) on any node since an ACK last went
+ * out: the I/O layer sends ACKs at once when many wait, instead of with
+ * the next reply. */
+uint32_t pe_unacked(const struct pe_eng *e);
 void pe_frame_done(struct pe_eng *e, struct pe_send *ref);
 /* A frame received on `node`: 0, or -EPROTO with the reason in why. */
 int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uint64_t now,

@@ -1009,6 +1009,24 @@ static void shm_deliver(struct xp_link *k, uint32_t src, uint32_t dst, const voi
 		break;
 	case XP_SHM_REF_PROBE:
 		break;
+	case XP_SHM_FRAMES:
+		if (k->rx_ref || !k->hello) {
+			bad = "a pack of frames out of place";
+			break;
+		}
+		for (size_t off = 0; !k->dead && !k->why[0];) {
+			const uint8_t *fr;
+			size_t flen;
+			int rc = pw_pack_next(data, len, &off, &fr, &flen);
+
+			if (rc <= 0) {
+				if (rc < 0)
+					bad = "a cut pack of frames";
+				break;
+			}
+			shm_input(k, fr, flen);
+		}
+		break;
 	default:
 		bad = "a message of an unknown kind";
 	}
@@ -1308,8 +1326,26 @@ static int rx_shm(struct xp_link *k)
 	return n;
 }
 
+/* Sends the pack of `n` frames in k->stage (its slot was counted when it
+ * was opened); a lone frame goes as itself.  0, or what shmcm said. */
+static int pack_send(struct xp_link *k, size_t len, unsigned n)
+{
+	uint32_t kind = n > 1 ? XP_SHM_FRAMES : XP_SHM_FRAME;
+	const uint8_t *b = n > 1 ? k->stage : k->stage + PW_PACK_LEN;
+	size_t blen = n > 1 ? len : len - PW_PACK_LEN;
+	int rc = shmcm_transmit2(k->sc, kind, 0, b, blen, NULL, 0);
+
+	if (rc == -EAGAIN)
+		rc = shmcm_transmit(k->sc, kind, 0, b, blen);
+	return rc < 0 ? rc : 0;
+}
+
 static int tx_shm(struct xp_link *k)
 {
+	/* the pack being filled: frames of XP_SHM_PACK_FRAME bytes or less
+	 * that are queued together, copied into k->stage */
+	size_t plen = 0, pmax = PW_HDR_LEN + k->frag;
+	unsigned pn = 0;
 	uint32_t cap, room;
 	struct pe_frame f;
 	bool high;
@@ -1318,6 +1354,8 @@ static int tx_shm(struct xp_link *k)
 	/* the idle case of a poll loop: one flag, no lock */
 	if (!pe_node_tx_maybe(k->h->e, k->node))
 		return 0;
+	if (pmax > XP_SHM_PACK_BYTES)
+		pmax = XP_SHM_PACK_BYTES;
 	/* The mailbox is one FIFO for both priorities: while high priority is
 	 * in use, low-priority frames may fill only XP_SHM_LOW_SLOTS of it,
 	 * so a high-priority frame never queues behind more than that (seed
@@ -1332,6 +1370,7 @@ static int tx_shm(struct xp_link *k)
 	/* payloads the peer has pulled since: their frames are done */
 	if (!ref_slot(k))
 		shmcm_reap(k->sc);
+	/* room counts the slots left besides the open pack's */
 	while (room && !k->dead) {
 		/* ...and in small pieces, so the one ahead is quick to copy.
 		 * A bulk flow alone goes in big pieces that the peer pulls
@@ -1341,6 +1380,8 @@ static int tx_shm(struct xp_link *k)
 		bool slot = bulk && room >= 2 && ref_slot(k) &&
 			    shmcm_refs_in_flight(k->sc) < SHMCM_REF_WINDOW;
 		unsigned min_prio = (high && cap - room >= XP_SHM_LOW_SLOTS) || (bulk && !slot);
+		size_t flen;
+		bool small;
 		int rc;
 
 		pe_node_set_low_frag(k->h->e, k->node, bulk ? XP_SHM_REF_FRAG
@@ -1350,6 +1391,30 @@ static int tx_shm(struct xp_link *k)
 		if (f.hdr[2] == XP_HIGH) {	/* pw_hdr: prio is byte 2 */
 			high = true;
 			k->high_ns = xtime_ns();
+		}
+		flen = PW_HDR_LEN + f.dlen;
+		small = flen <= XP_SHM_PACK_FRAME && PW_PACK_LEN + flen <= pmax;
+		/* the pack goes before a frame that does not join it */
+		if (pn && (!small || plen + PW_PACK_LEN + flen > pmax)) {
+			rc = pack_send(k, plen, pn);
+			plen = 0;
+			pn = 0;
+			if (rc < 0) {
+				pe_frame_done(k->h->e, f.ref);
+				xpl_fail(k, "connection lost");
+				break;
+			}
+		}
+		/* A small frame with more behind it opens a pack (copied; the
+		 * user's buffer is free of it); a lone one goes straight. */
+		if (small && (pn || (room >= 2 && pe_has_tx(k->h->e, k->node, 0)))) {
+			if (!pn)
+				room--;		/* the pack's slot */
+			plen += pw_pack_put(k->stage + plen, f.hdr, f.data, f.dlen);
+			pn++;
+			pe_frame_done(k->h->e, f.ref);
+			done++;
+			continue;
 		}
 		if (f.dlen > k->frag) {		/* more than a packet holds */
 			if ((rc = shm_send_ref(k, &f)) < 0) {
@@ -1363,12 +1428,12 @@ static int tx_shm(struct xp_link *k)
 		}
 		/* header and payload straight into the slot; room was counted,
 		 * so -EAGAIN only if the CM thread took a slot meanwhile */
-		rc = shmcm_transmit2(k->sc, 0, 0, f.hdr, PW_HDR_LEN, f.data, f.dlen);
+		rc = shmcm_transmit2(k->sc, XP_SHM_FRAME, 0, f.hdr, PW_HDR_LEN, f.data, f.dlen);
 		if (rc == -EAGAIN) {
 			memcpy(k->stage, f.hdr, PW_HDR_LEN);
 			if (f.dlen)
 				memcpy(k->stage + PW_HDR_LEN, f.data, f.dlen);
-			rc = shmcm_transmit(k->sc, 0, 0, k->stage, PW_HDR_LEN + f.dlen);
+			rc = shmcm_transmit(k->sc, XP_SHM_FRAME, 0, k->stage, PW_HDR_LEN + f.dlen);
 		}
 		/* copied: the user's buffer is free of this frame */
 		pe_frame_done(k->h->e, f.ref);
@@ -1379,6 +1444,8 @@ static int tx_shm(struct xp_link *k)
 		room--;
 		done++;
 	}
+	if (pn && !k->dead && pack_send(k, plen, pn) < 0)
+		xpl_fail(k, "connection lost");
 	if (!k->dead && !pe_has_tx(k->h->e, k->node, 0))
 		pe_node_tx_idle(k->h->e, k->node);
 	return done;

@@ -25,12 +25,18 @@
 #define XP_HIGH_RECENT_NS 10000000ull	/* ...within 10 ms of a high one, */
 #define XP_SHM_LOW_FRAG	4096		/* ...in fragments this big */
 #define XP_SHM_REF_FRAG	(256u * 1024)	/* low fragments pulled by the peer */
+#define XP_ACK_EARLY	8	/* messages taken that send their ACKs at once */
+#define XP_SHM_PACK_FRAME 256		/* frames this small (header included)... */
+#define XP_SHM_PACK_BYTES 4096		/* ...queued together share a packet this big */
 
 /* shmcm message addresses (src) on a shm link: a whole frame, or a DATA
  * header whose payload (dst bytes) follows as the next message, sent by
  * reference (the peer pulls it from the sender's memory into the receive
- * buffer: one copy), and the probe that finds out whether it can. */
-enum { XP_SHM_FRAME = 0, XP_SHM_REF_HDR = 1, XP_SHM_REF_DATA = 2, XP_SHM_REF_PROBE = 3 };
+ * buffer: one copy), the probe that finds out whether it can, and a pack
+ * of small frames (port_wire.h: the mailbox's cost per packet is paid
+ * once for all of them). */
+enum { XP_SHM_FRAME = 0, XP_SHM_REF_HDR = 1, XP_SHM_REF_DATA = 2, XP_SHM_REF_PROBE = 3,
+       XP_SHM_FRAMES = 4 };
 
 struct xp_link;
 struct xp_shm_ref {			/* a payload the peer has yet to pull */
@@ -165,6 +171,8 @@ struct xp_host {
 	struct xp_mem *mem;		/* registered ranges */
 	unsigned nmem, memcap;
 	uint64_t direct_bytes[XP_MAX_PORTS];	/* per port: xp_port_stats direct_bytes */
+	bool defer_tx;			/* inside xp_unknown's send callbacks: */
+	bool deferred;			/* ...sends queued, out when it returns */
 };
 
 /* The memory region of a range that `port` registered holding

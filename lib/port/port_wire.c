@@ -3,6 +3,8 @@
 #include "core/bytes.h"
 #include "core/cc.h"
 
+#include <string.h>
+
 XHOT_INLINE unsigned pw_size_for_len(uint64_t len)
 {
 	/* ceil(log2(len + 8)), at least PW_MIN_SIZE, at most 63 */
@@ -124,4 +126,32 @@ const char *pw_strerror(int e)
 	case PW_E_RSVD: return "reserved field not zero";
 	}
 	return "unknown error";
+}
+
+XHOT_INLINE size_t pw_pack_put(uint8_t *b, const uint8_t *hdr, const void *data, size_t dlen)
+{
+	put_be16(b, (uint16_t)(PW_HDR_LEN + dlen));
+	memcpy(b + PW_PACK_LEN, hdr, PW_HDR_LEN);
+	if (dlen)
+		memcpy(b + PW_PACK_LEN + PW_HDR_LEN, data, dlen);
+	return PW_PACK_LEN + PW_HDR_LEN + dlen;
+}
+
+XHOT_INLINE int pw_pack_next(const uint8_t *b, size_t len, size_t *off, const uint8_t **frame,
+			     size_t *flen)
+{
+	size_t o = *off, n;
+
+	if (o >= len)
+		return 0;
+	if (len - o < PW_PACK_LEN)
+		return PW_E_SHORT;
+	n = get_be16(b + o);
+	o += PW_PACK_LEN;
+	if (n < PW_HDR_LEN || n > len - o)
+		return PW_E_SHORT;
+	*frame = b + o;
+	*flen = n;
+	*off = o + n;
+	return 1;
 }

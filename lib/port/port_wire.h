@@ -44,7 +44,8 @@
 #include <stdint.h>
 
 #define PW_MAGIC	0x58504f52u	/* "XPOR" */
-#define PW_VERSION	2u	/* 2: PW_ACKS; fragment size in the lane handshake */
+#define PW_VERSION	3u	/* 2: PW_ACKS; fragment size in the lane handshake;
+				 * 3: packs of frames on shm */
 #define PW_HDR_LEN	24u
 #define PW_MAX_PORTS	64u
 #define PW_MIN_SIZE	4u
@@ -96,5 +97,20 @@ const char *pw_strerror(int e);
 /* The size class of a len-byte message: GM's ceil(log2(len + 8)), never
  * below PW_MIN_SIZE (an empty message has class 4, like 1..8 bytes). */
 unsigned pw_size_for_len(uint64_t len);
+
+/* A pack: several whole frames in one transport message (a shm mailbox
+ * packet), each a 2-byte big-endian length, then that many bytes of frame.
+ * The transport's packet boundary ends the pack; a length of fewer than
+ * PW_HDR_LEN bytes or beyond the end is an error. */
+#define PW_PACK_LEN	2u
+
+/* Appends one frame (the header hdr, then dlen bytes of payload) at b:
+ * returns the bytes written, PW_PACK_LEN + PW_HDR_LEN + dlen (< 64 KiB). */
+size_t pw_pack_put(uint8_t *b, const uint8_t *hdr, const void *data, size_t dlen);
+/* The frame of a `len`-byte pack at *off: 1 and the frame in *frame and *flen
+ * (*off moves past it), 0 at the end, PW_E_SHORT for a cut or short one.
+ * Never reads beyond len bytes. */
+int pw_pack_next(const uint8_t *b, size_t len, size_t *off, const uint8_t **frame,
+		 size_t *flen);
 
 #endif

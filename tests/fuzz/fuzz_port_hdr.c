@@ -1,4 +1,6 @@
-/* libFuzzer: the port frame header decoder, and the engine's frame input
+/* libFuzzer: the port frame header decoder, the walk through a pack of
+ * frames (what it gives lies inside the input and packs back to the same
+ * bytes), and the engine's frame input
  * (a hostile peer's frames never crash the engine or write outside the
  * provided buffers), whole (pe_input) or as a header whose payload the
  * transport places itself (pe_input_hdr, pe_input_placed: shm by
@@ -40,6 +42,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (memcmp(re, data, PW_HDR_LEN))
 			__builtin_trap();
 	}
+	/* a pack: every frame inside the input, packed again byte for byte */
+	static uint8_t again[1 << 16];
+	const uint8_t *fr;
+	size_t off = 0, alen = 0, flen;
+	int rc;
+
+	while ((rc = pw_pack_next(data, size, &off, &fr, &flen)) == 1) {
+		if (fr < data || fr + flen > data + size || flen < PW_HDR_LEN ||
+		    alen + PW_PACK_LEN + flen > sizeof(again))
+			__builtin_trap();
+		alen += pw_pack_put(again + alen, fr, fr + PW_HDR_LEN, flen - PW_HDR_LEN);
+	}
+	if (alen != off || memcmp(again, data, alen) || (rc == 0 && off != size))
+		__builtin_trap();
 	/* the engine: the input is a sequence of frames, each prefixed by
 	 * one length byte */
 	if (!(e = pe_new(&o)))

@@ -101,12 +101,59 @@ static void test_rejects(void **s)
 	assert_string_equal(pw_strerror(PW_E_MAGIC), "not an xprt port peer (bad magic)");
 }
 
+/* Packs: frames back to back behind 2-byte lengths; the walk gives them
+ * back exactly and stops at a cut one without reading past the end. */
+static void test_pack(void **s)
+{
+	uint8_t b[256], hdr[PW_HDR_LEN];
+	static const char pay[] = "abcdefgh";
+	struct pw_hdr h = { .type = PW_DATA, .flags = PW_FIRST | PW_LAST, .arg = 4, .len = 8 };
+	const uint8_t *fr;
+	size_t len = 0, off = 0, flen;
+
+	pw_encode(hdr, &h);
+	len += pw_pack_put(b + len, hdr, pay, 8);
+	len += pw_pack_put(b + len, hdr, NULL, 0);
+	assert_int_equal(len, 2 * PW_PACK_LEN + 2 * PW_HDR_LEN + 8);
+	assert_int_equal(b[0], 0);
+	assert_int_equal(b[1], PW_HDR_LEN + 8);
+
+	assert_int_equal(pw_pack_next(b, len, &off, &fr, &flen), 1);
+	assert_ptr_equal(fr, b + PW_PACK_LEN);
+	assert_int_equal(flen, PW_HDR_LEN + 8);
+	assert_memory_equal(fr + PW_HDR_LEN, pay, 8);
+	assert_int_equal(pw_pack_next(b, len, &off, &fr, &flen), 1);
+	assert_int_equal(flen, PW_HDR_LEN);
+	assert_int_equal(pw_pack_next(b, len, &off, &fr, &flen), 0);
+	assert_int_equal(off, len);
+
+	/* every cut of the pack: whole frames, then an error (never a
+	 * frame that reaches past the cut) */
+	for (size_t cut = 1; cut < len; cut++) {
+		int rc, n = 0;
+
+		off = 0;
+		while ((rc = pw_pack_next(b, cut, &off, &fr, &flen)) == 1) {
+			assert_true(fr + flen <= b + cut);
+			n++;
+		}
+		assert_int_equal(rc, cut == PW_PACK_LEN + PW_HDR_LEN + 8 ? 0 : PW_E_SHORT);
+		assert_int_equal(n, cut >= PW_PACK_LEN + PW_HDR_LEN + 8);
+	}
+	/* a length shorter than a header */
+	b[0] = 0;
+	b[1] = PW_HDR_LEN - 1;
+	off = 0;
+	assert_int_equal(pw_pack_next(b, len, &off, &fr, &flen), PW_E_SHORT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bytes),
 		cmocka_unit_test(test_size_class),
 		cmocka_unit_test(test_rejects),
+		cmocka_unit_test(test_pack),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
