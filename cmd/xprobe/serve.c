@@ -229,14 +229,36 @@ static void ctl_reply(struct server *s, const struct xp_event *ev, const struct 
 	}
 }
 
+/* The sink's messages already taken (their senders may have their ACKs):
+ * counted before a control request is answered, so the counts a client
+ * asks for after its last acknowledgement hold every message it saw
+ * acknowledged. */
+static void sink_drain(struct server *s)
+{
+	struct xp_port *p = s->port[PROBE_PORT_SINK];
+	struct xp_event ev;
+
+	while (xp_port_pending(p) && xp_receive(p, &ev) == 1) {
+		if (ev.type != XP_RECV_EVENT && ev.type != XP_HIGH_RECV_EVENT) {
+			xp_unknown(p, &ev);
+			continue;
+		}
+		probe_srv_sink(&s->core, ev.sender_node, ev.sender_port, ev.length);
+		provide(s, sbuf_of(ev.buffer));
+	}
+}
+
 /* A control request: the rules answer it (probe_srv_ctl), the buffers a
  * SETUP needs come from here. */
 static void on_ctl(struct server *s, const struct xp_event *ev)
 {
 	struct probe_ctl_act act;
 	const struct probe_ctl *c = &act.req;
-	int rc = probe_srv_ctl(&s->core, ev->buffer, ev->length, ev->sender_node, ev->sender_port,
-			       &act);
+	int rc;
+
+	sink_drain(s);
+	rc = probe_srv_ctl(&s->core, ev->buffer, ev->length, ev->sender_node, ev->sender_port,
+			   &act);
 
 	if (rc == -EBADMSG) {
 		xlog_ratelimited(XLOG_WARN, "node %u: unexpected control message type %u",
@@ -285,10 +307,11 @@ static int serve_ports(struct server *s)
 			}
 			if (i == PROBE_PORT_SINK) {
 				probe_srv_sink(&s->core, ev.sender_node, ev.sender_port, ev.length);
+				provide(s, sbuf_of(ev.buffer));
 			} else {
 				on_ctl(s, &ev);
+				provide(s, sbuf_of(ev.buffer));
 			}
-			provide(s, sbuf_of(ev.buffer));
 		}
 	}
 	echo_backlog(s);

@@ -362,6 +362,20 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["bandwidth_Bps"] > 0' "$output"
 }
 
+@test "bw with a deep window: the server's count holds every message acknowledged" {
+	# ACKs go as soon as many messages are in, before the server has
+	# counted them: its answer to the count must take them in first
+	start_server "shm://$SHM" tcp://127.0.0.1:0 udp://127.0.0.1:0
+	local uri m s
+	for uri in "shm://$SHM" "${URIS[1]}" "shm://$SHM" "${URIS[1]}" "shm://$SHM" "${URIS[1]}"; do
+		run_xprobe 0 bw "$uri" -s 8 --window 256 -T 0.3 -o json
+		m=$(json_get "$output" messages)
+		s=$(json_get "$output" server_messages)
+		[ "$m" -gt 0 ]
+		[ "$s" -eq "$m" ] || die "$uri: $s counted, $m acknowledged"
+	done
+}
+
 @test "bw text output over shm" {
 	start_server "shm://$SHM"
 	run_xprobe 0 bw "shm://$SHM" -T 0.5 -s 4k --window 8 -q
