@@ -615,7 +615,7 @@ int mbox_rx_wait(struct mbox *m, uint64_t spin_ns, uint64_t timeout_ns)
 	atomic_store_explicit(&m->rx->cons_sleep, 0, memory_order_relaxed);
 	if (rx_ready(m))
 		return 0;
-	return rc == -ETIMEDOUT ? -ETIMEDOUT : -EINTR;
+	return rc;	/* 0: woken with nothing there (a kick): look again */
 }
 
 void mbox_rx_kick(struct mbox *m)

@@ -319,7 +319,8 @@ static inline bool mbox_rx_pending(struct mbox *m)
 }
 
 /* Spins `spin_ns`, then sleeps until a packet arrives or timeout_ns passes.
- * Returns 0 when a packet is there, -ETIMEDOUT, or -EINTR. */
+ * Returns 0 when a packet is there or a wake-up came (look again),
+ * -ETIMEDOUT, or -EINTR (a signal). */
 int mbox_rx_wait(struct mbox *m, uint64_t spin_ns, uint64_t timeout_ns);
 /* Wakes our own consumer sleeping in mbox_rx_wait (e.g. to stop it). */
 void mbox_rx_kick(struct mbox *m);

@@ -1281,6 +1281,58 @@ static void test_tx_room(void **s)
 	rmname();
 }
 
+/* A consumer asleep in mbox_rx_wait() and woken with nothing there -- a
+ * kick, or a producer's wake-up that comes late, for a packet taken
+ * during the arm window -- looks again (0); only a signal is -EINTR. */
+static struct mbox *wake_m;
+static pthread_t wake_target;
+static _Atomic bool wake_done;
+
+/* wakes the waiter every 5 ms (a wake that finds nobody asleep is lost)
+ * until it has returned */
+static void *late_wake(void *arg)
+{
+	while (!atomic_load(&wake_done)) {
+		usleep(5000);
+		if (arg)
+			pthread_kill(wake_target, SIGUSR1);
+		else
+			mbox_rx_kick(wake_m);
+	}
+	return NULL;
+}
+
+static void on_usr1(int sig) { (void)sig; }
+
+static void test_rx_wait_wakeups(void **s)
+{
+	struct sigaction sa = { .sa_handler = on_usr1 }, old;	/* no SA_RESTART */
+	char err[256];
+	pthread_t t;
+
+	cfgname("wake", (struct mbox_cfg){ 16, 256, 60000, 0 });
+	assert_int_equal(mbox_open(conn_name, &wake_m, err, sizeof(err)), 0);
+	assert_int_equal(mbox_claim(wake_m, MBOX_SIDE_B, err, sizeof(err)), 0);
+	assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+	wake_target = pthread_self();
+	for (int sig = 0; sig < 2; sig++) {
+		int rc = -ETIMEDOUT;
+
+		atomic_store(&wake_done, false);
+		assert_int_equal(pthread_create(&t, NULL, late_wake, sig ? &t : NULL), 0);
+		/* each wait sleeps up to the 20 ms backstop */
+		for (int i = 0; i < 500 && rc == -ETIMEDOUT; i++)
+			rc = mbox_rx_wait(wake_m, 0, 5000000000ull);
+		atomic_store(&wake_done, true);
+		pthread_join(t, NULL);
+		assert_int_equal(rc, sig ? -EINTR : 0);
+	}
+	assert_int_equal(mbox_rx_wait(wake_m, 0, 20000000ull), -ETIMEDOUT);
+	sigaction(SIGUSR1, &old, NULL);
+	mbox_close(wake_m);
+	rmname();
+}
+
 static void test_tx_claim(void **s)
 {
 	struct end a = { 0 }, b = { 0 };
@@ -1364,6 +1416,7 @@ int main(void)
 		cmocka_unit_test(test_transmit_guard),
 		cmocka_unit_test(test_tx_claim),
 		cmocka_unit_test(test_tx_room),
+		cmocka_unit_test(test_rx_wait_wakeups),
 		cmocka_unit_test(test_delivery_count),
 		cmocka_unit_test(test_peer_caps_latched),
 		cmocka_unit_test(test_stress),
