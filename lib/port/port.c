@@ -245,6 +245,8 @@ int xp_host_progress(struct xp_host *h)
 			if (h->links[i])
 				xpl_tx(h->links[i]);
 	done += pe_timers(h->e, now);
+	if (done > 0)
+		h->work_ns = now;
 	return done;
 }
 
@@ -775,6 +777,7 @@ int xp_host_wait(struct xp_host *h, uint64_t timeout_ns)
 int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
 				   uint64_t spin_until)
 {
+	uint64_t spin = UINT64_MAX;
 	int rc;
 
 	for (;;) {
@@ -783,12 +786,16 @@ int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t u
 		/* the receive just ran a progress, which read the clock */
 		uint64_t now = p->h->now;
 
+		if (spin == UINT64_MAX)
+			spin = spin_until > now ? spin_until - now : 0;
 		if (now >= until)
 			return 0;
 		/* Busy-poll (no sched_yield: yielding spinners let the
 		 * scheduler keep both ends on one CPU, bench/README.md), then
-		 * sleep. */
-		if (now < spin_until)
+		 * sleep: after the spin, and after as long again without
+		 * traffic (a bulk flow whose messages take longer than the
+		 * spin does not sleep between them). */
+		if (now < spin_until || now - p->h->work_ns < spin)
 			continue;
 		/* Progress may have queued completions of other ports, or
 		 * frames still to go: sleep only when idle. */

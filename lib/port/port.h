@@ -263,7 +263,8 @@ void xp_unknown(struct xp_port *p, const struct xp_event *ev);
  * progress run from one port's xp_receive() may queue events for another. */
 bool xp_port_pending(const struct xp_port *p);
 /* The same, waiting up to timeout_ns (0 = forever) for an event; spins for
- * spin_ns first (0: don't spin).  1, 0 on timeout, -EINTR when a signal
+ * spin_ns first, and on while the host moved traffic within the last
+ * spin_ns (0: don't spin).  1, 0 on timeout, -EINTR when a signal
  * interrupted the wait. */
 int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout_ns,
 			uint64_t spin_ns);

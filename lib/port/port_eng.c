@@ -778,10 +778,13 @@ XHOT_INLINE int pe_provide(struct pe_eng *e, unsigned port, void *buf, unsigned 
 	b->buf = buf;
 	b->size = (uint8_t)size;
 	b->prio = (uint8_t)prio;
-	b->next = NULL;
+	/* Last in, first out: the buffer given back last is the one most
+	 * likely still in the cache (seed 001 names no order). */
 	q = &p->avail[prio][size];
-	*(q->tail ? &q->tail->next : &q->head) = b;
-	q->tail = b;
+	b->next = q->head;
+	q->head = b;
+	if (!q->tail)
+		q->tail = b;
 	return 0;
 }
 

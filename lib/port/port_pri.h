@@ -171,6 +171,7 @@ struct xp_host {
 	struct xp_mem *mem;		/* registered ranges */
 	unsigned nmem, memcap;
 	uint64_t direct_bytes[XP_MAX_PORTS];	/* per port: xp_port_stats direct_bytes */
+	uint64_t work_ns;		/* the last progress that moved something */
 	bool defer_tx;			/* inside xp_unknown's send callbacks: */
 	bool deferred;			/* ...sends queued, out when it returns */
 };
