@@ -208,7 +208,9 @@ int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enum xp_prio pr
 
 /* Gives a buffer of at least xp_max_length_for_size(size) bytes for one
  * message of size class `size` and priority `prio`.  Gives up one receive
- * token.  0, -EAGAIN (no receive token), -EINVAL (size out of 4..31). */
+ * token.  Of several buffers of a size and priority, the one provided last
+ * is filled first (it is the likeliest to be in the cache).  0, -EAGAIN
+ * (no receive token), -EINVAL (size out of 4..31). */
 int xp_provide_receive_buffer(struct xp_port *p, void *buf, unsigned size, enum xp_prio prio);
 /* Which size classes this port accepts at a priority (bit s = size s);
  * others fail at the sender with XP_SEND_REJECTED.  Default: all. */
@@ -255,7 +257,9 @@ int xp_receive(struct xp_port *p, struct xp_event *ev);
  * (XP_ALARM_EVENT); a receive event passed here gives its buffer back to
  * the port for the next message of that size and priority (GM: the
  * receive token returns to GM).  Any other type: nothing.  A callback may
- * send, set alarms and close the port. */
+ * send, set alarms and close the port; what the send callbacks of one call
+ * send goes out together when it returns (over shm, small messages share
+ * mailbox packets). */
 void xp_unknown(struct xp_port *p, const struct xp_event *ev);
 /* Whether xp_receive() on this port has an event or a callback to give.
  * An application that sleeps on xp_host_fd() itself must look at this
