@@ -781,6 +781,10 @@ int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t u
 	int rc;
 
 	for (;;) {
+		if (!p->open) {		/* no progress would run: no clock */
+			*ev = (struct xp_event){ .type = XP_NO_EVENT };
+			return 0;
+		}
 		if ((rc = xp_receive(p, ev)) != 0)
 			return rc;
 		/* the receive just ran a progress, which read the clock */

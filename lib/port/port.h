@@ -268,13 +268,15 @@ void xp_unknown(struct xp_port *p, const struct xp_event *ev);
 bool xp_port_pending(const struct xp_port *p);
 /* The same, waiting up to timeout_ns (0 = forever) for an event; spins for
  * spin_ns first, and on while the host moved traffic within the last
- * spin_ns (0: don't spin).  1, 0 on timeout, -EINTR when a signal
- * interrupted the wait. */
+ * spin_ns (0: don't spin).  1, 0 on timeout (at once on a closed port),
+ * -EINTR when a signal interrupted the wait. */
 int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout_ns,
 			uint64_t spin_ns);
 /* The same with absolute times on the xtime_ns() clock, for a caller that
  * has just read it (a ping's send time): until (UINT64_MAX: forever) and
- * the moment spinning gives way to sleeping.  Reads no clock on entry. */
+ * the moment spinning gives way to sleeping; what is left of the spin at
+ * entry is also how long traffic keeps it spinning after that moment.
+ * Reads no clock on entry. */
 int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
 			      uint64_t spin_until);
 

@@ -129,8 +129,10 @@ struct pe_rbuf {
 	uint8_t size, prio;
 };
 
+/* A size and priority's provided buffers: a stack, the one provided (or
+ * given back unfilled) last on top -- the likeliest to be in the cache. */
 struct rq {
-	struct pe_rbuf *head, *tail;
+	struct pe_rbuf *head;
 };
 
 struct pe_lane {
@@ -445,14 +447,12 @@ static void fail_all(struct pe_eng *e, struct pe_txs *s, enum xp_status st, bool
 	done_flush(e, s);
 }
 
-static void rbuf_push_front(struct pe_port *p, struct pe_rbuf *b)
+static void rbuf_push(struct pe_port *p, struct pe_rbuf *b)
 {
 	struct rq *q = &p->avail[b->prio][b->size];
 
 	b->next = q->head;
 	q->head = b;
-	if (!q->tail)
-		q->tail = b;
 }
 
 void pe_node_down(struct pe_eng *e, uint32_t node)
@@ -473,13 +473,14 @@ void pe_node_down(struct pe_eng *e, uint32_t node)
 				continue;
 			/* a half-filled buffer is still the port's, unreported */
 			if (r->st == RX_ASM && e->ports[r->dst].open)
-				rbuf_push_front(&e->ports[r->dst], r->rb);
+				rbuf_push(&e->ports[r->dst], r->rb);
 			r->st = RX_UNSYNC;
 			r->rb = NULL;
 			list_del(&r->ctl);
 			r->ack_pending = r->nack_pending = false;
 		}
 	}
+	e->unacked = 0;		/* a hint: the other nodes' ACKs go with the next round */
 	n->refs = 0;
 }
 
@@ -763,7 +764,6 @@ XHOT_INLINE int pe_provide(struct pe_eng *e, unsigned port, void *buf, unsigned 
 {
 	struct pe_port *p;
 	struct pe_rbuf *b;
-	struct rq *q;
 
 	if (port >= PW_MAX_PORTS || !e->ports[port].open || size < PW_MIN_SIZE ||
 	    size > PW_MAX_SIZE || prio > 1 || !buf)
@@ -778,13 +778,8 @@ XHOT_INLINE int pe_provide(struct pe_eng *e, unsigned port, void *buf, unsigned 
 	b->buf = buf;
 	b->size = (uint8_t)size;
 	b->prio = (uint8_t)prio;
-	/* Last in, first out: the buffer given back last is the one most
-	 * likely still in the cache (seed 001 names no order). */
-	q = &p->avail[prio][size];
-	b->next = q->head;
-	q->head = b;
-	if (!q->tail)
-		q->tail = b;
+	/* filled first (seed 001 names no order) */
+	rbuf_push(p, b);
 	return 0;
 }
 
@@ -1057,7 +1052,6 @@ XINLINE void rx_first(struct pe_eng *e, struct pe_rxs *r, const struct pw_hdr *h
 		return;
 	}
 	q->head = b->next;
-	q->tail = q->head ? q->tail : NULL;
 	r->st = RX_ASM;
 	r->expect = h->seq;
 	r->rb = b;
@@ -1106,7 +1100,7 @@ XINLINE int rx_data_begin(struct pe_eng *e, struct pe_rxs *r, const struct pw_hd
 			 * and it says so with SYNC. */
 			if (!(h->flags & PW_SYNC))
 				return proto_err(why, whylen, "new message inside a message", h);
-			rbuf_push_front(&e->ports[r->dst], r->rb);
+			rbuf_push(&e->ports[r->dst], r->rb);
 			r->rb = NULL;
 			r->st = RX_IDLE;
 		}
@@ -1243,7 +1237,7 @@ static int rx_control(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *
 		/* only the message being filled; anything else is stale */
 		if (r && r->st == RX_ASM && r->expect == h->seq) {
 			if (e->ports[r->dst].open)
-				rbuf_push_front(&e->ports[r->dst], r->rb);
+				rbuf_push(&e->ports[r->dst], r->rb);
 			r->rb = NULL;
 			r->st = RX_UNSYNC;	/* the sender's next message has SYNC */
 		}
