@@ -305,13 +305,11 @@ static int serve_ports(struct server *s)
 				on_echo(s, &ev);
 				continue;
 			}
-			if (i == PROBE_PORT_SINK) {
+			if (i == PROBE_PORT_SINK)
 				probe_srv_sink(&s->core, ev.sender_node, ev.sender_port, ev.length);
-				provide(s, sbuf_of(ev.buffer));
-			} else {
+			else
 				on_ctl(s, &ev);
-				provide(s, sbuf_of(ev.buffer));
-			}
+			provide(s, sbuf_of(ev.buffer));
 		}
 	}
 	echo_backlog(s);
