@@ -357,7 +357,8 @@ static void flush_path(struct clt_path *p)
 		bool out = xrc_tx_pending(k->c);
 
 		if (out != k->want_out && k->in_epoll) {
-			struct epoll_event ev = { .events = EPOLLIN | (out ? EPOLLOUT : 0) };
+			struct epoll_event ev = { .events = EPOLLIN | (out ? EPOLLOUT : 0),
+						  .data.ptr = k };
 
 			if (epoll_ctl(p->s->epfd, EPOLL_CTL_MOD, xrc_fd(k->c), &ev) == 0)
 				k->want_out = out;
@@ -365,11 +366,36 @@ static void flush_path(struct clt_path *p)
 	}
 }
 
+/* Which connections have something to read: one epoll_wait for all of
+ * them, where a poll of each would be a read(2) each over tcp.  The set is
+ * level-triggered, so what arrives after this shows in the next round. */
+static void clt_ready(struct rtrs_clt *s)
+{
+	struct epoll_event ev[32];
+	int n = epoll_wait(s->epfd, ev, 32, 0);
+
+	for (int i = 0; i < n; i++) {
+		struct clt_con *k = ev[i].data.ptr;
+
+		if (k)		/* NULL: a connector's eventfd */
+			xrc_ready(k->c);
+	}
+	if (n == 32)	/* maybe more than were told: all read once */
+		for (unsigned i = 0; i < s->core.npaths; i++) {
+			struct clt_path *p = path_at(s, i);
+
+			for (uint32_t c = 0; p->cons && c < p->ncon; c++)
+				if (p->cons[c].c)
+					xrc_ready(p->cons[c].c);
+		}
+}
+
 int rtrs_clt_poll(struct rtrs_clt *s, uint64_t now)
 {
 	int n = 0;
 
 	s->now = now;
+	clt_ready(s);
 	for (unsigned i = 0; i < s->core.npaths; i++) {
 		struct clt_path *p = path_at(s, i);
 

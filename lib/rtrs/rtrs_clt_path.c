@@ -15,7 +15,7 @@
 
 static void con_epoll(struct rtrs_clt *s, struct clt_con *k, bool add)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = k };
 
 	if (add && !k->in_epoll) {
 		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, xrc_fd(k->c), &ev) == 0)
@@ -24,6 +24,8 @@ static void con_epoll(struct rtrs_clt *s, struct clt_con *k, bool add)
 		epoll_ctl(s->epfd, EPOLL_CTL_DEL, xrc_fd(k->c), NULL);
 		k->in_epoll = false;
 	}
+	/* rtrs_clt_poll() passes on what the epoll set reports */
+	xrc_ready_hints(k->c, k->in_epoll);
 }
 
 /* Closes a path's connections (everything outstanding is flushed inside

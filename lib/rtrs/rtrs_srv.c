@@ -107,7 +107,8 @@ int rtrs_srv_listen(struct rtrs_srv *srv, const struct xuri *u, char *err, size_
 		return errno ? -errno : -EIO;
 	sl->uri = *u;
 	sl->uri.port = xrc_listener_port(sl->l);
-	ev.data.u64 = 0;
+	ev.data.u64 = (uint64_t)srv->nlsn << 1 | 1;	/* a connection's is its srv_con */
+	sl->ready = true;
 	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, xrc_listener_fd(sl->l), &ev) < 0) {
 		int e = errno;
 
@@ -344,12 +345,13 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 	c->wait_tail = &c->wait;
 	srv_con_attached(p, cr.cid, c);
 	{
-		struct epoll_event ev = { .events = EPOLLIN };
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
 
 		if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, xrc_fd(x), &ev) < 0) {
 			srv_path_close(p, "epoll failed");
 			return;
 		}
+		xrc_ready_hints(x, true);	/* srv_ready() passes on the epoll's word */
 	}
 	if (!p->dom) {
 		rc = path_mem(p, xrc_domain(x), err, sizeof(err));
@@ -457,13 +459,48 @@ void srv_info_req(struct srv_con *c, const void *buf, uint32_t len)
 
 /* --- the loop ------------------------------------------------------------ */
 
+/* What has something to read: one epoll_wait for the listeners and every
+ * connection, where a poll of each would be a read(2) each over tcp.  The
+ * set is level-triggered: what arrives after this shows next round. */
+static void srv_ready(struct rtrs_srv *srv)
+{
+	struct epoll_event ev[32];
+	int n = epoll_wait(srv->epfd, ev, 32, 0);
+
+	for (int i = 0; i < n; i++) {
+		if (ev[i].data.u64 & 1)
+			srv->lsn[ev[i].data.u64 >> 1].ready = true;
+		else
+			xrc_ready(((struct srv_con *)ev[i].data.ptr)->x);
+	}
+	if (n < 32)
+		return;
+	/* maybe more than were told: everything is read once */
+	for (unsigned i = 0; i < srv->nlsn; i++)
+		srv->lsn[i].ready = true;
+	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next)
+		for (struct srv_path *p = s->paths; p; p = p->next)
+			for (unsigned i = 0; i < p->cid_num; i++)
+				if (p->con[i])
+					xrc_ready(p->con[i]->x);
+}
+
+/* Listeners whose fd showed readable; all of them now and then, for the
+ * deadlines of half-open connections. */
 static int poll_listeners(struct rtrs_srv *srv)
 {
+	bool all = srv->now - srv->lsn_ns >= SRV_LISTEN_CHECK_NS;
 	char err[256];
 	int n = 0;
 
+	if (all)
+		srv->lsn_ns = srv->now;
 	for (unsigned i = 0; i < srv->nlsn; i++) {
 		struct xrc_req *rq;
+
+		if (!srv->lsn[i].ready && !all)
+			continue;
+		srv->lsn[i].ready = false;
 
 		while ((rq = xrc_get_request(srv->lsn[i].l, err, sizeof(err)))) {
 			on_request(srv, i, rq);
@@ -553,6 +590,7 @@ int rtrs_srv_poll(struct rtrs_srv *srv, uint64_t now)
 	int work, rc;
 
 	srv->now = now;
+	srv_ready(srv);
 	rc = poll_listeners(srv);
 	if (rc < 0)
 		return rc;
@@ -630,7 +668,8 @@ int rtrs_srv_arm(struct rtrs_srv *srv)
 				out = xrc_tx_pending(c->x);
 				if (out != c->epoll_out) {
 					struct epoll_event ev = {
-						.events = EPOLLIN | (out ? EPOLLOUT : 0) };
+						.events = EPOLLIN | (out ? EPOLLOUT : 0),
+						.data.ptr = c };
 
 					epoll_ctl(srv->epfd, EPOLL_CTL_MOD, xrc_fd(c->x), &ev);
 					c->epoll_out = out;

@@ -11,6 +11,7 @@
 
 #define SRV_MAX_LISTENERS	16
 #define SRV_WC_BATCH		32
+#define SRV_LISTEN_CHECK_NS	100000000ull	/* listeners asked unprompted: half-open deadlines */
 
 /* wr_id of our signaled sends: the kind in the top byte, and how many
  * send-queue slots the completion gives back in the low 32 bits (an RC send
@@ -105,6 +106,7 @@ struct rtrs_srv_sess {
 struct srv_listener {
 	struct xrc_listener *l;
 	struct xuri uri;		/* with the bound port */
+	bool ready;			/* its fd showed readable */
 };
 
 struct rtrs_srv {
@@ -116,6 +118,7 @@ struct rtrs_srv {
 	unsigned nlsn;
 	struct rtrs_srv_sess *sessions;
 	uint64_t now;
+	uint64_t lsn_ns;		/* listeners last asked regardless */
 	bool reap;			/* a path is closing: tidy up in the loop */
 	bool in_poll;			/* inside rtrs_srv_poll: answers are held
 					 * (XRC_MORE) and flushed once per batch */

@@ -416,6 +416,18 @@ int xrc_arm(struct xrc *c)
 	return c->ops->arm(c);
 }
 
+void xrc_ready_hints(struct xrc *c, bool on)
+{
+	if (c->ops->ready)
+		c->ops->ready(c, on ? XRC_HINTS_ON : XRC_HINTS_OFF);
+}
+
+void xrc_ready(struct xrc *c)
+{
+	if (c->ops->ready)
+		c->ops->ready(c, XRC_READY);
+}
+
 bool xrc_tx_pending(const struct xrc *c)
 {
 	return c->state == XRC_UP && c->ops->tx_pending && c->ops->tx_pending(c);

@@ -392,6 +392,16 @@ int xrc_fd(const struct xrc *c);
 /* Makes xrc_fd() signal the next completion.  Returns 1 when completions
  * are already waiting (poll, do not sleep), 0 when armed, or -errno. */
 int xrc_arm(struct xrc *c);
+/* Readiness the caller learns anyway from its own (level-triggered) epoll
+ * set, so that a poll need not ask the socket: over tcp each xrc_poll()
+ * is otherwise a read(2), which under light load or on a quiet connection
+ * mostly finds nothing.  After xrc_ready_hints(c, true), xrc_poll() reads
+ * only while its last read may have left bytes behind, or once xrc_ready()
+ * was called -- which the caller must do whenever its epoll_wait() reports
+ * xrc_fd() (any event), before the next poll.  xrc_wait() reads anyway.
+ * Off by default; rdma ignores both (its poll reads a CQ in memory). */
+void xrc_ready_hints(struct xrc *c, bool on);
+void xrc_ready(struct xrc *c);
 /* Arms, then blocks until xrc_poll() may have work or timeout_ns passes
  * (0 = don't block).  1 ready, 0 timeout, -errno. */
 int xrc_wait(struct xrc *c, uint64_t timeout_ns);

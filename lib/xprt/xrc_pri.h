@@ -31,12 +31,15 @@ struct xrc_conn_ops {
 	bool (*tx_pending)(const struct xrc *c);	/* NULL: never */
 	bool (*peer_gone)(const struct xrc *c);	/* NULL: when DOWN */
 	int (*arm)(struct xrc *c);	/* NULL: the fd needs no arming */
+	/* NULL: polling costs no system call, hints change nothing */
+	void (*ready)(struct xrc *c, int how);	/* XRC_HINTS_ON/_OFF, XRC_READY */
 	/* mr NULL: invalidate (xrc.c checked domain, bounds, access, state) */
 	int (*win_bind)(struct xrc *c, struct xrc_win *w, struct xrc_mr *mr, void *addr,
 			size_t len, unsigned access, uint64_t wr_id, unsigned flags);
 };
 
 enum { SEND_PLAIN, SEND_IMM, SEND_INV };
+enum { XRC_HINTS_OFF, XRC_HINTS_ON, XRC_READY };
 
 struct xrc_listener_ops {
 	void (*close)(struct xrc_listener *l);

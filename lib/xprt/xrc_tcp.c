@@ -382,6 +382,9 @@ struct tcp_conn {
 	uint32_t rx_seq;		/* last WRITE/READ_REQ seq from the peer */
 	uint32_t burst;			/* bytes per direction per poll (xrc_opts) */
 	size_t rx_budget;		/* what this poll may still read */
+	/* xrc_ready_hints(): the owner's epoll says when to read; rx_maybe
+	 * is false from a read that drained the socket until it says so */
+	bool rx_hints, rx_maybe;
 };
 
 static const struct xrc_conn_ops tcp_conn_ops;
@@ -902,14 +905,16 @@ static void progress(struct tcp_conn *c)
 	rx_parse(c);	/* what waited for a receive or a control slot */
 	c->rx_budget = c->burst;
 	for (int r = 0; r < RX_ROUNDS && c->base.state == XRC_UP && !c->rx_blocked &&
-	     c->rx_budget; r++) {
+	     c->rx_budget && (c->rx_maybe || !c->rx_hints); r++) {
 		int more = rx_read(c);
 
 		if (more < 0)
 			return;
 		rx_parse(c);
-		if (!more)
+		if (!more) {
+			c->rx_maybe = false;
 			break;
+		}
 	}
 	tx_flush(c);
 	if (c->rx_blocked && c->ctl_n < c->ctl_cap)
@@ -1068,6 +1073,7 @@ static int tcp_wait(struct xrc *xc, uint64_t timeout_ns)
 			       (long)(timeout_ns % XTIME_NS_PER_S) };
 	int rc;
 
+	c->rx_maybe = true;	/* a blocking wait looks for itself */
 	progress(c);
 	if (have_wc(c))
 		return 1;
@@ -1081,6 +1087,8 @@ static int tcp_wait(struct xrc *xc, uint64_t timeout_ns)
 	rc = ppoll(&p, 1, &ts, NULL);
 	if (rc < 0)
 		return errno == EINTR ? 0 : -errno;
+	if (rc > 0)
+		c->rx_maybe = true;	/* the caller polls next: read then */
 	return rc > 0;
 }
 
@@ -1132,6 +1140,18 @@ static int tcp_arm(struct xrc *xc)
 	return have_wc(TC(xc)) ? 1 : 0;
 }
 
+static void tcp_ready(struct xrc *xc, int how)
+{
+	struct tcp_conn *c = TC(xc);
+
+	if (how == XRC_READY)
+		c->rx_maybe = true;
+	else
+		c->rx_hints = how == XRC_HINTS_ON;
+	if (!c->rx_hints)
+		c->rx_maybe = true;
+}
+
 static const struct xrc_conn_ops tcp_conn_ops = {
 	.close = tcp_close,
 	.post_send = tcp_post_send,
@@ -1146,6 +1166,7 @@ static const struct xrc_conn_ops tcp_conn_ops = {
 	.tx_pending = tcp_tx_pending,
 	.peer_gone = tcp_peer_gone,
 	.arm = tcp_arm,
+	.ready = tcp_ready,
 	.win_bind = tcp_win_bind,
 };
 
@@ -1174,6 +1195,7 @@ struct xrc *xtcp_conn_new(int fd, const struct xrc_opts *o, uint32_t peer_max_se
 	c->tx_cap = pow2_up(sd + c->ctl_cap);
 	c->sq = calloc(sd, sizeof(*c->sq));
 	c->burst = o->burst ? o->burst : 4u << 20;
+	c->rx_maybe = true;
 	c->inl = malloc((size_t)sd * o->max_inline);
 	c->wq = calloc(sd, sizeof(*c->wq));
 	c->rdq = calloc(sd, sizeof(*c->rdq));

@@ -169,6 +169,69 @@ static void test_backpressure(void **state)
 	xrc_close(b);
 }
 
+/* Readiness hints: once the owner's epoll speaks for the socket, a poll
+ * after a read that drained it does not read again (the bytes wait in the
+ * kernel) until xrc_ready(); xrc_wait() looks for itself; hints off, every
+ * poll reads. */
+static void test_ready_hints(void **state)
+{
+	struct xrc_opts o = { .sq_depth = 8, .rq_depth = 8 };
+	struct xrc *a, *b;
+	uint8_t src[3][100], dst[3][100];
+	struct xrc_wc wc[8], w;
+	int inq = 0;
+
+	(void)state;
+	xc_pair_opts(&a, &b, &o, &o);
+	for (int i = 0; i < 3; i++) {
+		memset(src[i], 'a' + i, sizeof(src[i]));
+		assert_int_equal(xrc_post_recv(b, &(struct xrc_sge){ dst[i], sizeof(dst[i]), NULL },
+					       (uint64_t)i), 0);
+	}
+	xrc_ready_hints(b, true);
+	assert_int_equal(xrc_poll(b, wc, 8), 0);	/* reads once: nothing there */
+
+	assert_int_equal(xrc_post_send(a, &(struct xrc_sge){ src[0], 100, NULL }, 1, 0,
+				       XRC_SIGNALED), 0);
+	xc_get_wc(a, b, &w);		/* sent: the bytes are in b's socket */
+	for (int i = 0; i < 50; i++) {
+		assert_int_equal(xrc_poll(b, wc, 8), 0);
+		if (ioctl(xrc_fd(b), FIONREAD, &inq) == 0 && inq > 0)
+			break;
+		usleep(1000);
+	}
+	assert_true(inq > 0);
+	assert_int_equal(xrc_poll(b, wc, 8), 0);	/* not read: nobody said so */
+	assert_int_equal(ioctl(xrc_fd(b), FIONREAD, &inq), 0);
+	assert_true(inq > 0);
+	xrc_ready(b);
+	assert_int_equal(xrc_poll(b, wc, 8), 1);
+	assert_int_equal(wc[0].wr_id, 0);
+	assert_memory_equal(dst[0], src[0], 100);
+
+	/* a blocking wait reads without being told */
+	assert_int_equal(xrc_post_send(a, &(struct xrc_sge){ src[1], 100, NULL }, 1, 1,
+				       XRC_SIGNALED), 0);
+	xc_get_wc(a, b, &w);
+	assert_int_equal(xrc_wait(b, 2 * XTIME_NS_PER_S), 1);
+	assert_int_equal(xrc_poll(b, wc, 8), 1);
+	assert_int_equal(wc[0].wr_id, 1);
+	assert_memory_equal(dst[1], src[1], 100);
+
+	/* hints off: a plain poll reads */
+	assert_int_equal(xrc_poll(b, wc, 8), 0);
+	xrc_ready_hints(b, false);
+	assert_int_equal(xrc_post_send(a, &(struct xrc_sge){ src[2], 100, NULL }, 1, 2,
+				       XRC_SIGNALED), 0);
+	xc_get_wc(a, b, &w);
+	for (int i = 0; i < 2000 && xrc_poll(b, wc, 8) == 0; i++)
+		usleep(1000);
+	assert_int_equal(wc[0].wr_id, 2);
+	assert_memory_equal(dst[2], src[2], 100);
+	xrc_close(a);
+	xrc_close(b);
+}
+
 /* A peer that sent 32 KiB and went: xrc_peer_gone() says so at once,
  * while the connection is still up with its bytes unread.  (Its FIN must
  * have left: one queued behind bytes the receiver has no room for is not
@@ -299,6 +362,7 @@ int main(void)
 		cmocka_unit_test(test_opts_fit),
 		cmocka_unit_test(test_connect_timeout),
 		cmocka_unit_test(test_backpressure),
+		cmocka_unit_test(test_ready_hints),
 		cmocka_unit_test(test_peer_gone),
 		cmocka_unit_test(test_garbage_client),
 		cmocka_unit_test(test_ipv6),
