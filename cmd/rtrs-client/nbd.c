@@ -145,6 +145,8 @@ struct conn {
 	struct nreq *rq_head, *rq_tail;	/* replies to send */
 	unsigned inflight;		/* nreqs of this connection */
 	bool eof, disc, closing, dead;
+	bool dry;			/* a read drained the socket: wait for
+					 * epoll's EPOLLIN before the next */
 	bool throttled;			/* stopped at CONN_INFLIGHT or CONN_PAGES */
 	bool quota_wait;		/* ... at CONN_PAGES: c->pend waits for its own pages */
 	bool out_blocked;		/* the handshake's output is full: read
@@ -497,14 +499,22 @@ static int fill_in(struct conn *c)
 	}
 	if (c->inlen == INBUF)
 		return 1;	/* full: the parser takes some first */
+	if (c->dry)
+		return 0;
 	n = read(c->fd, c->in + c->inlen, INBUF - c->inlen);
 	if (n > 0) {
+		/* less than asked for: what follows is not there yet, and
+		 * a read now would only say EAGAIN (the level-triggered
+		 * epoll tells when it is) */
+		c->dry = (size_t)n < INBUF - c->inlen;
 		c->inlen += (size_t)n;
 		c->bytes_in += (uint64_t)n;
 		return 1;
 	}
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+		c->dry = errno == EAGAIN;
 		return 0;
+	}
 	if (n < 0 && !c->srv->quiet)
 		logc(c, "%s", strerror(errno));
 	/* the same words as for a hang-up epoll reports (srv_on_fd) */
@@ -535,14 +545,19 @@ static int take_payload(struct conn *c)
 	c->inoff += k;
 	c->wr_got += (uint32_t)k;
 	while (c->wr_got < r->len) {
+		if (c->dry)
+			return 0;
 		n = read(c->fd, r->buf + c->wr_got, r->len - c->wr_got);
 		if (n > 0) {
+			c->dry = (size_t)n < r->len - c->wr_got;	/* as in fill_in */
 			c->wr_got += (uint32_t)n;
 			c->bytes_in += (uint64_t)n;
 			continue;
 		}
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			c->dry = errno == EAGAIN;
 			return 0;
+		}
 		return fill_in(c);	/* says why, frees the write */
 	}
 	c->wr = NULL;
@@ -874,8 +889,10 @@ static void srv_on_fd(void *ctx, uint64_t tag, uint32_t events)
 			conn_pump(c);
 		}
 	}
-	if (!c->dead && (events & EPOLLIN))
+	if (!c->dead && (events & EPOLLIN)) {
+		c->dry = false;
 		conn_pump(c);
+	}
 }
 
 static void srv_status(void *ctx, struct xnode *m)

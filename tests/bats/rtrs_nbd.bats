@@ -184,6 +184,18 @@ good 0"
 	expect_output "2000 replies"
 }
 
+@test "requests that arrive in pieces, with pauses: every write lands, every read returns it" {
+	local port i
+	port=$(free_port)
+	disk disk.img 64M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	for i in 1 2 3; do
+		run_limited 60 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 trickle
+		[[ $output == *"writes and reads intact"* ]] || { echo "$output"; false; }
+	done
+}
+
 @test "a client that asks without reading: no busy loop, and it cannot take the others' buffers" {
 	need nbdcopy
 	local port t0 t1 pid
