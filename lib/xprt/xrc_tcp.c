@@ -8,7 +8,9 @@
  * are read into a staging buffer and parsed many frames at a time; a payload
  * that starts on an empty staging buffer is read straight into its
  * destination (receive buffer, registered region, read sges) by the same
- * readv that picks up the next headers.
+ * readv that picks up the next headers.  While payloads are large the
+ * staging part of that readv is small (RX_BULK_STAGE), so that little of
+ * the next payload is staged and copied.
  *
  * Flow control is TCP's own: when a SEND (or a write-with-imm) arrives and no
  * receive is posted, the parser stops and the socket is not read until one
@@ -37,6 +39,13 @@
 #define RXBUF_SIZE	(256u * 1024)
 #define TX_IOV_MAX	64		/* iovecs per sendmsg */
 #define RX_ROUNDS	16		/* reads per xrc_poll(): fairness between connections */
+/* After a frame of RX_BULK payload bytes or more, until one of RX_SMALL to
+ * RX_BULK, staging reads take at most RX_BULK_STAGE: the next frame's
+ * header and the start of its payload, whose rest then goes straight into
+ * its destination instead of through the staging buffer and a memcpy. */
+#define RX_BULK		(32u << 10)
+#define RX_SMALL	512u
+#define RX_BULK_STAGE	4096u
 #define NO_SQ		UINT32_MAX
 
 /* --- the domain: one process-wide key table ------------------------------
@@ -385,6 +394,7 @@ struct tcp_conn {
 	/* xrc_ready_hints(): the owner's epoll says when to read; rx_maybe
 	 * is false from a read that drained the socket until it says so */
 	bool rx_hints, rx_maybe;
+	bool rx_bulk;			/* large payloads: stage little (RX_BULK) */
 };
 
 static const struct xrc_conn_ops tcp_conn_ops;
@@ -677,6 +687,10 @@ static int rx_frame(struct tcp_conn *c, const struct xtcp_frame *f)
 	c->cur = *f;
 	c->remain = f->len;
 	c->discard = false;
+	if (f->len >= RX_BULK)
+		c->rx_bulk = true;
+	else if (f->len >= RX_SMALL)
+		c->rx_bulk = false;
 	c->ndst = c->dsti = 0;
 	switch (f->type) {
 	case XTCP_SEND: {
@@ -877,6 +891,8 @@ static int rx_read(struct tcp_conn *c)
 			direct += c->dst[i].iov_len;
 		}
 	m = RXBUF_SIZE - c->rx_end;
+	if (c->rx_bulk && m > RX_BULK_STAGE)
+		m = RX_BULK_STAGE > c->rx_end ? RX_BULK_STAGE - c->rx_end : 64;
 	if (m > c->rx_budget)
 		m = c->rx_budget > 64 ? c->rx_budget : 64;	/* room for headers */
 	iov[k++] = (struct iovec){ c->rxbuf + c->rx_end, m };

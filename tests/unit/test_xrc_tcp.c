@@ -232,6 +232,83 @@ static void test_ready_hints(void **state)
 	xrc_close(b);
 }
 
+/* A stream of frames of every size class back to back -- tiny, mid-size,
+ * and bulk ones whose payload is read straight into its destination after
+ * a small staging read -- SENDs into receive buffers and WRITEs with
+ * immediate into a region, pipelined 8 deep: every byte lands where it
+ * belongs.  Random sizes, seed printed. */
+static void test_mixed_sizes(void **state)
+{
+	enum { N = 400, MAXSZ = 300 << 10, DEPTH = 8 };
+	struct xrc_opts o = { .sq_depth = 32, .rq_depth = 32, .max_send = MAXSZ };
+	unsigned seed = (unsigned)xtime_ns();
+	uint8_t *src = malloc((size_t)DEPTH * MAXSZ), *dst = malloc((size_t)DEPTH * MAXSZ);
+	uint8_t *region = malloc((size_t)DEPTH * MAXSZ);
+	size_t len[DEPTH];
+	bool wr[DEPTH];
+	struct xrc_mr *rmr, *smr;
+	struct xrc *a, *b;
+
+	(void)state;
+	printf("test_mixed_sizes: seed %u\n", seed);
+	srandom(seed);
+	xc_pair_opts(&a, &b, &o, &o);
+	rmr = xc_reg(b, region, (size_t)DEPTH * MAXSZ, XRC_ACCESS_REMOTE_WRITE);
+	smr = xc_reg(a, src, (size_t)DEPTH * MAXSZ, 0);
+	for (int done = 0; done < N; done += DEPTH) {
+		for (int i = 0; i < DEPTH; i++) {
+			uint8_t *p = src + (size_t)i * MAXSZ;
+			long cls = random() % 3;
+
+			len[i] = cls == 0 ? (size_t)(random() % 300) :
+				 cls == 1 ? 512 + (size_t)(random() % (32 << 10)) :
+				 (32 << 10) + (size_t)(random() % (MAXSZ - (32 << 10)));
+			wr[i] = random() % 2;
+			for (size_t k = 0; k < len[i]; k++)
+				p[k] = (uint8_t)(k * 31 + (size_t)done + (size_t)i);
+			assert_int_equal(xrc_post_recv(b, &(struct xrc_sge){ dst + (size_t)i * MAXSZ,
+						       MAXSZ, NULL }, (uint64_t)i), 0);
+		}
+		for (int i = 0; i < DEPTH; i++) {
+			struct xrc_sge sg = { src + (size_t)i * MAXSZ, (uint32_t)len[i], smr };
+
+			if (wr[i])
+				assert_int_equal(xrc_post_write(a, &sg, 1,
+						 (uintptr_t)(region + (size_t)i * MAXSZ), rmr->rkey,
+						 true, (uint32_t)i, (uint64_t)i, XRC_SIGNALED), 0);
+			else
+				assert_int_equal(xrc_post_send(a, &sg, 1, (uint64_t)i, XRC_SIGNALED),
+						 0);
+		}
+		for (int i = 0; i < DEPTH; i++) {
+			struct xrc_wc w;
+			const uint8_t *got;
+
+			xc_get_wc(b, a, &w);
+			assert_int_equal(w.status, 0);
+			assert_int_equal(w.wr_id, (uint64_t)i);	/* receives complete in order */
+			assert_int_equal(w.len, len[i]);
+			got = (wr[i] ? region : dst) + (size_t)i * MAXSZ;
+			if (memcmp(got, src + (size_t)i * MAXSZ, len[i]))
+				fail_msg("seed %u: message %d (%zu bytes, %s) differs", seed, done + i,
+					 len[i], wr[i] ? "write" : "send");
+		}
+		for (int i = 0; i < DEPTH; i++) {
+			struct xrc_wc w;
+
+			xc_get_wc(a, b, &w);
+			assert_int_equal(w.status, 0);
+		}
+	}
+	xrc_close(a);
+	xrc_close(b);
+	xrc_dereg(rmr);
+	xrc_dereg(smr);
+	free(src);
+	free(dst);
+	free(region);
+}
+
 /* A peer that sent 32 KiB and went: xrc_peer_gone() says so at once,
  * while the connection is still up with its bytes unread.  (Its FIN must
  * have left: one queued behind bytes the receiver has no room for is not
@@ -363,6 +440,7 @@ int main(void)
 		cmocka_unit_test(test_connect_timeout),
 		cmocka_unit_test(test_backpressure),
 		cmocka_unit_test(test_ready_hints),
+		cmocka_unit_test(test_mixed_sizes),
 		cmocka_unit_test(test_peer_gone),
 		cmocka_unit_test(test_garbage_client),
 		cmocka_unit_test(test_ipv6),
