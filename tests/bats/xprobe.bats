@@ -427,6 +427,51 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	done
 }
 
+@test "a shm server killed mid-test, small messages in packs or large by reference: one line, exit 1" {
+	local seed=${XPRT_SEED:-$RANDOM} i rc pid d sz
+	echo "# seed $seed" >&3
+	RANDOM=$seed
+	for i in 1 2 3 4 5 6; do
+		start_server "shm://$SHM"
+		sz=$((i % 2 ? 8 : 1048576))
+		"$XPROBE" bw "shm://$SHM" -s "$sz" --window $((i % 2 ? 64 : 4)) -T 20 -q >"$BATS_TEST_TMPDIR/bw.out" \
+			2>"$BATS_TEST_TMPDIR/bw.err" 3>&- &
+		pid=$! rc=0
+		BG_PIDS+=($pid)
+		d=$((RANDOM % 300))
+		sleep "$((d / 1000)).$(printf %03d $((d % 1000)))"
+		kill -KILL "$SRV_PID"
+		wait "$SRV_PID" 2>/dev/null || true
+		timeout 15 tail --pid=$pid -f /dev/null || true
+		wait $pid || rc=$?
+		[ "$rc" -eq 1 ] || die "trial $i (-s $sz, ${d} ms): bw exited $rc: $(cat "$BATS_TEST_TMPDIR/bw.err")"
+		[ "$(wc -l <"$BATS_TEST_TMPDIR/bw.err")" -eq 1 ] &&
+			grep -q "connection lost" "$BATS_TEST_TMPDIR/bw.err" ||
+			die "trial $i (-s $sz, ${d} ms): $(cat "$BATS_TEST_TMPDIR/bw.err")"
+	done
+}
+
+@test "a shm client killed mid-pack: the server serves the next one, intact" {
+	local seed=${XPRT_SEED:-$RANDOM} i pid d
+	echo "# seed $seed" >&3
+	RANDOM=$seed
+	start_server "shm://$SHM"
+	for i in 1 2 3 4; do
+		"$XPROBE" bw "shm://$SHM" -s $((i % 2 ? 8 : 100)) --window 256 -T 20 -q \
+			>/dev/null 2>&1 3>&- &
+		pid=$!
+		BG_PIDS+=($pid)
+		d=$((50 + RANDOM % 300))
+		sleep "0.$(printf %03d "$d")"
+		kill -KILL $pid
+		wait $pid 2>/dev/null || true
+		run_xprobe 0 ping "shm://$SHM" -c 200 -i 0 -s 100 -q
+		[[ $output == *"200 sent, 200 received"* ]]
+		run_xprobe 0 bw "shm://$SHM" -s 8 --window 64 -T 0.3 -q
+	done
+	kill -0 "$SRV_PID"
+}
+
 # --- the server keeps serving ---------------------------------------------------
 
 @test "serve survives a killed client and garbage, then serves the next" {
