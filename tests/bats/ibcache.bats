@@ -487,9 +487,12 @@ netns_fetch() {
 	ip -n "$NS_CLI" link set "$(_ns_dev c 0)" mtu 9000
 	ip -n "$NS_SRV" link set "$(_ns_dev s 0)" mtu 1500
 	netns_fetch 8388608
-	# runs the route cannot take would all be lost (some 900 segments of
-	# 9000 bytes); a datagram lost to a loaded machine is no such thing
-	[ "$(stat_of retries)" -le 2 ] && [ "$(stat_of segments_asked)" -lt 100 ] ||
+	# runs the route cannot take would all be lost (some 930 segments of
+	# 9000 bytes, every one asked for again); a requester descheduled on
+	# a loaded machine while a 1 MiB request's reply arrives loses a burst
+	# of them to its socket buffer now and then (0 mostly, up to 120
+	# seen), which is no such thing: fewer than half
+	[ "$(stat_of retries)" -le 2 ] && [ "$(stat_of segments_asked)" -lt 450 ] ||
 		die "segments were lost and asked for again: $STATS"
 }
 
