@@ -139,14 +139,24 @@ $(B)/bench/%: $(B)/bench/%.o $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS) -lm
 
-# Fuzz targets: clang libFuzzer with ASan+UBSan, whole library compiled in.
+# Fuzz targets: clang libFuzzer with ASan+UBSan.  The library is compiled
+# once for all of them (coverage-instrumented, without libFuzzer's main),
+# and each target links what it uses from that archive.
 FUZZ_CC     ?= clang
 FUZZ_FLAGS  := -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS)
+FUZZ_OBJ    := $(LIB_SRC:%.c=build-fuzz/%.o)
 fuzz: $(FUZZ_BINS)
-build-fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard lib/*/*.h)
+build-fuzz/lib/%.o: lib/%.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  FUZZCC  $<")
+	$(Q)$(FUZZ_CC) -g -O1 -fsanitize=fuzzer-no-link,address,undefined $(CPPFLAGS) -MMD -MP \
+		-c -o $@ $<
+build-fuzz/libxprt.a: $(FUZZ_OBJ)
+	$(Q)rm -f $@ && ar rcs $@ $^
+build-fuzz/%: tests/fuzz/%.c build-fuzz/libxprt.a $(wildcard lib/*/*.h)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  FUZZ    $@")
-	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) $(LDLIBS)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< build-fuzz/libxprt.a $(LDLIBS)
 
 check: tools tests
 	$(Q)tests/run-all
@@ -204,3 +214,6 @@ clean:
 .SECONDARY:
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
+ifneq ($(filter fuzz build-fuzz/%,$(MAKECMDGOALS)),)
+-include $(shell find build-fuzz -name '*.d' 2>/dev/null)
+endif
