@@ -500,6 +500,16 @@ int sess_run(struct sess *ss, uint64_t max_wait_ns)
 	 * fg) or a debugger: epoll_wait is never restarted after those */
 	if (n < 0)
 		return cli_stop_requested ? -EINTR : 0;
+	/* every ready fd was told, and the session's was not among them:
+	 * its next poll need not ask its connections again */
+	if (n < 32) {
+		int i = 0;
+
+		while (i < n && evs[i].data.u64 != SESS_TAG_CLT)
+			i++;
+		if (i == n)
+			rtrs_clt_quiet(ss->clt);
+	}
 	for (int i = 0; i < n; i++) {
 		if (evs[i].data.u64 == SESS_TAG_CTL) {
 			if (ss->ctl)

@@ -377,7 +377,8 @@ static void clt_ready(struct rtrs_clt *s)
 	for (int i = 0; i < n; i++) {
 		struct clt_con *k = ev[i].data.ptr;
 
-		if (k)		/* NULL: a connector's eventfd */
+		/* NULL: a connector's eventfd; EPOLLOUT alone: nothing to read */
+		if (k && (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
 			xrc_ready(k->c);
 	}
 	if (n == 32)	/* maybe more than were told: all read once */
@@ -395,7 +396,11 @@ int rtrs_clt_poll(struct rtrs_clt *s, uint64_t now)
 	int n = 0;
 
 	s->now = now;
-	clt_ready(s);
+	/* rdma polls a CQ in memory: nothing to ask then */
+	if (s->quiet)
+		s->quiet = false;
+	else if (s->nhinted)
+		clt_ready(s);
 	for (unsigned i = 0; i < s->core.npaths; i++) {
 		struct clt_path *p = path_at(s, i);
 
@@ -417,6 +422,7 @@ int rtrs_clt_poll(struct rtrs_clt *s, uint64_t now)
 }
 
 int rtrs_clt_fd(const struct rtrs_clt *s) { return s->epfd; }
+void rtrs_clt_quiet(struct rtrs_clt *s) { s->quiet = true; }
 bool rtrs_clt_stopping(const struct rtrs_clt *s) { return s->o.stop && *s->o.stop; }
 
 int rtrs_clt_arm(struct rtrs_clt *s)

@@ -162,6 +162,11 @@ int rtrs_clt_arm(struct rtrs_clt *s);
  * how many things happened (0: nothing), never blocks except for the
  * brief join of a finished connector thread. */
 int rtrs_clt_poll(struct rtrs_clt *s, uint64_t now_ns);
+/* The caller's own epoll set, which holds rtrs_clt_fd(), just reported it
+ * not ready: the next rtrs_clt_poll() need not ask which connections have
+ * something to read (an epoll_wait of its own).  What arrives meanwhile
+ * makes rtrs_clt_fd() readable for the caller's next epoll_wait. */
+void rtrs_clt_quiet(struct rtrs_clt *s);
 /* When rtrs_clt_poll() must run next at the latest (UINT64_MAX: never). */
 uint64_t rtrs_clt_next_timer(const struct rtrs_clt *s);
 

@@ -25,7 +25,10 @@ static void con_epoll(struct rtrs_clt *s, struct clt_con *k, bool add)
 		k->in_epoll = false;
 	}
 	/* rtrs_clt_poll() passes on what the epoll set reports */
-	xrc_ready_hints(k->c, k->in_epoll);
+	if (xrc_ready_hints(k->c, k->in_epoll) && k->hinted != k->in_epoll) {
+		k->hinted = k->in_epoll;
+		s->nhinted += k->hinted ? 1 : -1;
+	}
 }
 
 /* Closes a path's connections (everything outstanding is flushed inside

@@ -65,6 +65,7 @@ struct clt_con {
 	bool dirty;			/* posted with XRC_MORE: flush */
 	bool want_out;			/* EPOLLOUT registered */
 	bool in_epoll;
+	bool hinted;			/* in epoll and reads only when told */
 };
 
 struct clt_path {
@@ -105,6 +106,8 @@ struct rtrs_clt {
 	char sessname[RTRS_NAME_MAX + 1];
 	uint8_t paths_uuid[16];
 	int epfd;
+	bool quiet;			/* rtrs_clt_quiet(): skip the next clt_ready() */
+	int nhinted;			/* connections with readiness hints on */
 	uint8_t *iu;			/* depth * iu_size: user header + rtrs msg per permit */
 	uint32_t iu_size;
 	uint32_t max_io;

@@ -470,7 +470,7 @@ static void srv_ready(struct rtrs_srv *srv)
 	for (int i = 0; i < n; i++) {
 		if (ev[i].data.u64 & 1)
 			srv->lsn[ev[i].data.u64 >> 1].ready = true;
-		else
+		else if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))	/* not EPOLLOUT alone */
 			xrc_ready(((struct srv_con *)ev[i].data.ptr)->x);
 	}
 	if (n < 32)

@@ -416,10 +416,12 @@ int xrc_arm(struct xrc *c)
 	return c->ops->arm(c);
 }
 
-void xrc_ready_hints(struct xrc *c, bool on)
+bool xrc_ready_hints(struct xrc *c, bool on)
 {
-	if (c->ops->ready)
-		c->ops->ready(c, on ? XRC_HINTS_ON : XRC_HINTS_OFF);
+	if (!c->ops->ready)
+		return false;
+	c->ops->ready(c, on ? XRC_HINTS_ON : XRC_HINTS_OFF);
+	return true;
 }
 
 void xrc_ready(struct xrc *c)

@@ -398,9 +398,10 @@ int xrc_arm(struct xrc *c);
  * mostly finds nothing.  After xrc_ready_hints(c, true), xrc_poll() reads
  * only while its last read may have left bytes behind, or once xrc_ready()
  * was called -- which the caller must do whenever its epoll_wait() reports
- * xrc_fd() (any event), before the next poll.  xrc_wait() reads anyway.
+ * xrc_fd() readable (EPOLLIN, EPOLLHUP or EPOLLERR), before the next poll.
+ * xrc_wait() reads anyway.
  * Off by default; rdma ignores both (its poll reads a CQ in memory). */
-void xrc_ready_hints(struct xrc *c, bool on);
+bool xrc_ready_hints(struct xrc *c, bool on);	/* whether c takes them */
 void xrc_ready(struct xrc *c);
 /* Arms, then blocks until xrc_poll() may have work or timeout_ns passes
  * (0 = don't block).  1 ready, 0 timeout, -errno. */

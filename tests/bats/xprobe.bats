@@ -432,12 +432,15 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	echo "# seed $seed" >&3
 	RANDOM=$seed
 	for i in 1 2 3 4 5 6; do
-		start_server "shm://$SHM"
+		start_server -v "shm://$SHM"
 		sz=$((i % 2 ? 8 : 1048576))
 		"$XPROBE" bw "shm://$SHM" -s "$sz" --window $((i % 2 ? 64 : 4)) -T 20 -q >"$BATS_TEST_TMPDIR/bw.out" \
 			2>"$BATS_TEST_TMPDIR/bw.err" 3>&- &
 		pid=$! rc=0
 		BG_PIDS+=($pid)
+		# mid-test, not mid-setup: once the server took the test on
+		for _ in $(seq 200); do grep -q ": bw " "$SRV_ERR" && break; sleep 0.025; done
+		grep -q ": bw " "$SRV_ERR" || die "trial $i: the test never started: $(cat "$SRV_ERR")"
 		d=$((RANDOM % 300))
 		sleep "$((d / 1000)).$(printf %03d $((d % 1000)))"
 		kill -KILL "$SRV_PID"

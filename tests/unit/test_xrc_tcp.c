@@ -241,7 +241,8 @@ static void test_mixed_sizes(void **state)
 {
 	enum { N = 400, MAXSZ = 300 << 10, DEPTH = 8 };
 	struct xrc_opts o = { .sq_depth = 32, .rq_depth = 32, .max_send = MAXSZ };
-	unsigned seed = (unsigned)xtime_ns();
+	const char *env = getenv("XPRT_SEED");
+	unsigned seed = env ? (unsigned)strtoul(env, NULL, 0) : (unsigned)xtime_ns();
 	uint8_t *src = malloc((size_t)DEPTH * MAXSZ), *dst = malloc((size_t)DEPTH * MAXSZ);
 	uint8_t *region = malloc((size_t)DEPTH * MAXSZ);
 	size_t len[DEPTH];
@@ -250,7 +251,8 @@ static void test_mixed_sizes(void **state)
 	struct xrc *a, *b;
 
 	(void)state;
-	printf("test_mixed_sizes: seed %u\n", seed);
+	assert_true(src && dst && region);
+	printf("test_mixed_sizes: seed %u (XPRT_SEED to repeat)\n", seed);
 	srandom(seed);
 	xc_pair_opts(&a, &b, &o, &o);
 	rmr = xc_reg(b, region, (size_t)DEPTH * MAXSZ, XRC_ACCESS_REMOTE_WRITE);
