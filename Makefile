@@ -122,6 +122,8 @@ NL_CFLAGS := $(shell pkg-config --cflags libnl-genl-3.0 2>/dev/null || echo -I/u
 NL_LIBS   := $(shell pkg-config --libs libnl-genl-3.0 2>/dev/null || echo -lnl-genl-3 -lnl-3)
 $(B)/cmd/rtrs-client/map.o: CPPFLAGS += $(NL_CFLAGS)
 $(B)/rtrs-client: LDLIBS += $(NL_LIBS)
+# and (map --ublk) to the kernel's ublk driver through io_uring (liburing)
+$(B)/rtrs-client: LDLIBS += -luring
 
 $(B)/tests/%: $(B)/tests/unit/%.o $(LIB)
 	@mkdir -p $(@D)

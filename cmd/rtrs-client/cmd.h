@@ -157,6 +157,30 @@ void nbdx_after_round(struct nbdx *x);
  * (5 s at most), frees x.  Before sess_close(). */
 void nbdx_close(struct nbdx *x);
 
+/* --- the ublk serving core (ublk.c): map --ublk -------------------------- */
+
+struct ublkx;
+/* Adds a ublk device for ss's device (want_id, or the first free id when
+ * negative), serves its queue from ss's loop and starts it: once this
+ * returns, /dev/ublkbN exists.  NULL with the reason in err. */
+struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen);
+unsigned ublkx_id(const struct ublkx *x);
+/* After each sess_run(): completions in, commits out. */
+void ublkx_after_round(struct ublkx *x);
+/* Asks the driver to stop the device (it removes the disk once its IO is
+ * done, which we go on serving).  0 or -errno. */
+int ublkx_stop(struct ublkx *x);
+/* Until the device stops (ours or anyone's STOP_DEV, or the driver's
+ * abort): the queue still has requests to take. */
+bool ublkx_running(const struct ublkx *x);
+/* Stops the device if not yet, serves until it has (30 s at most),
+ * deletes it, frees x.  Before sess_close(). */
+void ublkx_close(struct ublkx *x);
+/* Deletes ublk device id if nobody serves it (its server was killed: the
+ * driver removed the disk, the char device and the id stay until then).
+ * 0, or -1 with the reason in err. */
+int ublkx_delete_dead(unsigned id, char *err, size_t errlen);
+
 /* Status of a running session as a tree (ctl.c). */
 struct xnode *sess_status_node(const struct sess *ss);
 /* One map per path of the session, appended to the list `paths`. */

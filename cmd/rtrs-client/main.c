@@ -24,9 +24,10 @@ static const struct cmd cmds[] = {
 	{ "nbd",    cmd_nbd,    COMMON " [-l tcp://HOST[:PORT]]... [--socket PATH]...",
 	  "serve the device as an NBD export (nbdinfo, nbdcopy, qemu, nbd-client)" },
 	{ "map",    cmd_map,    COMMON " [--nbd-device /dev/nbdN]\n"
-	  "                     [--nbd-connections N] [--foreground]",
-	  "map the device as a kernel block device /dev/nbdN; prints its name" },
-	{ "unmap",  cmd_unmap,  "/dev/nbdN|SESSION [--force]",
+	  "                     [--nbd-connections N] [--ublk[=ID]] [--foreground]",
+	  "map the device as a kernel block device /dev/nbdN (--ublk: /dev/ublkbN);\n"
+	  "                     prints its name" },
+	{ "unmap",  cmd_unmap,  "/dev/nbdN|/dev/ublkbN|SESSION [--force]",
 	  "unmap it (a mounted device only with --force)" },
 	{ "list-mapped", cmd_list_mapped, "[-o text|yaml|json]",
 	  "the devices mapped: device, session, export, size, pid, paths" },

@@ -16,7 +16,16 @@
  * NBD_CMD_DISC down each socket once its queue is flushed, our process
  * sees every connection end, closes the device and the session and
  * exits.  A mounted device (or one held by device-mapper, md ...) is
- * refused unless --force. */
+ * refused unless --force.
+ *
+ * map --ublk serves the device through the kernel's ublk driver instead
+ * (ublk.c) as /dev/ublkbN.  The driver keeps no name for the server
+ * behind a device, so the serving process leaves a record,
+ * /run/xprt/ublk/ublkbN ("PID SESSION DEVICE"), for unmap and
+ * list-mapped; a record whose process is gone, or whose device is, is
+ * not a mapping.  unmap sends that process SIGTERM: it stops the device
+ * (the driver removes the disk once its IO is served), deletes it and
+ * exits. */
 #include "cmd.h"
 #include "core/conf.h"
 #include "core/parse.h"
@@ -45,6 +54,7 @@
 #include <unistd.h>
 
 #define BACKEND_PREFIX	"rtrs-client:"
+#define UBLK_RECORDS	"/run/xprt/ublk"
 #define MAX_NBD_CONNS	16
 
 /* --- the kernel's nbd driver over generic netlink ------------------------- */
@@ -228,6 +238,8 @@ static int read_line(const char *path, char *buf, size_t len)
 
 struct mapping {
 	int index;
+	bool ublk;			/* /dev/ublkbN, else /dev/nbdN */
+	char name[24];			/* nbd3, ublkb0 */
 	pid_t pid;
 	char session[RTRS_NAME_MAX + 1];
 	char device[RNBD_NAME_MAX + 1];
@@ -247,6 +259,7 @@ static int mapping_of(int index, struct mapping *m)
 		return 0;	/* not connected */
 	memset(m, 0, sizeof(*m));
 	m->index = index;
+	snprintf(m->name, sizeof(m->name), "nbd%d", index);
 	m->pid = (pid_t)atoi(buf);
 	snprintf(path, sizeof(path), "/sys/block/nbd%d/backend", index);
 	if (read_line(path, buf, sizeof(buf)) < 0 || strncmp(buf, BACKEND_PREFIX,
@@ -264,7 +277,68 @@ static int mapping_of(int index, struct mapping *m)
 	return 1;
 }
 
-/* Every mapping of ours, in index order; the count or -errno. */
+/* /dev/ublkbN mapped by us: its record names a live process and the disk
+ * is there.  1 (m filled), 0. */
+static int ublk_mapping_of(int index, struct mapping *m)
+{
+	char path[96], buf[600], sess[RTRS_NAME_MAX + 1], dev[RNBD_NAME_MAX + 1];
+	uint64_t sectors;
+	const char *e;
+	int pid;
+
+	snprintf(path, sizeof(path), UBLK_RECORDS "/ublkb%d", index);
+	if (read_line(path, buf, sizeof(buf)) < 0 ||
+	    sscanf(buf, "%d %255s %255s", &pid, sess, dev) != 3 || pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
+		return 0;
+	snprintf(path, sizeof(path), "/sys/block/ublkb%d/size", index);
+	if (read_line(path, buf, sizeof(buf)) < 0)
+		return 0;
+	memset(m, 0, sizeof(*m));
+	m->index = index;
+	m->ublk = true;
+	snprintf(m->name, sizeof(m->name), "ublkb%d", index);
+	m->pid = pid;
+	snprintf(m->session, sizeof(m->session), "%s", sess);
+	snprintf(m->device, sizeof(m->device), "%s", dev);
+	if (!xparse_u64(buf, 0, UINT64_MAX >> 9, &sectors, &e))
+		m->size = sectors << 9;
+	return 1;
+}
+
+static void ublk_record(unsigned id, const char *session, const char *device)
+{
+	char path[96], tmp[112];
+	FILE *f;
+
+	if ((mkdir("/run/xprt", 0755) < 0 && errno != EEXIST) ||
+	    (mkdir(UBLK_RECORDS, 0755) < 0 && errno != EEXIST))
+		goto fail;
+	snprintf(path, sizeof(path), UBLK_RECORDS "/ublkb%u", id);
+	snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
+	if (!(f = fopen(tmp, "we")))
+		goto fail;
+	fprintf(f, "%d %s %s\n", (int)getpid(), session, device);
+	if (fclose(f) || rename(tmp, path)) {
+		unlink(tmp);
+		goto fail;
+	}
+	return;
+fail:
+	/* the device works without it; unmap and list-mapped do not see it */
+	fprintf(stderr, PROG " map: " UBLK_RECORDS ": %s (list-mapped and unmap will not see "
+		"/dev/ublkb%u)\n", strerror(errno), id);
+}
+
+static void ublk_unrecord(unsigned id)
+{
+	char path[96];
+
+	snprintf(path, sizeof(path), UBLK_RECORDS "/ublkb%u", id);
+	unlink(path);
+}
+
+/* Every mapping of ours, nbd then ublk, each in index order; the count
+ * or -errno. */
 static int mappings(struct mapping **out)
 {
 	DIR *d = opendir("/sys/block");
@@ -279,7 +353,9 @@ static int mappings(struct mapping **out)
 		int idx;
 		char tail;
 
-		if (sscanf(de->d_name, "nbd%d%c", &idx, &tail) != 1 || mapping_of(idx, &m) != 1)
+		if (!(sscanf(de->d_name, "nbd%d%c", &idx, &tail) == 1 && mapping_of(idx, &m) == 1) &&
+		    !(sscanf(de->d_name, "ublkb%d%c", &idx, &tail) == 1 &&
+		      ublk_mapping_of(idx, &m) == 1))
 			continue;
 		if (n == cap) {
 			struct mapping *nv = realloc(v, sizeof(*v) * (size_t)(cap = cap ? 2 * cap : 8));
@@ -294,8 +370,9 @@ static int mappings(struct mapping **out)
 		v[n++] = m;
 	}
 	closedir(d);
-	for (int i = 1; i < n; i++)	/* insertion sort by index */
-		for (int j = i; j > 0 && v[j].index < v[j - 1].index; j--) {
+	for (int i = 1; i < n; i++)	/* insertion sort: nbd first, then by index */
+		for (int j = i; j > 0 && (v[j].ublk < v[j - 1].ublk ||
+					  (v[j].ublk == v[j - 1].ublk && v[j].index < v[j - 1].index)); j--) {
 			m = v[j];
 			v[j] = v[j - 1];
 			v[j - 1] = m;
@@ -304,23 +381,30 @@ static int mappings(struct mapping **out)
 	return n;
 }
 
-/* "/dev/nbd3", "nbd3" -> 3; -1 if neither. */
-static int nbd_index(const char *s)
+/* "/dev/nbd3", "nbd3" -> 3 (prefix "nbd"; "ublkb" for /dev/ublkbN); -1
+ * if neither. */
+static int dev_index(const char *s, const char *prefix)
 {
 	uint64_t v;
 	const char *e;
+	size_t n = strlen(prefix);
 
 	if (!strncmp(s, "/dev/", 5))
 		s += 5;
-	if (strncmp(s, "nbd", 3) || xparse_u64(s + 3, 0, 1u << 20, &v, &e))
+	if (strncmp(s, prefix, n) || xparse_u64(s + n, 0, 1u << 20, &v, &e))
 		return -1;
 	return (int)v;
 }
 
-/* Who holds /dev/nbdN: a mount point (from mountinfo, the device or one of
+static int nbd_index(const char *s)
+{
+	return dev_index(s, "nbd");
+}
+
+/* Who holds /dev/NAME (nbd3, ublkb0): a mount point (from mountinfo, the device or one of
  * its partitions) or a holder (device-mapper, md).  1 with what in buf, 0
  * when nobody. */
-static int in_use(int index, char *buf, size_t len)
+static int in_use(const char *name, char *buf, size_t len)
 {
 	char path[128], dev[32], line[4096], devs[64][32];
 	unsigned ndev = 0;
@@ -328,17 +412,17 @@ static int in_use(int index, char *buf, size_t len)
 	struct dirent *de;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/sys/block/nbd%d/dev", index);
+	snprintf(path, sizeof(path), "/sys/block/%s/dev", name);
 	if (read_line(path, devs[ndev], sizeof(devs[0])) == 0)
 		ndev++;
-	snprintf(path, sizeof(path), "/sys/block/nbd%d", index);
+	snprintf(path, sizeof(path), "/sys/block/%s", name);
 	if ((d = opendir(path))) {
 		while ((de = readdir(d)) && ndev < 64) {
 			char p2[400];
 
-			if (strncmp(de->d_name, "nbd", 3))
+			if (strncmp(de->d_name, name, strlen(name)))
 				continue;
-			snprintf(p2, sizeof(p2), "/sys/block/nbd%d/%s/dev", index, de->d_name);
+			snprintf(p2, sizeof(p2), "/sys/block/%s/%s/dev", name, de->d_name);
 			if (read_line(p2, devs[ndev], sizeof(devs[0])) == 0)
 				ndev++;
 		}
@@ -360,7 +444,7 @@ static int in_use(int index, char *buf, size_t len)
 		}
 		fclose(f);
 	}
-	snprintf(path, sizeof(path), "/sys/block/nbd%d/holders", index);
+	snprintf(path, sizeof(path), "/sys/block/%s/holders", name);
 	if ((d = opendir(path))) {
 		while ((de = readdir(d)))
 			if (de->d_name[0] != '.') {
@@ -375,13 +459,13 @@ static int in_use(int index, char *buf, size_t len)
 
 /* --- map ------------------------------------------------------------------ */
 
-enum { OPT_NBD_DEVICE = 0x300, OPT_NBD_CONNS, OPT_FOREGROUND };
+enum { OPT_NBD_DEVICE = 0x300, OPT_NBD_CONNS, OPT_FOREGROUND, OPT_UBLK };
 
 struct map_opts {
 	struct sess_opts so;
-	int index;
+	int index;		/* --nbd-device, or --ublk=N; -1 any */
 	unsigned nconns;
-	bool foreground;
+	bool foreground, ublk, nbd_opts;
 };
 
 static int map_opts(int argc, char **argv, struct map_opts *o)
@@ -391,6 +475,7 @@ static int map_opts(int argc, char **argv, struct map_opts *o)
 		{ "nbd-device", required_argument, NULL, OPT_NBD_DEVICE },
 		{ "nbd-connections", required_argument, NULL, OPT_NBD_CONNS },
 		{ "foreground", no_argument, NULL, OPT_FOREGROUND },
+		{ "ublk", optional_argument, NULL, OPT_UBLK },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -410,12 +495,21 @@ static int map_opts(int argc, char **argv, struct map_opts *o)
 		case OPT_NBD_DEVICE:
 			if ((o->index = nbd_index(optarg)) < 0)
 				return usage_error("map", "--nbd-device: '%s' is not /dev/nbdN", optarg);
+			o->nbd_opts = true;
 			break;
 		case OPT_NBD_CONNS:
 			if (xparse_u64(optarg, 1, MAX_NBD_CONNS, &v, &e))
 				return usage_error("map", "--nbd-connections: '%s' is %s (1 to %d)",
 						   optarg, e, MAX_NBD_CONNS);
 			o->nconns = (unsigned)v;
+			o->nbd_opts = true;
+			break;
+		case OPT_UBLK:
+			o->ublk = true;
+			if (optarg && (o->index = dev_index(optarg, "ublkb")) < 0 &&
+			    (xparse_u64(optarg, 0, (1u << 20) - 1, &v, &e) || (o->index = (int)v) < 0))
+				return usage_error("map", "--ublk: '%s' is not a device id or /dev/ublkbN",
+						   optarg);
 			break;
 		case OPT_FOREGROUND:
 			o->foreground = true;
@@ -429,6 +523,9 @@ static int map_opts(int argc, char **argv, struct map_opts *o)
 	}
 	if (optind < argc)
 		return usage_error("map", "unexpected argument '%s'", argv[optind]);
+	if (o->ublk && o->nbd_opts)
+		return usage_error("map", "--ublk serves no NBD device: no --nbd-device or "
+				   "--nbd-connections with it");
 	return sess_opts_finish("map", &o->so, true);
 }
 
@@ -448,11 +545,11 @@ static uint64_t kernel_timeout_s(const struct sess_opts *o)
  * there, so that units ordered after ours (mounts) find it.  The
  * protocol is one datagram (sd_notify(3)); an abstract socket's name
  * starts with '@'. */
-static void notify_ready(int index)
+static void notify_ready(const char *dev)
 {
 	const char *p = getenv("NOTIFY_SOCKET");
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	char msg[64];
+	char msg[96];
 	socklen_t len;
 	int fd, n;
 
@@ -462,7 +559,7 @@ static void notify_ready(int index)
 	if (p[0] == '@')
 		a.sun_path[0] = 0;
 	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(p));
-	n = snprintf(msg, sizeof(msg), "READY=1\nSTATUS=mapped as /dev/nbd%d", index);
+	n = snprintf(msg, sizeof(msg), "READY=1\nSTATUS=mapped as %s", dev);
 	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return;
@@ -486,6 +583,65 @@ static void report(int fd, const char *fmt, ...)
 	va_end(ap);
 	if (n > 0 && write(fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1) < 0)
 		return;
+}
+
+/* Detached (status_fd >= 0): the parent is told the device, standard
+ * error goes (--foreground keeps it). */
+static void mapped(const char *dev, int status_fd)
+{
+	report(status_fd, "%s", dev);
+	if (status_fd >= 0) {
+		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+		if (null >= 0) {
+			dup2(null, STDERR_FILENO);
+			close(null);
+		}
+		close(status_fd);
+	} else
+		printf("%s\n", dev);	/* --foreground */
+	fflush(stdout);
+	notify_ready(dev);
+}
+
+/* The serving process of --ublk: up to the device, then until it stops. */
+static int map_serve_ublk(struct map_opts *o, int status_fd)
+{
+	struct sess ss;
+	struct ublkx *x;
+	char err[512], dev[32];
+	int rc;
+
+	cli_stop_handlers();
+	if ((rc = sess_open(&ss, "map", &o->so))) {
+		report(status_fd, "!");	/* printed already */
+		return rc;
+	}
+	if (!(x = ublkx_open(&ss, o->index, err, sizeof(err)))) {
+		rc = fail("map", "%s", err);
+		report(status_fd, "!");
+		sess_close(&ss);
+		return rc;
+	}
+	ss.activity = "map";
+	snprintf(dev, sizeof(dev), "/dev/ublkb%u", ublkx_id(x));
+	ublk_record(ublkx_id(x), o->so.session, o->so.device);
+	if (o->so.verbose)
+		fprintf(stderr, PROG " map: %s serves %s of session %s\n", dev, o->so.device,
+			o->so.session);
+	mapped(dev, status_fd);
+	/* until SIGTERM/SIGINT (unmap sends one) or someone else stops it */
+	while (ublkx_running(x)) {
+		if (sess_run(&ss, 1000000000ull) == -EINTR)
+			break;
+		ublkx_after_round(x);
+	}
+	ublk_unrecord(ublkx_id(x));
+	ublkx_close(x);
+	if (o->so.verbose)
+		fprintf(stderr, PROG " map: %s unmapped\n", dev);
+	sess_close(&ss);
+	return EXIT_OK;
 }
 
 /* The serving process: up to the mapping, then until the kernel lets go. */
@@ -555,20 +711,8 @@ static int map_serve(struct map_opts *o, int status_fd)
 	if (o->so.verbose)
 		fprintf(stderr, PROG " map: /dev/nbd%d serves %s of session %s\n", index,
 			o->so.device, o->so.session);
-	report(status_fd, "/dev/nbd%d", index);
-	if (status_fd >= 0) {
-		/* detached: standard error goes too (--foreground keeps it) */
-		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-
-		if (null >= 0) {
-			dup2(null, STDERR_FILENO);
-			close(null);
-		}
-		close(status_fd);
-	} else
-		printf("/dev/nbd%d\n", index);	/* --foreground */
-	fflush(stdout);
-	notify_ready(index);
+	snprintf(backend, sizeof(backend), "/dev/nbd%d", index);
+	mapped(backend, status_fd);
 	rc = EXIT_OK;
 	knbd_close(&nl);	/* unmap opens its own */
 	/* until the kernel closes every socket: unmap, or our own stop */
@@ -632,7 +776,7 @@ int cmd_map(int argc, char **argv)
 	if (rc)
 		return rc < 0 ? EXIT_OK : rc;
 	if (o.foreground)
-		return map_serve(&o, -1);
+		return o.ublk ? map_serve_ublk(&o, -1) : map_serve(&o, -1);
 	/* The serving process is a child that leaves the session of the
 	 * caller; we print its device once it is mapped (or its one error
 	 * line, which it prints itself) and leave it running.  It forks
@@ -656,7 +800,7 @@ int cmd_map(int argc, char **argv)
 			dup2(null, STDIN_FILENO);
 			dup2(null, STDOUT_FILENO);
 		}
-		_exit(map_serve(&o, p[1]));
+		_exit(o.ublk ? map_serve_ublk(&o, p[1]) : map_serve(&o, p[1]));
 	}
 	close(p[1]);
 	while ((n = read(p[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0 ||
@@ -678,6 +822,26 @@ int cmd_map(int argc, char **argv)
 }
 
 /* --- unmap ---------------------------------------------------------------- */
+
+/* unmap /dev/ublkbN that is not a mapping: a record whose process was
+ * killed leaves the device's id and /dev/ublkcN behind (the driver
+ * removed the disk); deleting them is the cleanup.  Else not ours. */
+static int ublk_dead(int idx)
+{
+	char path[96], buf[600], err[300];
+	int pid;
+
+	snprintf(path, sizeof(path), UBLK_RECORDS "/ublkb%d", idx);
+	if (read_line(path, buf, sizeof(buf)) < 0 || sscanf(buf, "%d", &pid) != 1 || pid <= 0 ||
+	    kill(pid, 0) == 0 || errno != ESRCH)
+		return fail("unmap", "/dev/ublkb%d is not mapped by " PROG, idx);
+	if (ublkx_delete_dead((unsigned)idx, err, sizeof(err)))
+		return fail("unmap", "%s", err);
+	unlink(path);
+	fprintf(stderr, PROG " unmap: /dev/ublkb%d: its serving process %d had ended; its device "
+		"is deleted\n", idx, pid);
+	return EXIT_OK;
+}
 
 int cmd_unmap(int argc, char **argv)
 {
@@ -707,12 +871,15 @@ int cmd_unmap(int argc, char **argv)
 		}
 	}
 	if (optind != argc - 1)
-		return usage_error("unmap", "one /dev/nbdN or session name is needed");
+		return usage_error("unmap", "one /dev/nbdN, /dev/ublkbN or session name is needed");
 	arg = argv[optind];
 	idx = nbd_index(arg);
 	if (idx >= 0) {
 		if (mapping_of(idx, &m) != 1)
 			return fail("unmap", "/dev/nbd%d is not mapped by " PROG, idx);
+	} else if ((idx = dev_index(arg, "ublkb")) >= 0) {
+		if (ublk_mapping_of(idx, &m) != 1)
+			return ublk_dead(idx);
 	} else {
 		n = mappings(&all);
 		if (n < 0)
@@ -726,21 +893,26 @@ int cmd_unmap(int argc, char **argv)
 		m = all[c];
 		free(all);
 	}
-	if (in_use(m.index, why, sizeof(why)) && !force)
-		return fail("unmap", "/dev/nbd%d is %s (unmount it first, or --force)", m.index, why);
-	if (knbd_open(&nl, err, sizeof(err)))
+	if (in_use(m.name, why, sizeof(why)) && !force)
+		return fail("unmap", "/dev/%s is %s (unmount it first, or --force)", m.name, why);
+	if (m.ublk) {
+		/* the serving process stops the device and deletes it */
+		if (kill(m.pid, SIGTERM) < 0)
+			return fail("unmap", "/dev/%s: its process %d: %s", m.name, (int)m.pid,
+				    strerror(errno));
+	} else if (knbd_open(&nl, err, sizeof(err)))
 		return fail("unmap", "%s", err);
-	if (knbd_disconnect(&nl, m.index, err, sizeof(err))) {
+	else if (knbd_disconnect(&nl, m.index, err, sizeof(err))) {
 		knbd_close(&nl);
 		return fail("unmap", "%s", err);
-	}
-	knbd_close(&nl);
+	} else
+		knbd_close(&nl);
 	/* the serving process ends once the kernel has let go */
 	t0 = xtime_ns();
 	while (m.pid > 0 && kill(m.pid, 0) == 0) {
 		if (xtime_ns() - t0 > 30000000000ull)
-			return fail("unmap", "/dev/nbd%d: its process %d did not end within 30 s",
-				    m.index, (int)m.pid);
+			return fail("unmap", "/dev/%s: its process %d did not end within 30 s",
+				    m.name, (int)m.pid);
 		usleep(20000);
 	}
 	return EXIT_OK;
@@ -833,7 +1005,8 @@ int cmd_list_mapped(int argc, char **argv)
 	for (int i = 0; i < n; i++) {
 		struct xnode *e = xnode_push_map(list);
 
-		xnode_set_strf(e, "device", "/dev/nbd%d", all[i].index);
+		xnode_set_strf(e, "device", "/dev/%s", all[i].name);
+		xnode_set_str(e, "kind", all[i].ublk ? "ublk" : "nbd");
 		xnode_set_str(e, "session", all[i].session);
 		xnode_set_str(e, "export", all[i].device);
 		xnode_set_u64(e, "size", all[i].size);

@@ -351,12 +351,33 @@ good 0"
 	run_clt 2 map -s m1 -p tcp://127.0.0.1 -d d1 --nbd-connections 17
 	[[ ${stderr%%$'\n'*} == "rtrs-client map: --nbd-connections: '17' is "*"(1 to 16)" ]]
 	run_clt 2 unmap
-	[[ ${stderr%%$'\n'*} == "rtrs-client unmap: one /dev/nbdN or session name is needed" ]]
+	[[ ${stderr%%$'\n'*} == "rtrs-client unmap: one /dev/nbdN, /dev/ublkbN or session name is needed" ]]
 	run_clt 1 unmap /dev/nbd99
 	expect_stderr_line "rtrs-client unmap: /dev/nbd99 is not mapped by rtrs-client"
+	run_clt 1 unmap /dev/ublkb99
+	expect_stderr_line "rtrs-client unmap: /dev/ublkb99 is not mapped by rtrs-client"
+	run_clt 2 map -s m1 -p tcp://127.0.0.1 -d d1 --ublk --nbd-device /dev/nbd0
+	[[ ${stderr%%$'\n'*} == "rtrs-client map: --ublk serves no NBD device: no --nbd-device or --nbd-connections with it" ]]
+	run_clt 2 map -s m1 -p tcp://127.0.0.1 -d d1 --nbd-connections 2 --ublk=3
+	[[ ${stderr%%$'\n'*} == "rtrs-client map: --ublk serves no NBD device: no --nbd-device or --nbd-connections with it" ]]
+	run_clt 2 map -s m1 -p tcp://127.0.0.1 -d d1 --ublk=/dev/sda
+	[[ ${stderr%%$'\n'*} == "rtrs-client map: --ublk: '/dev/sda' is not a device id or /dev/ublkbN" ]]
 	run_clt 1 unmap nosuchsession
 	expect_stderr_line "rtrs-client unmap: no device is mapped by session nosuchsession"
 	run_clt 2 list-mapped -o xml
 	run_clt 0 list-mapped -o json
 	[ "$(json 'all(m["session"] != "nosuchsession" for m in j["mapped"])')" = True ]
+}
+
+@test "map --ublk where the kernel has no ublk driver: one line naming it, exit 1, the server serves on" {
+	local port
+	[ ! -e /dev/ublk-control ] || skip "this kernel has ublk (/dev/ublk-control): tests/vm/rtrs-ublk.sh maps for real"
+	port=$(free_port)
+	disk disk.img 4M
+	start_server "$port" -e "d1=$T/disk.img"
+	run_clt 1 map --ublk -s u1 -p "tcp://127.0.0.1:$port" -d d1
+	expect_stderr_line "rtrs-client map: /dev/ublk-control: No such file or directory (modprobe ublk_drv; Linux 6.0 or later)"
+	[ -z "$output" ]
+	# the session it opened is closed: the device opens for writing again
+	run_clt 0 write -s w1 -p "tcp://127.0.0.1:$port" -d d1 < <(head -c 4096 /dev/urandom)
 }
