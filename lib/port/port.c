@@ -612,7 +612,7 @@ static void mem_forget(struct xp_host *h, unsigned i)
 	for (unsigned j = 0; j < m->ndom; j++)
 		xrc_dereg(m->dom[j].mr);
 	if (m->dma)
-		munmap(m->addr, m->len);
+		munmap(m->addr, m->maplen);
 	h->mem[i] = h->mem[--h->nmem];
 }
 
@@ -681,8 +681,39 @@ int xp_deregister_memory(struct xp_port *p, void *ptr, size_t len)
 	return 0;
 }
 
+/* A mapping of len bytes; from XP_DMA_HUGE bytes on, whole 2 MiB pages,
+ * aligned, that the kernel may back with transparent huge pages: what
+ * pins it (ibv_reg_mr, or the peer's process_vm_readv over shm) then
+ * takes one page table entry per 2 MiB, not per 4 KiB.  *maplen: what
+ * to unmap. */
+static void *dma_map(size_t len, size_t *maplen)
+{
+	uint8_t *raw, *m;
+	size_t n;
+
+	if (len < XP_DMA_HUGE) {
+		*maplen = len;
+		m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		return m == MAP_FAILED ? NULL : m;
+	}
+	n = (len + XP_HUGE_PAGE - 1) & ~(size_t)(XP_HUGE_PAGE - 1);
+	raw = mmap(NULL, n + XP_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		   -1, 0);
+	if (raw == MAP_FAILED)
+		return NULL;
+	m = (uint8_t *)(((uintptr_t)raw + XP_HUGE_PAGE - 1) & ~(uintptr_t)(XP_HUGE_PAGE - 1));
+	if (m > raw)
+		munmap(raw, (size_t)(m - raw));
+	if (m + n < raw + n + XP_HUGE_PAGE)
+		munmap(m + n, (size_t)(raw + n + XP_HUGE_PAGE - (m + n)));
+	madvise(m, n, MADV_HUGEPAGE);	/* a hint: without THP, small pages */
+	*maplen = n;
+	return m;
+}
+
 void *xp_dma_malloc(struct xp_port *p, size_t len)
 {
+	size_t maplen;
 	void *m;
 	int rc;
 
@@ -690,14 +721,14 @@ void *xp_dma_malloc(struct xp_port *p, size_t len)
 		errno = EINVAL;
 		return NULL;
 	}
-	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED)
+	if (!(m = dma_map(len, &maplen)))
 		return NULL;
 	if ((rc = mem_add(p->h, p->id, m, len, true)) < 0) {
-		munmap(m, len);
+		munmap(m, maplen);
 		errno = -rc;
 		return NULL;
 	}
+	p->h->mem[p->h->nmem - 1].maplen = maplen;
 	return m;
 }
 

@@ -305,7 +305,10 @@ void xp_cancel_alarm(struct xp_alarm *a);
  * port may not overlap.  As with free(), deregister or free memory only
  * once the callbacks of the sends from it have run.
  * xp_dma_malloc: page-aligned, zeroed, registered memory of len bytes, or
- * NULL with errno.  xp_register_memory / xp_deregister_memory: 0 or -EINVAL
+ * NULL with errno; from 1 MiB on it is made of whole 2 MiB pages, 2 MiB
+ * aligned, that the kernel may back with transparent huge pages (what
+ * pins the memory -- registration, or a peer's process_vm_readv over
+ * shm:// -- then walks one entry per 2 MiB).  xp_register_memory / xp_deregister_memory: 0 or -EINVAL
  * (empty range, or not exactly a registered one), -EEXIST (overlaps one),
  * -ENOMEM.  Closing the port frees its DMA memory and forgets its
  * registrations. */

@@ -137,11 +137,15 @@ struct xp_port {
 /* A registered range (xp_register_memory, xp_dma_malloc) and its memory
  * regions on the RDMA domains that sent from it so far. */
 #define XP_MEM_DOMS	4
+#define XP_HUGE_PAGE	(2u << 20)
+#define XP_DMA_HUGE	(1u << 20)	/* xp_dma_malloc: 2 MiB pages from here on */
+
 struct xp_mem {
 	uint8_t *addr;
 	size_t len;
 	unsigned port;
 	bool dma;			/* from xp_dma_malloc: unmapped at the end */
+	size_t maplen;			/* dma: the mapping's length (>= len) */
 	unsigned ndom;
 	struct {
 		struct xrc_dom *d;

@@ -323,6 +323,21 @@ static void dma_sends(struct xp_port *p, uint32_t node, uint8_t *out, uint8_t *i
 	for (size_t i = 0; i < len; i += 4096)
 		assert_int_equal(m[i], 0);
 	assert_null(xp_dma_malloc(p, 0));
+	/* from 1 MiB on: whole 2 MiB pages, aligned (transparent huge pages
+	 * may back them), all of len usable and zeroed; freed whole */
+	assert_int_equal((uintptr_t)m % (2u << 20), 0);
+	{
+		const size_t big = (3u << 20) + 1;
+		uint8_t *b = xp_dma_malloc(p, big);
+
+		assert_non_null(b);
+		assert_int_equal((uintptr_t)b % (2u << 20), 0);
+		assert_int_equal(b[0] | b[big - 1] | b[(2u << 20) + 5], 0);
+		b[big - 1] = 1;
+		assert_int_equal(xp_register_memory(p, b + big - 1, 1), -EEXIST);
+		xp_dma_free(p, b);
+		assert_int_equal(xp_deregister_memory(p, b, big), -EINVAL);	/* forgotten */
+	}
 	assert_int_equal(xp_register_memory(p, m + 10, 5), -EEXIST);
 	assert_int_equal(xp_deregister_memory(p, m, len), -EINVAL);	/* xp_dma_free's */
 	assert_int_equal(xp_register_memory(p, out, 300000), 0);
