@@ -173,9 +173,20 @@ int ublkx_stop(struct ublkx *x);
 /* Until the device stops (ours or anyone's STOP_DEV, or the driver's
  * abort): the queue still has requests to take. */
 bool ublkx_running(const struct ublkx *x);
-/* Stops the device if not yet, serves until it has (30 s at most),
- * deletes it, frees x.  Before sess_close(). */
-void ublkx_close(struct ublkx *x);
+/* Stops the device if not yet, serves until it has (30 s at most; a
+ * stop signal cuts it short) and deletes it.  Before sess_close(), which
+ * completes what is still at the server; ublkx_free() after it.  0, or
+ * -1 with what went wrong in err (requests abandoned, a command the
+ * driver failed). */
+int ublkx_close(struct ublkx *x, char *err, size_t errlen);
+/* Frees x after sess_close() (left alone if requests are somehow still
+ * at the server: the process is ending). */
+void ublkx_free(struct ublkx *x);
+/* /dev/ublk-control opened (an fd), or -1 with the reason in err. */
+int ublkx_probe(char *err, size_t errlen);
+/* The process serving ublk device id (GET_DEV_INFO): its pid, 0 when the
+ * device is not live, or -errno (no driver, no permission, no device). */
+int ublkx_server_pid(unsigned id);
 /* Deletes ublk device id if nobody serves it (its server was killed: the
  * driver removed the disk, the char device and the id stay until then).
  * 0, or -1 with the reason in err. */

@@ -277,18 +277,25 @@ static int mapping_of(int index, struct mapping *m)
 	return 1;
 }
 
-/* /dev/ublkbN mapped by us: its record names a live process and the disk
- * is there.  1 (m filled), 0. */
+/* /dev/ublkbN mapped by us: its record names a live process that the
+ * driver says serves it (where we may ask it: root), and the disk is
+ * there.  1 (m filled), 0. */
 static int ublk_mapping_of(int index, struct mapping *m)
 {
 	char path[96], buf[600], sess[RTRS_NAME_MAX + 1], dev[RNBD_NAME_MAX + 1];
 	uint64_t sectors;
 	const char *e;
-	int pid;
+	int pid, srv;
 
 	snprintf(path, sizeof(path), UBLK_RECORDS "/ublkb%d", index);
 	if (read_line(path, buf, sizeof(buf)) < 0 ||
-	    sscanf(buf, "%d %255s %255s", &pid, sess, dev) != 3 || pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
+	    sscanf(buf, "%d %255s %255s", &pid, sess, dev) != 3 || pid <= 0 ||
+	    (kill(pid, 0) < 0 && errno == ESRCH))
+		return 0;
+	/* a pid reused since, or a device id another server took after ours
+	 * was killed: the driver knows who serves it */
+	srv = ublkx_server_pid((unsigned)index);
+	if (srv >= 0 && srv != pid)
 		return 0;
 	snprintf(path, sizeof(path), "/sys/block/ublkb%d/size", index);
 	if (read_line(path, buf, sizeof(buf)) < 0)
@@ -506,8 +513,9 @@ static int map_opts(int argc, char **argv, struct map_opts *o)
 			break;
 		case OPT_UBLK:
 			o->ublk = true;
-			if (optarg && (o->index = dev_index(optarg, "ublkb")) < 0 &&
-			    (xparse_u64(optarg, 0, (1u << 20) - 1, &v, &e) || (o->index = (int)v) < 0))
+			if (optarg && (((o->index = dev_index(optarg, "ublkb")) < 0 &&
+			     (xparse_u64(optarg, 0, (1u << 20) - 1, &v, &e) ||
+			      (o->index = (int)v) < 0)) || o->index >= 1 << 20))
 				return usage_error("map", "--ublk: '%s' is not a device id or /dev/ublkbN",
 						   optarg);
 			break;
@@ -610,8 +618,15 @@ static int map_serve_ublk(struct map_opts *o, int status_fd)
 	struct sess ss;
 	struct ublkx *x;
 	char err[512], dev[32];
-	int rc;
+	unsigned id;
+	int rc, fd;
 
+	/* no driver, no permission: said before the server is bothered */
+	if ((fd = ublkx_probe(err, sizeof(err))) < 0) {
+		report(status_fd, "!");
+		return fail("map", "%s", err);
+	}
+	close(fd);
 	cli_stop_handlers();
 	if ((rc = sess_open(&ss, "map", &o->so))) {
 		report(status_fd, "!");	/* printed already */
@@ -624,8 +639,9 @@ static int map_serve_ublk(struct map_opts *o, int status_fd)
 		return rc;
 	}
 	ss.activity = "map";
-	snprintf(dev, sizeof(dev), "/dev/ublkb%u", ublkx_id(x));
-	ublk_record(ublkx_id(x), o->so.session, o->so.device);
+	id = ublkx_id(x);
+	snprintf(dev, sizeof(dev), "/dev/ublkb%u", id);
+	ublk_record(id, o->so.session, o->so.device);
 	if (o->so.verbose)
 		fprintf(stderr, PROG " map: %s serves %s of session %s\n", dev, o->so.device,
 			o->so.session);
@@ -636,12 +652,15 @@ static int map_serve_ublk(struct map_opts *o, int status_fd)
 			break;
 		ublkx_after_round(x);
 	}
-	ublk_unrecord(ublkx_id(x));
-	ublkx_close(x);
-	if (o->so.verbose)
+	rc = EXIT_OK;
+	if (ublkx_close(x, err, sizeof(err)))
+		rc = fail("map", "%s", err);
+	else if (o->so.verbose)
 		fprintf(stderr, PROG " map: %s unmapped\n", dev);
+	ublk_unrecord(id);
 	sess_close(&ss);
-	return EXIT_OK;
+	ublkx_free(x);
+	return rc;
 }
 
 /* The serving process: up to the mapping, then until the kernel lets go. */
@@ -909,10 +928,12 @@ int cmd_unmap(int argc, char **argv)
 		knbd_close(&nl);
 	/* the serving process ends once the kernel has let go */
 	t0 = xtime_ns();
+	/* a ublk device's process serves the flush (30 s at most), closes
+	 * the session (5 s) and deletes the device */
 	while (m.pid > 0 && kill(m.pid, 0) == 0) {
-		if (xtime_ns() - t0 > 30000000000ull)
-			return fail("unmap", "/dev/%s: its process %d did not end within 30 s",
-				    m.name, (int)m.pid);
+		if (xtime_ns() - t0 > (m.ublk ? 60000000000ull : 30000000000ull))
+			return fail("unmap", "/dev/%s: its process %d did not end within %d s",
+				    m.name, (int)m.pid, m.ublk ? 60 : 30);
 		usleep(20000);
 	}
 	return EXIT_OK;

@@ -118,7 +118,7 @@ static int ctrl_sync(struct ublkx *x, unsigned nr, void *buf, uint16_t len, uint
 		return rc;
 	for (;;) {
 		rc = io_uring_wait_cqe(&x->cring, &cqe);
-		if (rc == -EINTR)
+		if (rc == -EINTR && !cli_stop_requested)
 			continue;
 		if (rc < 0)
 			return rc;
@@ -208,7 +208,7 @@ static void queue_submit(struct ublkx *x)
 	/* -EAGAIN/-EBUSY: the next round tries again */
 }
 
-static void commit(struct utag *t, int32_t result)
+static void tag_commit(struct utag *t, int32_t result)
 {
 	struct ublkx *x = t->x;
 
@@ -222,10 +222,16 @@ static void tag_done(void *priv, int err)
 	struct utag *t = priv;
 
 	t->x->at_rnbd--;
-	commit(t, rnbd_ublk_result(&t->r, err));
+	/* after the ring is gone (the process is ending and closes the
+	 * session, which completes or aborts what was at the server) there
+	 * is nobody to tell */
+	if (t->x->qring_ok)
+		tag_commit(t, rnbd_ublk_result(&t->r, err));
+	else
+		t->state = T_IDLE;
 }
 
-static void request(struct ublkx *x, struct utag *t)
+static void tag_request(struct ublkx *x, struct utag *t)
 {
 	int rc;
 
@@ -253,7 +259,7 @@ static void queue_reap(struct ublkx *x)
 			continue;
 		x->with_kernel--;
 		if (res == UBLK_IO_RES_OK) {
-			request(x, &x->tags[tag]);
+			tag_request(x, &x->tags[tag]);
 			continue;
 		}
 		/* UBLK_IO_RES_ABORT: the device stops; anything else is
@@ -276,7 +282,7 @@ static void on_fd(void *ctx, uint64_t tag, uint32_t events)
 		ctrl_reap(x);
 }
 
-static void status(void *ctx, struct xnode *m)
+static void ublk_status(void *ctx, struct xnode *m)
 {
 	struct ublkx *x = ctx;
 	struct xnode *u = xnode_set_map(m, "ublk");
@@ -306,8 +312,11 @@ static int open_cdev(unsigned id, char *err, size_t errlen)
 	return fd;
 }
 
-static void teardown(struct ublkx *x)
+/* Unmaps, closes, deletes the device: 0 or DEL_DEV's -errno. */
+static int teardown(struct ublkx *x)
 {
+	int rc = 0;
+
 	if (x->descs)
 		munmap((void *)x->descs, x->descs_len);
 	x->descs = NULL;
@@ -319,11 +328,7 @@ static void teardown(struct ublkx *x)
 	x->cdev_fd = -1;
 	/* DEL_DEV waits until the char device is released: after the close */
 	if (x->added) {
-		int rc = ctrl_sync(x, UBLK_CMD_DEL_DEV, NULL, 0, 0);
-
-		if (rc < 0)
-			fprintf(stderr, PROG " map: /dev/ublkb%u: DEL_DEV: %s\n", x->dev_id,
-				strerror(-rc));
+		rc = ctrl_sync(x, UBLK_CMD_DEL_DEV, NULL, 0, 0);
 		x->added = false;
 	}
 	if (x->cring_ok)
@@ -332,21 +337,43 @@ static void teardown(struct ublkx *x)
 	if (x->ctl_fd >= 0)
 		close(x->ctl_fd);
 	x->ctl_fd = -1;
+	return rc < 0 ? rc : 0;
 }
 
-static void release(struct ublkx *x)
+/* Unhooks x from the loop and tears down: DEL_DEV's result. */
+static int ublk_release(struct ublkx *x)
 {
-	struct sess *ss = x->ss;
+	x->ss->on_fd = NULL;
+	x->ss->status_extra = NULL;
+	return teardown(x);
+}
 
-	ss->on_fd = NULL;
-	ss->status_extra = NULL;
-	teardown(x);
+/* Frees x unless requests are still at the server: they may still write
+ * into the buffers and complete into x, which then stay (the process is
+ * ending).  registered: the session is still open and has the buffers. */
+static void ublk_free(struct ublkx *x, bool registered)
+{
 	if (x->at_rnbd)
-		return;	/* the server may still write there: it stays (we exit) */
-	if (x->bufs_registered)
-		rtrs_clt_del_mem(ss->clt, x->bufs);
+		return;
+	if (registered && x->bufs_registered)
+		rtrs_clt_del_mem(x->ss->clt, x->bufs);
 	free(x->bufs);
 	free(x);
+}
+
+void ublkx_free(struct ublkx *x)
+{
+	ublk_free(x, false);
+}
+
+int ublkx_probe(char *err, size_t errlen)
+{
+	int fd = open(CONTROL_DEV, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		snprintf(err, errlen, CONTROL_DEV ": %s%s", strerror(errno),
+			 errno == ENOENT ? " (modprobe ublk_drv; Linux 6.0 or later)" : "");
+	return fd;
 }
 
 struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
@@ -367,15 +394,14 @@ struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
 	x->start_rc = x->stop_rc = 1;
 	x->dev_sectors = g->nsectors;
 	if (rnbd_ublk_params(g, ss->o->access == RNBD_ACCESS_RO, MAX_IO, &p)) {
-		snprintf(err, errlen, "device %s: a geometry ublk cannot take (block size %u)",
-			 ss->o->device, g->logical_block_size);
+		snprintf(err, errlen, "device %s: a geometry ublk cannot take (%llu sectors, "
+			 "logical block %u, physical block %u)", ss->o->device,
+			 (unsigned long long)g->nsectors, g->logical_block_size,
+			 g->physical_block_size);
 		goto fail;
 	}
-	if ((x->ctl_fd = open(CONTROL_DEV, O_RDWR | O_CLOEXEC)) < 0) {
-		snprintf(err, errlen, CONTROL_DEV ": %s%s", strerror(errno),
-			 errno == ENOENT ? " (modprobe ublk_drv; Linux 6.0 or later)" : "");
+	if ((x->ctl_fd = ublkx_probe(err, errlen)) < 0)
 		goto fail;
-	}
 	if ((rc = io_uring_queue_init(8, &x->cring, IORING_SETUP_SQE128))) {
 		snprintf(err, errlen, "io_uring: %s", strerror(-rc));
 		goto fail;
@@ -391,7 +417,8 @@ struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
 	if (rc < 0) {
 		snprintf(err, errlen, "ublk ADD_DEV: %s%s", strerror(-rc),
 			 rc == -EPERM ? " (it needs CAP_SYS_ADMIN)" :
-			 rc == -EEXIST && want_id >= 0 ? " (that id is taken)" : "");
+			 rc == -EEXIST && want_id >= 0 ? " (that id is taken; one left by a killed "
+			 "map goes with unmap)" : "");
 		goto fail;
 	}
 	x->added = true;
@@ -444,7 +471,7 @@ struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
 	}
 	ss->on_fd = on_fd;
 	ss->on_fd_ctx = x;
-	ss->status_extra = status;
+	ss->status_extra = ublk_status;
 	/* the driver adds the disk once every tag has fetched: the
 	 * partition scan's reads are served while START_DEV waits */
 	if ((rc = ctrl_async(x, UBLK_CMD_START_DEV, (uint64_t)getpid())) < 0) {
@@ -468,7 +495,8 @@ struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
 	}
 	return x;
 fail:
-	release(x);
+	ublk_release(x);
+	ublk_free(x, true);
 	return NULL;
 }
 
@@ -518,29 +546,73 @@ int ublkx_delete_dead(unsigned id, char *err, size_t errlen)
 	}
 	x.cring_ok = true;
 	rc = ctrl_sync(&x, UBLK_CMD_GET_DEV_INFO, &info, sizeof(info), 0);
-	if (rc < 0)
+	if (rc < 0) {
 		snprintf(err, errlen, "/dev/ublkc%u: GET_DEV_INFO: %s", id, strerror(-rc));
-	else if (info.state != UBLK_S_DEV_DEAD)
-		snprintf(err, errlen, "/dev/ublkc%u is served again (by process %d)", id,
+		teardown(&x);
+		return -1;
+	}
+	/* stopped after it ran (the driver's stop sets the pid to -1); one
+	 * added and not yet started is dead too, but is someone's */
+	if (info.state != UBLK_S_DEV_DEAD || info.ublksrv_pid != -1) {
+		snprintf(err, errlen, "/dev/ublkc%u is another server's now (%s, process %d)", id,
+			 info.state == UBLK_S_DEV_DEAD ? "not started" : "live",
 			 (int)info.ublksrv_pid);
-	else
-		x.added = true;	/* teardown() deletes it */
-	teardown(&x);
-	return rc < 0 || info.state != UBLK_S_DEV_DEAD ? -1 : 0;
+		teardown(&x);
+		return -1;
+	}
+	x.added = true;	/* teardown() deletes it */
+	if ((rc = teardown(&x)) < 0) {
+		snprintf(err, errlen, "/dev/ublkc%u: DEL_DEV: %s", id, strerror(-rc));
+		return -1;
+	}
+	return 0;
 }
 
-void ublkx_close(struct ublkx *x)
+int ublkx_server_pid(unsigned id)
+{
+	struct ublkx x = { .cdev_fd = -1, .dev_id = id };
+	struct ublksrv_ctrl_dev_info info = { 0 };
+	int rc;
+
+	if ((x.ctl_fd = open(CONTROL_DEV, O_RDWR | O_CLOEXEC)) < 0)
+		return -errno;
+	if ((rc = io_uring_queue_init(4, &x.cring, IORING_SETUP_SQE128))) {
+		close(x.ctl_fd);
+		return rc;
+	}
+	x.cring_ok = true;
+	rc = ctrl_sync(&x, UBLK_CMD_GET_DEV_INFO, &info, sizeof(info), 0);
+	teardown(&x);
+	if (rc < 0)
+		return rc;
+	return info.state == UBLK_S_DEV_LIVE ? info.ublksrv_pid : 0;
+}
+
+int ublkx_close(struct ublkx *x, char *err, size_t errlen)
 {
 	uint64_t t0 = xtime_ns();
+	unsigned id = x->dev_id;
+	int rc = ublkx_stop(x), drc;
 
-	ublkx_stop(x);
+	*err = 0;
+	if (rc < 0)
+		snprintf(err, errlen, "/dev/ublkb%u: STOP_DEV: %s", id, strerror(-rc));
 	cli_stop_requested = 0;
 	/* what the disk still flushes is served (30 s at most; a second
 	 * signal ends it at once) */
-	while ((ublkx_running(x) || x->stop_rc == 1) && !cli_stop_requested &&
+	while (!rc && (ublkx_running(x) || x->stop_rc == 1) && !cli_stop_requested &&
 	       xtime_ns() - t0 < 30000000000ull) {
 		sess_run(x->ss, 100000000ull);
 		ublkx_after_round(x);
 	}
-	release(x);
+	if (!*err && x->stop_rc < 0)
+		snprintf(err, errlen, "/dev/ublkb%u: STOP_DEV: %s", id, strerror(-x->stop_rc));
+	else if (!*err && (ublkx_running(x) || x->stop_rc == 1))
+		snprintf(err, errlen, "/dev/ublkb%u: stopped with %u requests at the server: %s", id,
+			 x->at_rnbd, cli_stop_requested ? "interrupted"
+			 : "the kernel did not let go within 30 s");
+	drc = ublk_release(x);
+	if (!*err && drc < 0)
+		snprintf(err, errlen, "/dev/ublkb%u: DEL_DEV: %s", id, strerror(-drc));
+	return *err ? -1 : 0;
 }

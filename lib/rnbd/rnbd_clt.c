@@ -49,7 +49,13 @@ struct rnbd_clt_dev {
 	uint64_t reopens;
 	int reopen_err;
 	int lost;		/* the last re-open failed: IO fails with it */
+	struct rnbd_clt_dev *kept_next;	/* on `kept` */
 };
+
+/* Devices rnbd_clt_close() could not free, their IO or re-open still
+ * out: kept (reachable, not leaked) until the process ends, which is
+ * what follows a close that gave up. */
+static struct rnbd_clt_dev *kept;
 
 /* rnbd_clt_wait(), which gives up on the stop flag only when stoppable:
  * closing goes on after ^C, bounded by its time. */
@@ -573,7 +579,13 @@ int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns)
 	if (d->busy || (d->reopen != RO_IDLE && d->reopen != RO_SEND_INFO &&
 			d->reopen != RO_SEND_OPEN)) {
 		rc = -ETIMEDOUT;
-		goto out;	/* leaks d: its IO or re-open still references it */
+		/* its IO or re-open still references it (sessions may close
+		 * on several threads) */
+		d->kept_next = __atomic_load_n(&kept, __ATOMIC_RELAXED);
+		while (!__atomic_compare_exchange_n(&kept, &d->kept_next, d, false,
+						    __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			;
+		goto out;
 	}
 	if (d->reopen != RO_IDLE) {
 		/* nothing of the re-open is out: count it done in the gate */

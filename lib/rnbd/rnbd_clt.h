@@ -78,8 +78,10 @@ void rnbd_clt_link_ev(struct rnbd_clt_dev *d, enum rtrs_clt_link_ev ev);
 uint64_t rnbd_clt_reopens(const struct rnbd_clt_dev *d, int *last_err);
 
 /* Sends CLOSE (waits for its answer up to timeout_ns; IO still running is
- * waited for first, within the same time) and frees d.  0 or -errno (d is
- * freed either way).  NULL ok. */
+ * waited for first, within the same time) and frees d.  0 or -errno;
+ * -ETIMEDOUT with IO or a re-open still out: d is kept, unreachable for
+ * the caller, until the process ends (that IO completes into it when the
+ * session closes).  NULL ok. */
 int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns);
 
 /* Runs the session's loop for at most timeout_ns or until *flag is set

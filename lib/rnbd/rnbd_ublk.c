@@ -6,10 +6,10 @@
 
 #define SECTOR_SHIFT 9
 
-/* log2 of a power of two in [512, 4096], else -1 */
-static int bs_shift(uint32_t bs)
+/* log2 of a power of two in [512, 2^max], else -1 */
+static int bs_shift(uint32_t bs, int max)
 {
-	for (int s = 9; s <= 12; s++)
+	for (int s = 9; s <= max; s++)
 		if (bs == 1u << s)
 			return s;
 	return -1;
@@ -18,22 +18,26 @@ static int bs_shift(uint32_t bs)
 int rnbd_ublk_params(const struct rnbd_clt_geom *g, bool ro, uint32_t max_io,
 		     struct ublk_params *p)
 {
-	int lbs = bs_shift(g->logical_block_size ? g->logical_block_size : 512);
-	int pbs = bs_shift(g->physical_block_size ? g->physical_block_size : 512);
+	/* the driver takes a logical block up to a page; the physical one
+	 * is a hint (RNBD carries it in 16 bits) */
+	int lbs = bs_shift(g->logical_block_size ? g->logical_block_size : 512, 12);
+	int pbs = bs_shift(g->physical_block_size ? g->physical_block_size : 512, 15);
 	struct ublk_param_basic *b = &p->basic;
 
 	memset(p, 0, sizeof(*p));
-	if (lbs < 0 || pbs < 0 || !g->nsectors || max_io < 4096 || max_io % 4096)
+	if (lbs < 0 || pbs < 0 || !g->nsectors || g->nsectors > UINT64_MAX >> SECTOR_SHIFT ||
+	    max_io < 4096 || max_io % 4096)
 		return -EINVAL;
 	if (pbs < lbs)
 		pbs = lbs;
 	p->len = sizeof(*p);
 	p->types = UBLK_PARAM_TYPE_BASIC;
 	/* what the kernel's rnbd-client tells its block layer
-	 * (blk_queue_write_cache from cache_policy) */
-	if (g->cache_policy & RNBD_WRITEBACK)
+	 * (blk_queue_write_cache from cache_policy); read-only, nothing to
+	 * flush (a FLUSH would be a write the server refuses) */
+	if ((g->cache_policy & RNBD_WRITEBACK) && !ro)
 		b->attrs |= UBLK_ATTR_VOLATILE_CACHE;
-	if (g->cache_policy & RNBD_FUA)
+	if ((g->cache_policy & RNBD_FUA) && !ro)
 		b->attrs |= UBLK_ATTR_FUA;
 	if (ro)
 		b->attrs |= UBLK_ATTR_READ_ONLY;
@@ -85,7 +89,8 @@ int rnbd_ublk_req(const struct ublksrv_io_desc *iod, uint64_t dev_sectors, uint3
 	default:
 		return -EOPNOTSUPP;
 	}
-	if (!n || start > dev_sectors || n > dev_sectors - start)
+	if (!n || start > dev_sectors || n > dev_sectors - start ||
+	    start + n > UINT64_MAX >> SECTOR_SHIFT)
 		return -EINVAL;
 	if (r->data && n > max_io >> SECTOR_SHIFT)
 		return -EINVAL;

@@ -26,8 +26,9 @@ struct rnbd_ublk_req {
  * (size, block sizes, request size, the write cache and FUA as the
  * server's cache policy says, read-only) and, when the device discards
  * or writes zeroes, discard.  0, or -EINVAL for a geometry the driver
- * would refuse (no sectors, a block size not a power of two in 512 to
- * 4096). */
+ * would refuse (no sectors or more than 2^55, a logical block not a
+ * power of two in 512 to 4096, a physical one not in 512 to 32768).
+ * Read-only: no write cache, no FUA. */
 int rnbd_ublk_params(const struct rnbd_clt_geom *g, bool ro, uint32_t max_io,
 		     struct ublk_params *p);
 

@@ -362,6 +362,8 @@ good 0"
 	[[ ${stderr%%$'\n'*} == "rtrs-client map: --ublk serves no NBD device: no --nbd-device or --nbd-connections with it" ]]
 	run_clt 2 map -s m1 -p tcp://127.0.0.1 -d d1 --ublk=/dev/sda
 	[[ ${stderr%%$'\n'*} == "rtrs-client map: --ublk: '/dev/sda' is not a device id or /dev/ublkbN" ]]
+	run_clt 2 map -s m1 -p tcp://127.0.0.1 -d d1 --ublk=/dev/ublkb1048576
+	[[ ${stderr%%$'\n'*} == "rtrs-client map: --ublk: '/dev/ublkb1048576' is not a device id or /dev/ublkbN" ]]
 	run_clt 1 unmap nosuchsession
 	expect_stderr_line "rtrs-client unmap: no device is mapped by session nosuchsession"
 	run_clt 2 list-mapped -o xml
@@ -378,6 +380,6 @@ good 0"
 	run_clt 1 map --ublk -s u1 -p "tcp://127.0.0.1:$port" -d d1
 	expect_stderr_line "rtrs-client map: /dev/ublk-control: No such file or directory (modprobe ublk_drv; Linux 6.0 or later)"
 	[ -z "$output" ]
-	# the session it opened is closed: the device opens for writing again
+	# nothing is left open at the server: the device opens for writing
 	run_clt 0 write -s w1 -p "tcp://127.0.0.1:$port" -d d1 < <(head -c 4096 /dev/urandom)
 }

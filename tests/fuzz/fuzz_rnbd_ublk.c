@@ -34,7 +34,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 			abort();
 		return 0;
 	}
-	if (!r.len || r.off % 512 || r.len % 512 || r.off / 512 > dev || r.len / 512 > dev - r.off / 512)
+	/* exactly the descriptor's sectors, inside the device */
+	if (r.off != iod.start_sector << 9 || r.len != (uint64_t)iod.nr_sectors << 9 ||
+	    iod.start_sector > UINT64_MAX >> 9 || !r.len || iod.start_sector > dev ||
+	    iod.nr_sectors > dev - iod.start_sector)
 		abort();
 	if (r.data != (r.op == RNBD_OP_READ || r.op == RNBD_OP_WRITE))
 		abort();

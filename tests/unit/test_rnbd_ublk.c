@@ -53,6 +53,15 @@ static void test_params(void **state)
 	assert_int_equal(p.discard.max_discard_sectors, 4096);
 	assert_int_equal(p.discard.max_write_zeroes_sectors, 2048);
 
+	/* read-only: no write cache to flush */
+	assert_int_equal(rnbd_ublk_params(&g, true, MAX_IO, &p), 0);
+	assert_int_equal(p.basic.attrs, UBLK_ATTR_READ_ONLY);
+	/* a physical block above a page is a hint the driver takes */
+	g.physical_block_size = 32768;
+	assert_int_equal(rnbd_ublk_params(&g, false, MAX_IO, &p), 0);
+	assert_int_equal(p.basic.physical_bs_shift, 15);
+	g.physical_block_size = 4096;
+
 	/* write-through, read-only, no discard, no granularity given */
 	g.cache_policy = 0;
 	g.max_discard_sectors = 0;
@@ -81,7 +90,12 @@ static void test_params(void **state)
 	g.logical_block_size = 8192;
 	assert_int_equal(rnbd_ublk_params(&g, false, MAX_IO, &p), -EINVAL);
 	g = geom();
+	g.physical_block_size = 3000;
+	assert_int_equal(rnbd_ublk_params(&g, false, MAX_IO, &p), -EINVAL);
+	g = geom();
 	g.nsectors = 0;
+	assert_int_equal(rnbd_ublk_params(&g, false, MAX_IO, &p), -EINVAL);
+	g.nsectors = (UINT64_MAX >> 9) + 1;
 	assert_int_equal(rnbd_ublk_params(&g, false, MAX_IO, &p), -EINVAL);
 	g = geom();
 	assert_int_equal(rnbd_ublk_params(&g, false, 4096 + 512, &p), -EINVAL);

@@ -140,6 +140,67 @@ check "SIGTERM: the map unmaps itself" kill -TERM "$PID"
 check "its process ends" wait_for 100 gone "$PID"
 check "the disk is gone" wait_for 50 no_disk "$UB"
 
+# --- what the page cache holds goes out when the device stops --------------------
+check "map u8" eval "\"$CLT\" map --ublk -s u8 ${PATHS[*]} -d d1 >$T/dev8"
+DEV=$(cat "$T/dev8") UB=${DEV#/dev/}
+head -c 8M /dev/urandom >"$T/cached"
+check "8 MiB written through the page cache, no sync" \
+	dd if="$T/cached" of="$DEV" bs=1M seek=100 status=none
+check "unmap: the device writes back its dirty pages first" "$CLT" unmap "$DEV"
+check "the file has them" cmp -n $((8 << 20)) -i $((100 << 20)):0 "$T/disk.img" "$T/cached"
+
+# --- a partition mounted ----------------------------------------------------------
+check "map u9" eval "\"$CLT\" map --ublk -s u9 ${PATHS[*]} -d d1 >$T/dev9"
+DEV=$(cat "$T/dev9") UB=${DEV#/dev/}
+# an MBR with one Linux partition, sectors 2048..67583, and a re-read
+mbr() { python3 -c 'import struct,sys
+e = struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", 2048, 65536)
+sys.stdout.buffer.write(bytes(446) + e + bytes(48) + b"\x55\xaa")'; }
+check "a partition table with one partition" eval \
+	"mbr | dd of=$DEV bs=512 count=1 oflag=direct status=none && blockdev --rereadpt $DEV"
+check "${DEV}p1 appears" wait_for 50 test -b "${DEV}p1"
+check "mkfs.ext4 on it, mount" eval "mkfs.ext4 -q -F ${DEV}p1 && mount ${DEV}p1 $T/mnt"
+check "unmap refuses: the partition is mounted" eval \
+	"! \"$CLT\" unmap $DEV 2>$T/e && grep -q 'is mounted on $T/mnt (unmount it first, or --force)' $T/e"
+check "umount; unmap" eval "umount $T/mnt && \"$CLT\" unmap $DEV"
+check "the disk is gone" wait_for 50 no_disk "$UB"
+
+# --- --foreground: exit status, standard error ------------------------------------
+"$CLT" map --ublk --foreground -s u10 "${PATHS[@]}" -d d1 >"$T/fg.out" 2>"$T/fg.err" &
+FGP=$!
+check "--foreground: the device on stdout" wait_for 100 grep -q '^/dev/ublkb[0-9]*$' "$T/fg.out"
+DEV=$(cat "$T/fg.out") UB=${DEV#/dev/}
+check "fio randrw with verify" fio --name=fg --filename="$DEV" --direct=1 --ioengine=libaio \
+	--rw=randrw --bs=16k --iodepth=64 --size=32M --verify=crc32c --verify_state_save=0 \
+	--verify_fatal=1 --output="$T/fio-fg.out"
+check "--foreground: SIGTERM unmaps, exit 0, nothing on stderr" eval \
+	"kill -TERM $FGP && wait $FGP && [ ! -s $T/fg.err ]"
+cat "$T/fg.err" | sed 's/^/#   /'
+check "the disk is gone" wait_for 50 no_disk "$UB"
+"$CLT" map --ublk --foreground -s u11 "${PATHS[@]}" -d d1 >"$T/fg2.out" 2>"$T/fg2.err" &
+FGP=$!
+wait_for 100 grep -q '^/dev/ublkb' "$T/fg2.out"
+DEV=$(cat "$T/fg2.out") UB=${DEV#/dev/}
+fio --name=stuck --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=64k \
+	--iodepth=64 --size=64M --time_based --runtime=60 >/dev/null 2>&1 &
+FP=$!
+sleep 2
+kill -STOP "$SRV_PID"
+sleep 1
+kill -INT "$FGP"; sleep 1; kill -INT "$FGP"
+rc=0; timeout 60 tail --pid="$FGP" -f /dev/null || rc=124
+wait "$FGP"; rc=$((rc ? rc : $?))
+kill -CONT "$SRV_PID"
+check "server stopped, two SIGINTs: the map gives up, exit 1 (not a crash: $rc)" [ "$rc" = 1 ]
+check "one line says requests were abandoned" eval \
+	"[ \$(wc -l <$T/fg2.err) = 1 ] && grep -q 'requests at the server: interrupted' $T/fg2.err"
+sed 's/^/#   /' "$T/fg2.err"
+check "the disk and the char device are gone" eval \
+	"wait_for 50 no_disk $UB && [ ! -e /dev/ublkc${UB#ublkb} ]"
+kill "$FP" 2>/dev/null; wait "$FP" 2>/dev/null
+check "the server serves again" wait_for 100 eval \
+	"\"$CLT\" read -s r1 -p tcp://127.0.0.1:1300 -d d1 --length 4096 >/dev/null"
+
 # --- read-only ------------------------------------------------------------------
 check "map --ublk --access ro" eval "\"$CLT\" map --ublk -s u3 ${PATHS[*]} -d d1 --access ro >$T/dev3"
 DEV=$(cat "$T/dev3") UB=${DEV#/dev/}
@@ -201,6 +262,8 @@ kill -9 "$PID"
 check "the disk goes with its server" wait_for 100 no_disk "$UB"
 check "list-mapped does not show it" eval "\"$CLT\" list-mapped -o json >$T/l.json && jtrue $T/l.json 'd[\"mapped\"] == []'"
 check "its char device is left (the driver keeps the id until it is deleted)" test -e "/dev/ublkc${UB#ublkb}"
+check "map --ublk=${UB#ublkb} onto it: refused, unmap named" eval \
+	"! \"$CLT\" map --ublk=${UB#ublkb} -s u12 -p tcp://127.0.0.1:1300 -d d1 2>$T/e >/dev/null && grep -q 'goes with unmap' $T/e"
 check "unmap deletes it, saying its process had ended" eval \
 	"\"$CLT\" unmap $DEV 2>$T/e && grep -q 'serving process $PID had ended' $T/e"
 check "the char device and the record are gone" eval \
