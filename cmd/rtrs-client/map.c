@@ -408,9 +408,9 @@ static int nbd_index(const char *s)
 	return dev_index(s, "nbd");
 }
 
-/* Who holds /dev/NAME (nbd3, ublkb0): a mount point (from mountinfo, the device or one of
- * its partitions) or a holder (device-mapper, md).  1 with what in buf, 0
- * when nobody. */
+/* Who holds /dev/NAME (nbd3, ublkb0): a mount point (from mountinfo, the
+ * device or one of its partitions) or a holder (device-mapper, md).  1
+ * with what in buf, 0 when nobody. */
 static int in_use(const char *name, char *buf, size_t len)
 {
 	char path[128], dev[32], line[4096], devs[64][32];

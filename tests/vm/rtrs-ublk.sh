@@ -9,7 +9,7 @@
 # unmap and a killed serving process leave no disk behind.
 #
 #   make tools && XPRT_VM_KPKG=linux-image-6.12-amd64 \
-#       tests/vm/xprt-vm -l ublk_drv -- tests/vm/rtrs-ublk.sh
+#       tests/vm/xprt-vm -l "ublk_drv nbd" -- tests/vm/rtrs-ublk.sh
 #
 # Reports TAP, then "rtrs-ublk: PASS (N checks)" or "... FAIL (...)".
 # Env: B (build directory, default build), MB (file MiB, default 256),
@@ -30,6 +30,9 @@ finish() {
 	for f in /run/xprt/ublk/ublkb*; do
 		[ -e "$f" ] && "$CLT" unmap --force "/dev/${f##*/}" 2>/dev/null
 	done
+	for d in /sys/block/nbd*; do
+		[ -e "$d/pid" ] && "$CLT" unmap --force "/dev/${d##*/}" 2>/dev/null
+	done
 	[ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null
 	rm -rf "$T"
 	echo "1..$n"
@@ -41,7 +44,7 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 no_disk() { [ ! -e "/sys/block/$1" ]; }
 
 if [ -z "${XPRT_VM:-}" ] || [ ! -f "${XPRT_VM_MODDIR:-/nonexistent}/ublk_drv.ko" ]; then
-	notok "setup # not inside XPRT_VM_KPKG=linux-image-6.12-amd64 tests/vm/xprt-vm -l ublk_drv"
+	notok "setup # not inside XPRT_VM_KPKG=linux-image-6.12-amd64 tests/vm/xprt-vm -l \"ublk_drv nbd\""
 	finish
 fi
 for x in "$CLT" "$SRV"; do [ -x "$x" ] || { notok "setup # no $x (make tools first)"; finish; }; done
@@ -200,6 +203,18 @@ check "the disk and the char device are gone" eval \
 kill "$FP" 2>/dev/null; wait "$FP" 2>/dev/null
 check "the server serves again" wait_for 100 eval \
 	"\"$CLT\" read -s r1 -p tcp://127.0.0.1:1300 -d d1 --length 4096 >/dev/null"
+
+# --- several at once, beside an NBD map --------------------------------------------
+check "map --ublk ua (rw) and ub (ro), map nbd nc (ro), all of d1" eval \
+	"\"$CLT\" map --ublk -s ua ${PATHS[*]} -d d1 >$T/da && \"$CLT\" map --ublk -s ub -p tcp://127.0.0.1:1300 -d d1 --access ro >$T/db && \"$CLT\" map -s nc -p tcp://127.0.0.1:1300 -d d1 --access ro >$T/dc"
+DA=$(cat "$T/da") DB=$(cat "$T/db") DC=$(cat "$T/dc")
+check "list-mapped: the nbd device first, then both ublk ones in order" eval \
+	"\"$CLT\" list-mapped -o json >$T/l.json && jtrue $T/l.json '[(m[\"device\"], m[\"kind\"], m[\"session\"]) for m in d[\"mapped\"]] == [(\"$DC\", \"nbd\", \"nc\"), (\"$DA\", \"ublk\", \"ua\"), (\"$DB\", \"ublk\", \"ub\")]'"
+check "a write through $DA reads back through $DB and $DC" eval \
+	"head -c 1M /dev/urandom >$T/x && dd if=$T/x of=$DA bs=1M seek=200 oflag=direct status=none && cmp $T/x <(dd if=$DB bs=1M skip=200 count=1 iflag=direct status=none) && cmp $T/x <(dd if=$DC bs=1M skip=200 count=1 iflag=direct status=none)"
+check "unmap ub by session leaves the others" eval \
+	"\"$CLT\" unmap ub && wait_for 50 no_disk ${DB#/dev/} && [ -b $DA ] && \"$CLT\" list-mapped -o json >$T/l.json && jtrue $T/l.json 'len(d[\"mapped\"]) == 2'"
+check "unmap the other two" eval "\"$CLT\" unmap $DA && \"$CLT\" unmap $DC && wait_for 50 no_disk ${DA#/dev/}"
 
 # --- read-only ------------------------------------------------------------------
 check "map --ublk --access ro" eval "\"$CLT\" map --ublk -s u3 ${PATHS[*]} -d d1 --access ro >$T/dev3"
