@@ -84,6 +84,9 @@ start_end() {
 	local id=$1 name=$2 side=$3 in=$4 d=$ENDS/$1
 	shift 4
 	mkdir -p "$d"
+	# an id used again: the last end's pid and status must not pass for
+	# this one's (wait_end would return at once, before it is done)
+	rm -f "$d/pid" "$d/rc"
 	(
 		set +e	# bats' errexit would end this shell on a failing end
 		"$MKSHMCON" connect "$name" -x "$side" "$@" <"$in" >"$d/out" 2>"$d/err" &
