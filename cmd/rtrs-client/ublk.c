@@ -78,6 +78,7 @@ struct ublkx {
 	int start_rc, stop_rc;		/* 1 pending, 0 done, -errno */
 	bool stop_asked;
 	uint64_t requests, errors;
+	struct ublkx *kept_next;	/* see ublk_free() */
 	struct utag tags[DEPTH];
 };
 
@@ -117,8 +118,11 @@ static int ctrl_sync(struct ublkx *x, unsigned nr, void *buf, uint16_t len, uint
 	if (rc < 0)
 		return rc;
 	for (;;) {
+		/* the commands waited for are short (ADD_DEV, SET_PARAMS,
+		 * GET_DEV_INFO, DEL_DEV): a signal does not cut them off,
+		 * which would leave a device added or deleted unbeknownst */
 		rc = io_uring_wait_cqe(&x->cring, &cqe);
-		if (rc == -EINTR && !cli_stop_requested)
+		if (rc == -EINTR)
 			continue;
 		if (rc < 0)
 			return rc;
@@ -353,8 +357,13 @@ static int ublk_release(struct ublkx *x)
  * ending).  registered: the session is still open and has the buffers. */
 static void ublk_free(struct ublkx *x, bool registered)
 {
-	if (x->at_rnbd)
+	static struct ublkx *kept;	/* reachable, not leaked */
+
+	if (x->at_rnbd) {
+		x->kept_next = kept;
+		kept = x;
 		return;
+	}
 	if (registered && x->bufs_registered)
 		rtrs_clt_del_mem(x->ss->clt, x->bufs);
 	free(x->bufs);
@@ -372,7 +381,7 @@ int ublkx_probe(char *err, size_t errlen)
 
 	if (fd < 0)
 		snprintf(err, errlen, CONTROL_DEV ": %s%s", strerror(errno),
-			 errno == ENOENT ? " (modprobe ublk_drv; Linux 6.0 or later)" : "");
+			 errno == ENOENT ? " (modprobe ublk_drv; Linux 6.4 or later)" : "");
 	return fd;
 }
 
@@ -383,6 +392,7 @@ struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
 	struct ublk_params p;
 	struct epoll_event ev = { .events = EPOLLIN };
 	const struct rnbd_clt_geom *g = rnbd_clt_geom(ss->dev);
+	size_t pg;
 	int rc;
 
 	if (!x) {
@@ -417,6 +427,8 @@ struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
 	if (rc < 0) {
 		snprintf(err, errlen, "ublk ADD_DEV: %s%s", strerror(-rc),
 			 rc == -EPERM ? " (it needs CAP_SYS_ADMIN)" :
+			 rc == -EOPNOTSUPP || rc == -524 ? " (a kernel before 6.4: no ioctl-encoded "
+			 "commands)" :
 			 rc == -EEXIST && want_id >= 0 ? " (that id is taken; one left by a killed "
 			 "map goes with unmap)" : "");
 		goto fail;
@@ -429,7 +441,8 @@ struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
 	}
 	if ((x->cdev_fd = open_cdev(x->dev_id, err, errlen)) < 0)
 		goto fail;
-	x->descs_len = (DEPTH * sizeof(struct ublksrv_io_desc) + 4095) & ~(size_t)4095;
+	pg = (size_t)sysconf(_SC_PAGESIZE);	/* the driver maps exactly this */
+	x->descs_len = (DEPTH * sizeof(struct ublksrv_io_desc) + pg - 1) / pg * pg;
 	x->descs = mmap(NULL, x->descs_len, PROT_READ, MAP_SHARED | MAP_POPULATE, x->cdev_fd,
 			UBLKSRV_CMD_BUF_OFFSET);
 	if (x->descs == MAP_FAILED) {

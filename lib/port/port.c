@@ -696,6 +696,10 @@ static void *dma_map(size_t len, size_t *maplen)
 		m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		return m == MAP_FAILED ? NULL : m;
 	}
+	if (len > SIZE_MAX - 2 * (size_t)XP_HUGE_PAGE) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	n = (len + XP_HUGE_PAGE - 1) & ~(size_t)(XP_HUGE_PAGE - 1);
 	raw = mmap(NULL, n + XP_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		   -1, 0);

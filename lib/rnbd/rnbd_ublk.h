@@ -1,4 +1,5 @@
-/* An RNBD device as a ublk device (the kernel's ublk_drv, 6.0+;
+/* An RNBD device as a ublk device (the kernel's ublk_drv; the commands
+ * are ioctl-encoded, Linux 6.4+;
  * include/uapi/linux/ublk_cmd.h): the device parameters the driver is
  * given (UBLK_CMD_SET_PARAMS) from the RNBD geometry, each IO descriptor
  * the driver fills in (struct ublksrv_io_desc) as one RNBD request, and

@@ -85,7 +85,12 @@ start_end() {
 	shift 4
 	mkdir -p "$d"
 	# an id used again: the last end's pid and status must not pass for
-	# this one's (wait_end would return at once, before it is done)
+	# this one's (wait_end would return at once, before it is done); the
+	# last end must be over, or it would write them later
+	if [ -s "$d/pid" ] && [ ! -s "$d/rc" ] && kill -0 "$(cat "$d/pid")" 2>/dev/null; then
+		die "end $id is still running"
+		return 1
+	fi
 	rm -f "$d/pid" "$d/rc"
 	(
 		set +e	# bats' errexit would end this shell on a failing end

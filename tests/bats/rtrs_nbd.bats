@@ -378,7 +378,7 @@ good 0"
 	disk disk.img 4M
 	start_server "$port" -e "d1=$T/disk.img"
 	run_clt 1 map --ublk -s u1 -p "tcp://127.0.0.1:$port" -d d1
-	expect_stderr_line "rtrs-client map: /dev/ublk-control: No such file or directory (modprobe ublk_drv; Linux 6.0 or later)"
+	expect_stderr_line "rtrs-client map: /dev/ublk-control: No such file or directory (modprobe ublk_drv; Linux 6.4 or later)"
 	[ -z "$output" ]
 	# nothing is left open at the server: the device opens for writing
 	run_clt 0 write -s w1 -p "tcp://127.0.0.1:$port" -d d1 < <(head -c 4096 /dev/urandom)

@@ -337,6 +337,10 @@ static void dma_sends(struct xp_port *p, uint32_t node, uint8_t *out, uint8_t *i
 		assert_int_equal(xp_register_memory(p, b + big - 1, 1), -EEXIST);
 		xp_dma_free(p, b);
 		assert_int_equal(xp_deregister_memory(p, b, big), -EINVAL);	/* forgotten */
+		/* unmapped to its last 2 MiB page, past len */
+		assert_int_equal(msync(b + (4u << 20) - 4096, 4096, MS_ASYNC), -1);
+		assert_int_equal(errno, ENOMEM);
+		assert_null(xp_dma_malloc(p, SIZE_MAX - 4096));
 	}
 	assert_int_equal(xp_register_memory(p, m + 10, 5), -EEXIST);
 	assert_int_equal(xp_deregister_memory(p, m, len), -EINVAL);	/* xp_dma_free's */
