@@ -377,12 +377,32 @@ void ublkx_free(struct ublkx *x)
 
 int ublkx_probe(char *err, size_t errlen)
 {
-	int fd = open(CONTROL_DEV, O_RDWR | O_CLOEXEC);
+	int fd = open(CONTROL_DEV, O_RDWR | O_CLOEXEC), e = errno;
 
-	if (fd < 0)
-		snprintf(err, errlen, CONTROL_DEV ": %s%s", strerror(errno),
-			 errno == ENOENT ? " (modprobe ublk_drv; Linux 6.4 or later)" : "");
+	if (fd < 0) {
+		snprintf(err, errlen, CONTROL_DEV ": %s%s", strerror(e),
+			 e == ENOENT ? " (modprobe ublk_drv; Linux 6.4 or later)" : "");
+		errno = e;
+	}
 	return fd;
+}
+
+/* /dev/ublk-control and its ring in x: 0, or -errno with the reason in
+ * err (nothing left open). */
+static int ctrl_open(struct ublkx *x, char *err, size_t errlen)
+{
+	int rc;
+
+	if ((x->ctl_fd = ublkx_probe(err, errlen)) < 0)
+		return -errno;
+	if ((rc = io_uring_queue_init(8, &x->cring, IORING_SETUP_SQE128))) {
+		snprintf(err, errlen, "io_uring: %s", strerror(-rc));
+		close(x->ctl_fd);
+		x->ctl_fd = -1;
+		return rc;
+	}
+	x->cring_ok = true;
+	return 0;
 }
 
 struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
@@ -400,7 +420,7 @@ struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
 		return NULL;
 	}
 	x->ss = ss;
-	x->cdev_fd = -1;
+	x->ctl_fd = x->cdev_fd = -1;
 	x->start_rc = x->stop_rc = 1;
 	x->dev_sectors = g->nsectors;
 	if (rnbd_ublk_params(g, ss->o->access == RNBD_ACCESS_RO, MAX_IO, &p)) {
@@ -410,13 +430,8 @@ struct ublkx *ublkx_open(struct sess *ss, int want_id, char *err, size_t errlen)
 			 g->physical_block_size);
 		goto fail;
 	}
-	if ((x->ctl_fd = ublkx_probe(err, errlen)) < 0)
+	if (ctrl_open(x, err, errlen) < 0)
 		goto fail;
-	if ((rc = io_uring_queue_init(8, &x->cring, IORING_SETUP_SQE128))) {
-		snprintf(err, errlen, "io_uring: %s", strerror(-rc));
-		goto fail;
-	}
-	x->cring_ok = true;
 	x->dev_id = want_id < 0 ? (unsigned)-1 : (unsigned)want_id;
 	info.nr_hw_queues = 1;
 	info.queue_depth = DEPTH;
@@ -548,16 +563,8 @@ int ublkx_delete_dead(unsigned id, char *err, size_t errlen)
 	struct ublksrv_ctrl_dev_info info = { 0 };
 	int rc;
 
-	if ((x.ctl_fd = open(CONTROL_DEV, O_RDWR | O_CLOEXEC)) < 0) {
-		snprintf(err, errlen, CONTROL_DEV ": %s", strerror(errno));
+	if (ctrl_open(&x, err, errlen) < 0)
 		return -1;
-	}
-	if ((rc = io_uring_queue_init(4, &x.cring, IORING_SETUP_SQE128))) {
-		snprintf(err, errlen, "io_uring: %s", strerror(-rc));
-		close(x.ctl_fd);
-		return -1;
-	}
-	x.cring_ok = true;
 	rc = ctrl_sync(&x, UBLK_CMD_GET_DEV_INFO, &info, sizeof(info), 0);
 	if (rc < 0) {
 		snprintf(err, errlen, "/dev/ublkc%u: GET_DEV_INFO: %s", id, strerror(-rc));
@@ -585,15 +592,11 @@ int ublkx_server_pid(unsigned id)
 {
 	struct ublkx x = { .cdev_fd = -1, .dev_id = id };
 	struct ublksrv_ctrl_dev_info info = { 0 };
+	char err[300];
 	int rc;
 
-	if ((x.ctl_fd = open(CONTROL_DEV, O_RDWR | O_CLOEXEC)) < 0)
-		return -errno;
-	if ((rc = io_uring_queue_init(4, &x.cring, IORING_SETUP_SQE128))) {
-		close(x.ctl_fd);
+	if ((rc = ctrl_open(&x, err, sizeof(err))) < 0)
 		return rc;
-	}
-	x.cring_ok = true;
 	rc = ctrl_sync(&x, UBLK_CMD_GET_DEV_INFO, &info, sizeof(info), 0);
 	teardown(&x);
 	if (rc < 0)
