@@ -117,7 +117,11 @@ static int serve_one(struct lsn *l, uint64_t now)
 		if (rc < 0 && rc != -EALREADY && rc != -ENOENT && rc != -ESTALE)
 			xlog_ratelimited(XLOG_INFO, "%s: %s: %u-byte datagram dropped or refused: %s",
 					 l->uri, xdg_addr_str(wc[i].src), wc[i].len, strerror(-rc));
-		if (rc == 0 && ibc_srv_busy(l->srv))
+		/* a new request's first window now; credit and RESENDs of
+		 * the batch all taken in before the pump below, so that none
+		 * names again what the pump sent after it was written */
+		if (rc == 0 && gfcc_kind(wc[i].data, wc[i].len) == GFCC_KIND_REQ &&
+		    ibc_srv_busy(l->srv))
 			work += send_ready(l, now);
 	}
 	return work + send_ready(l, now);

@@ -71,6 +71,7 @@ struct peer {
 	struct xdg_addr *addr;		/* on the resolver */
 	uint32_t seglen, max_pblk, max_pages, window;
 	uint64_t srtt;			/* ns, 0 until measured */
+	uint64_t heard;			/* last datagram for one of our requests */
 };
 
 struct region {
@@ -697,8 +698,10 @@ static void poll_placed(struct ibc_req *q, struct ent *e, uint64_t now)
 		if (!slots)
 			return;
 		n = xdg_recv_sg(e->d, e->uwr, slots, wc);
-		if (n)
+		if (n) {
 			e->npred = -1;
+			q->peers[e->peer].heard = now;
+		}
 		nlate = 0;
 		for (int k = 0; k < n && e->rq.state == IBC_RQ_WAIT; k++) {
 			struct gfcc_dseg h;
@@ -765,6 +768,8 @@ static void poll_ent(struct ibc_req *q, struct ent *e, uint64_t now)
 
 	do {
 		n = xdg_poll(e->d, wc, RX_BATCH);
+		if (n > 0)
+			q->peers[e->peer].heard = now;
 		for (int i = 0; i < n && e->busy && e->rq.state == IBC_RQ_WAIT; i++)
 			on_wc(q, e, &wc[i], now);
 		if (!e->busy || e->rq.state != IBC_RQ_WAIT)
@@ -784,17 +789,27 @@ static uint64_t timers(struct ibc_req *q, uint64_t now)
 
 			if (!e->busy || e->rq.state != IBC_RQ_WAIT)
 				continue;
-			t = ibc_rq_next_timer(&e->rq);
+			t = ibc_rq_next_timer(&e->rq, q->peers[e->peer].heard);
+			if (t <= now && e->k->scheme == XURI_UDP) {
+				/* silence is judged by what the socket holds, not
+				 * by when this thread last looked: a requester
+				 * descheduled while a reply arrived would
+				 * otherwise ask for what it already has */
+				poll_ent(q, e, now);
+				if (e->rq.state != IBC_RQ_WAIT)
+					continue;	/* on q->fin already */
+				t = ibc_rq_next_timer(&e->rq, q->peers[e->peer].heard);
+			}
 			if (t <= now) {
 				struct ibc_rq_out out;
 
-				ibc_rq_timer(&e->rq, now, &out);
+				ibc_rq_timer(&e->rq, now, q->peers[e->peer].heard, &out);
 				send_out(q, e, &out);
 				if (e->rq.state != IBC_RQ_WAIT) {
 					q->fin[q->nfin++] = e;
 					continue;
 				}
-				t = ibc_rq_next_timer(&e->rq);
+				t = ibc_rq_next_timer(&e->rq, q->peers[e->peer].heard);
 			}
 			if (t < next)
 				next = t;

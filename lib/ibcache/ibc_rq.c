@@ -224,7 +224,20 @@ void ibc_rq_fail(struct ibc_rq *r, int err, struct ibc_rq_out *out)
 		finish(r, IBC_RQ_FAILED, err, out);
 }
 
-void ibc_rq_timer(struct ibc_rq *r, uint64_t now, struct ibc_rq_out *out)
+/* Since when the request counts as silent.  A responder serves its
+ * requests in turns: one heard from on our other requests since this
+ * one's last datagram is busy, not deaf, and this request's turn is
+ * coming -- up to three more rto, which bounds what a loss waits. */
+static uint64_t quiet_since(const struct ibc_rq *r, uint64_t heard)
+{
+	uint64_t cap = r->t_progress + 3 * r->rto;
+
+	if (heard <= r->t_progress)
+		return r->t_progress;
+	return heard < cap ? heard : cap;
+}
+
+void ibc_rq_timer(struct ibc_rq *r, uint64_t now, uint64_t heard, struct ibc_rq_out *out)
 {
 	out->request = false;
 	out->n = 0;
@@ -234,7 +247,7 @@ void ibc_rq_timer(struct ibc_rq *r, uint64_t now, struct ibc_rq_out *out)
 		finish(r, IBC_RQ_FAILED, -ETIMEDOUT, out);
 		return;
 	}
-	if (r->flavour != GFCC_UDP || now - r->t_progress < r->rto)
+	if (r->flavour != GFCC_UDP || now - quiet_since(r, heard) < r->rto)
 		return;
 	r->retries++;
 	if (!r->ra.got) {
@@ -251,7 +264,7 @@ void ibc_rq_timer(struct ibc_rq *r, uint64_t now, struct ibc_rq_out *out)
 	r->rto = 2 * r->rto < r->rto_max ? 2 * r->rto : r->rto_max;
 }
 
-uint64_t ibc_rq_next_timer(const struct ibc_rq *r)
+uint64_t ibc_rq_next_timer(const struct ibc_rq *r, uint64_t heard)
 {
 	uint64_t t;
 
@@ -259,7 +272,7 @@ uint64_t ibc_rq_next_timer(const struct ibc_rq *r)
 		return UINT64_MAX;
 	if (r->flavour != GFCC_UDP)
 		return r->deadline;
-	t = r->t_progress + r->rto;
+	t = quiet_since(r, heard) + r->rto;
 	return t < r->deadline ? t : r->deadline;
 }
 

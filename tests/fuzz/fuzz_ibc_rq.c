@@ -127,7 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
 	struct ibc_rq_cfg c = { .id = ID, .qkey = QKEY, .obj = { .ino = 1, .gen = 2 }, .psize = PS };
 	struct fz *f = &fz;
-	uint64_t now = 0, at;
+	uint64_t now = 0, heard = 0, at;
 	uint32_t np, mtu;
 	size_t i = 6;
 	int taken;
@@ -240,10 +240,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		}
 		case 2:		/* the clock */
 			now += (uint64_t)(op >> 2) * 500;
-			if (now >= ibc_rq_next_timer(&f->r) || (op & 0x80))
-				ibc_rq_timer(&f->r, now, &o);
-			if (ibc_rq_next_timer(&f->r) < now && f->r.state == IBC_RQ_WAIT &&
-			    ibc_rq_next_timer(&f->r) + 1000000 < now)
+			if (op & 0x40)
+				heard = now;	/* the responder busy with other requests */
+			if (now >= ibc_rq_next_timer(&f->r, heard) || (op & 0x80))
+				ibc_rq_timer(&f->r, now, heard, &o);
+			if (ibc_rq_next_timer(&f->r, heard) < now && f->r.state == IBC_RQ_WAIT &&
+			    ibc_rq_next_timer(&f->r, heard) + 1000000 < now)
 				__builtin_trap();	/* a timer left far behind */
 			break;
 		case 3:

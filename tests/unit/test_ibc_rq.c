@@ -118,8 +118,8 @@ static void run(struct net *n)
 		if (!k) {
 			struct ibc_rq_out o;
 
-			n->now = ibc_rq_next_timer(&n->r);
-			ibc_rq_timer(&n->r, n->now, &o);
+			n->now = ibc_rq_next_timer(&n->r, 0);
+			ibc_rq_timer(&n->r, n->now, 0, &o);
 			send_out(n, &o);
 			ibc_srv_timer(n->s, n->now);
 		}
@@ -198,6 +198,51 @@ static void test_loss(void **s_)
 			assert_true(n.r.asked > 0);
 			free_net(&n);
 		}
+}
+
+/* A responder heard from on the requester's other requests is serving
+ * them: this one's silence waits its turn, up to three rto more; one
+ * heard from on nothing is asked again after one rto. */
+static void test_turns(void **s_)
+{
+	struct ibc_out out[1024];
+	uint8_t dg[GFCC_SEGLEN_MAX + GFCC_DSEG_LEN];
+	uint64_t pg[256], last;
+	struct net n;
+
+	seq_pages(pg, 0, 256);
+	for (int busy = 0; busy < 2; busy++) {
+		struct ibc_rq_out o;
+		int k;
+
+		setup_net(&n, GFCC_UDP, 1500, 64, pg, 256, GFCC_PBLK_MAX, 256);
+		up(&n, n.req, (size_t)n.reqlen);
+		n.now = 1 * MS;
+		k = ibc_srv_pump(n.s, out, 1024, n.now);
+		assert_int_equal(k, 64);	/* the first window */
+		for (int i = 0; i < k; i++) {
+			memcpy(dg, out[i].hdr, out[i].hlen);
+			memcpy(dg + out[i].hlen, out[i].buf, out[i].len);
+			ibc_rq_input(&n.r, dg, out[i].hlen + out[i].len, n.now, &o);
+		}
+		/* credit is not delivered: the responder has nothing to send
+		 * and the requester hears nothing more of this request */
+		last = n.now;
+		for (uint64_t t = last; n.r.retries == 0 && t < last + 100 * MS; t += MS / 4) {
+			uint64_t heard = busy ? t : 0;
+
+			ibc_rq_timer(&n.r, t, heard, &o);
+			if (n.r.retries)
+				n.now = t;
+			else
+				assert_true(ibc_rq_next_timer(&n.r, heard) > t);
+		}
+		assert_int_equal(n.r.retries, 1);
+		/* rto 2 ms; heard from all along: 2 + 3 * 2 ms */
+		assert_int_equal(n.now - last, busy ? 8 * MS : 2 * MS);
+		assert_true(n.r.asked > 0);
+		free_net(&n);
+	}
 }
 
 static void test_reaped_silent(void **s_)
@@ -416,6 +461,7 @@ int main(void)
 	const struct CMUnitTest t[] = {
 		cmocka_unit_test(test_no_loss_credit),
 		cmocka_unit_test(test_loss),
+		cmocka_unit_test(test_turns),
 		cmocka_unit_test(test_reaped_silent),
 		cmocka_unit_test(test_reaped_partial),
 		cmocka_unit_test(test_short_and_stale),
