@@ -154,11 +154,13 @@ struct xp_mem {
 };
 
 #define XP_ACCEPT_EVERY_NS 1000000ull	/* listeners are looked at every 1 ms */
+#define XP_CLOCK_IDLE_ROUNDS 16		/* idle progresses on one clock reading */
 
 struct xp_host {
 	struct xp_host_opts o;
 	uint64_t accept_ns;		/* last look at the listeners */
 	uint64_t now;			/* the clock at the last progress */
+	unsigned idle_rounds;		/* progresses since the clock was read */
 	unsigned nextra;		/* fds added with xp_host_add_fd() */
 	bool frag_default;		/* o.frag was left 0: per-transport sizes */
 	struct pe_eng *e;
