@@ -451,8 +451,7 @@ static int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
 		}
 		for (int i = 0; i < s->ndg; i++)
 			work += serve_dg(&s->dg[i]);
-		/* the host's clock: a busy round reads it once, in progress */
-		if (xspin_again(&sp, s->h ? xp_host_now(s->h) : xtime_ns(), work))
+		if (xspin_again(&sp, xtime_ns(), work))
 			continue;
 		/* Progress inside one port's xp_receive() may have queued
 		 * events for a port drained before it, or frames to send. */

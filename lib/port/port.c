@@ -223,12 +223,13 @@ int xp_host_progress(struct xp_host *h)
 	int done = 0;
 
 	/* The clock (the vDSO: tens of ns) was a third of an idle busy-poll
-	 * round: idle rounds share one reading, so a message that arrives
-	 * is seen sooner.  What reads h->now keeps time in milliseconds
-	 * (timers, alarms, the listeners, the spin), and 16 rounds are
-	 * about a microsecond; a round that moved something reads it next
-	 * time. */
-	if (h->idle_rounds++ % XP_CLOCK_IDLE_ROUNDS == 0)
+	 * round.  Inside xp_blocking_receive_until()'s spin, where rounds
+	 * follow each other with nothing between them, idle rounds share one
+	 * reading -- 16 rounds are about a microsecond, and what reads h->now
+	 * keeps time in milliseconds -- so a message that arrives is seen
+	 * sooner; a round that moved something reads it next time.  Any other
+	 * caller may come back after any pause: a fresh reading. */
+	if (!h->share_clock || h->idle_rounds++ % XP_CLOCK_IDLE_ROUNDS == 0)
 		h->now = xtime_ns();
 	now = h->now;
 
@@ -258,11 +259,6 @@ int xp_host_progress(struct xp_host *h)
 		h->idle_rounds = 0;
 	}
 	return done;
-}
-
-uint64_t xp_host_now(const struct xp_host *h)
-{
-	return h->now;
 }
 
 /* ------------------------------------------------------------- ports */
@@ -826,8 +822,8 @@ int xp_host_wait(struct xp_host *h, uint64_t timeout_ns)
 	return host_wait(h, xtime_ns() + timeout_ns);
 }
 
-int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
-				   uint64_t spin_until)
+static int blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t until,
+			    uint64_t spin_until)
 {
 	uint64_t spin = UINT64_MAX;
 	int rc;
@@ -839,7 +835,8 @@ int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t u
 		}
 		if ((rc = xp_receive(p, ev)) != 0)
 			return rc;
-		/* the receive just ran a progress, which read the clock */
+		/* the receive just ran a progress: its clock, at most 16 idle
+		 * rounds old */
 		uint64_t now = p->h->now;
 
 		if (spin == UINT64_MAX)
@@ -860,6 +857,21 @@ int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t u
 		if ((rc = host_wait(p->h, until)) < 0)
 			return rc;
 	}
+}
+
+int xp_blocking_receive_until(struct xp_port *p, struct xp_event *ev, uint64_t until,
+			       uint64_t spin_until)
+{
+	struct xp_host *h = p->h;
+	int rc;
+
+	/* its rounds share clock readings (xp_host_progress); the first one
+	 * reads it */
+	h->share_clock = true;
+	h->idle_rounds = 0;
+	rc = blocking_receive(p, ev, until, spin_until);
+	h->share_clock = false;
+	return rc;
 }
 
 int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout_ns,

@@ -152,10 +152,6 @@ int xp_host_fd(const struct xp_host *h);
  * timers.  Never blocks and never runs a user callback.  Returns the
  * number of things done (0: idle), or -errno on a host-wide failure. */
 int xp_host_progress(struct xp_host *h);
-/* The clock (xtime_ns) as the last progress read it: idle progresses
- * share one reading, so it may be a microsecond old -- for spin budgets
- * and timeouts, not for timestamps. */
-uint64_t xp_host_now(const struct xp_host *h);
 /* How long a caller sleeping on xp_host_fd() may wait before the host's
  * next timer (a retry, a timeout) is due: 0..max_ms. */
 int xp_host_timeout_ms(const struct xp_host *h, int max_ms);

@@ -161,6 +161,7 @@ struct xp_host {
 	uint64_t accept_ns;		/* last look at the listeners */
 	uint64_t now;			/* the clock at the last progress */
 	unsigned idle_rounds;		/* progresses since the clock was read */
+	bool share_clock;		/* in a blocking receive's spin (port.c) */
 	unsigned nextra;		/* fds added with xp_host_add_fd() */
 	bool frag_default;		/* o.frag was left 0: per-transport sizes */
 	struct pe_eng *e;

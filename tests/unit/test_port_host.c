@@ -811,6 +811,35 @@ static void test_alarms(void **s)
 	xp_host_free(h);
 }
 
+/* The clock reading a blocking receive's spin rounds share does not
+ * outlive it: after a pause, the next receive sees an alarm that fell due
+ * meanwhile, whatever round the spin ended on. */
+static void test_clock_after_pause(void **s)
+{
+	char err[256];
+	struct xp_host *h = xp_host_new(NULL, err, sizeof(err));
+	struct xp_port *p = xp_open(h, 0, err, sizeof(err));
+	struct xp_alarm a;
+	struct xp_event ev;
+
+	(void)s;
+	assert_non_null(p);
+	nfired = 0;
+	for (int i = 0; i < 20; i++) {
+		/* 100 us of busy idle rounds, a different count each time */
+		assert_int_equal(xp_blocking_receive(p, &ev, 100000 + 7000 * (uint64_t)i, S), 0);
+		xp_initialize_alarm(&a);
+		xp_set_alarm(p, &a, 1000, alarm_cb, (void *)7);
+		usleep(3000);
+		assert_int_equal(xp_receive(p, &ev), 1);
+		assert_int_equal(ev.type, XP_ALARM_EVENT);
+		unknown(p, &ev);
+	}
+	assert_int_equal(nfired, 20);
+	xp_close(p);
+	xp_host_free(h);
+}
+
 static void on_alarm(int sig) { }
 
 /* xp_blocking_receive: 0 on timeout, -EINTR on a signal. */
@@ -882,6 +911,7 @@ int main(void)
 		cmocka_unit_test(test_blocking_receive),
 		cmocka_unit_test(test_token_bound),
 		cmocka_unit_test(test_alarms),
+		cmocka_unit_test(test_clock_after_pause),
 		cmocka_unit_test_teardown(test_shm_echo, teardown),
 		cmocka_unit_test_teardown(test_shm_reserve, teardown),
 		cmocka_unit_test_teardown(test_tcp_echo, teardown),
