@@ -117,9 +117,10 @@ static int serve_one(struct lsn *l, uint64_t now)
 		if (rc < 0 && rc != -EALREADY && rc != -ENOENT && rc != -ESTALE)
 			xlog_ratelimited(XLOG_INFO, "%s: %s: %u-byte datagram dropped or refused: %s",
 					 l->uri, xdg_addr_str(wc[i].src), wc[i].len, strerror(-rc));
-		/* a new request's first window now; credit and RESENDs of
-		 * the batch all taken in before the pump below, so that none
-		 * names again what the pump sent after it was written */
+		/* a new request's first window now; otherwise CREDITs and
+		 * RESENDs are taken in and the pump waits for the end of the
+		 * batch (or the next request): a RESEND written before what
+		 * an earlier pump of the batch sent would name it again */
 		if (rc == 0 && gfcc_kind(wc[i].data, wc[i].len) == GFCC_KIND_REQ &&
 		    ibc_srv_busy(l->srv))
 			work += send_ready(l, now);

@@ -590,6 +590,8 @@ static void on_wc(struct ibc_req *q, struct ent *e, const struct xdg_wc *w, uint
 
 	if (w->op != XDG_OP_RECV)
 		return;
+	if (!w->status)
+		q->peers[e->peer].heard = now;	/* the responder is sending */
 	if (!e->busy) {
 		e->dirty = true;	/* late datagrams of a finished request */
 		return;
@@ -698,10 +700,8 @@ static void poll_placed(struct ibc_req *q, struct ent *e, uint64_t now)
 		if (!slots)
 			return;
 		n = xdg_recv_sg(e->d, e->uwr, slots, wc);
-		if (n) {
+		if (n)
 			e->npred = -1;
-			q->peers[e->peer].heard = now;
-		}
 		nlate = 0;
 		for (int k = 0; k < n && e->rq.state == IBC_RQ_WAIT; k++) {
 			struct gfcc_dseg h;
@@ -711,6 +711,8 @@ static void poll_placed(struct ibc_req *q, struct ent *e, uint64_t now)
 				send_out(q, e, &out);
 				break;
 			}
+			if (!wc[k].status)
+				q->peers[e->peer].heard = now;
 			/* in its expected place, or not ours at all: taken (or
 			 * counted) as it lies */
 			if (wc[k].status || gfcc_dseg_decode(e->hdrs[k], wc[k].len, &h) ||
@@ -768,8 +770,6 @@ static void poll_ent(struct ibc_req *q, struct ent *e, uint64_t now)
 
 	do {
 		n = xdg_poll(e->d, wc, RX_BATCH);
-		if (n > 0)
-			q->peers[e->peer].heard = now;
 		for (int i = 0; i < n && e->busy && e->rq.state == IBC_RQ_WAIT; i++)
 			on_wc(q, e, &wc[i], now);
 		if (!e->busy || e->rq.state != IBC_RQ_WAIT)

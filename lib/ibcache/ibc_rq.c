@@ -225,14 +225,15 @@ void ibc_rq_fail(struct ibc_rq *r, int err, struct ibc_rq_out *out)
 }
 
 /* Since when the request counts as silent.  A responder serves its
- * requests in turns: one heard from on our other requests since this
- * one's last datagram is busy, not deaf, and this request's turn is
- * coming -- up to three more rto, which bounds what a loss waits. */
+ * requests in turns: one that answered this request and has been heard
+ * from on others since is busy, not deaf, and this request's turn is
+ * coming -- up to three more rto, which bounds what a loss waits.  A
+ * request nothing came for may itself be lost: one rto. */
 static uint64_t quiet_since(const struct ibc_rq *r, uint64_t heard)
 {
 	uint64_t cap = r->t_progress + 3 * r->rto;
 
-	if (heard <= r->t_progress)
+	if (!r->ra.got || heard <= r->t_progress)
 		return r->t_progress;
 	return heard < cap ? heard : cap;
 }
@@ -247,6 +248,8 @@ void ibc_rq_timer(struct ibc_rq *r, uint64_t now, uint64_t heard, struct ibc_rq_
 		finish(r, IBC_RQ_FAILED, -ETIMEDOUT, out);
 		return;
 	}
+	if (heard > now)
+		heard = now;
 	if (r->flavour != GFCC_UDP || now - quiet_since(r, heard) < r->rto)
 		return;
 	r->retries++;

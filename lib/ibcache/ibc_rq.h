@@ -13,8 +13,9 @@
  *         many); nothing at all after rto: the request again (it may have
  *         been lost) with a RESEND of the first window (it may not).  rto
  *         doubles while nothing comes, up to timeout / 8.  Silence is the
- *         responder's: while it sends to the caller's other requests, this
- *         one waits its turn (up to 3 rto more) before asking again.
+ *         responder's: once it has answered, while it sends to the
+ *         caller's other requests this one waits its turn (up to 3 rto
+ *         more) before asking again.
  *         Done: FIN, so the responder frees the request at once (none for
  *         a reply of one datagram: the responder keeps nothing for
  *         those).
@@ -107,9 +108,9 @@ int ibc_rq_placed(struct ibc_rq *r, size_t len, const void *res, uint64_t now);
 /* The transport failed the request (a closed port, a receive error). */
 void ibc_rq_fail(struct ibc_rq *r, int err, struct ibc_rq_out *out);
 /* Retransmits and reaping; call at ibc_rq_next_timer().  heard: when the
- * responder was last heard from on the caller's other requests (0: not
- * known); while it is, silence on this one is taken for its turn coming,
- * for up to three rto more. */
+ * responder last sent the caller a datagram, for any request (0: not
+ * known); while it does, silence on a request it has answered is taken
+ * for its turn coming, for up to three rto more. */
 void ibc_rq_timer(struct ibc_rq *r, uint64_t now, uint64_t heard, struct ibc_rq_out *out);
 uint64_t ibc_rq_next_timer(const struct ibc_rq *r, uint64_t heard);
 

@@ -200,18 +200,26 @@ static void test_loss(void **s_)
 		}
 }
 
-/* A responder heard from on the requester's other requests is serving
- * them: this one's silence waits its turn, up to three rto more; one
- * heard from on nothing is asked again after one rto. */
+/* A responder that answered and is heard from on the requester's other
+ * requests is serving them: this one's silence waits its turn, up to
+ * three rto more; heard from until 3 ms in, the wait ends 2 ms after;
+ * heard from on nothing, or before it answered at all (the request may
+ * be lost), it asks again after one rto (2 ms). */
 static void test_turns(void **s_)
 {
+	static const struct { int first; uint64_t heard_until, fires; } c[] = {
+		{ 1, 0, 2 * MS },		/* heard from on nothing */
+		{ 1, UINT64_MAX, 8 * MS },	/* all along: 2 + 3 * 2 ms */
+		{ 1, 3 * MS, 5 * MS },		/* until 3 ms in */
+		{ 0, UINT64_MAX, 1 * MS },	/* nothing came: 2 ms after it went (0) */
+	};
 	struct ibc_out out[1024];
 	uint8_t dg[GFCC_SEGLEN_MAX + GFCC_DSEG_LEN];
 	uint64_t pg[256], last;
 	struct net n;
 
 	seq_pages(pg, 0, 256);
-	for (int busy = 0; busy < 2; busy++) {
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
 		struct ibc_rq_out o;
 		int k;
 
@@ -220,17 +228,19 @@ static void test_turns(void **s_)
 		n.now = 1 * MS;
 		k = ibc_srv_pump(n.s, out, 1024, n.now);
 		assert_int_equal(k, 64);	/* the first window */
-		for (int i = 0; i < k; i++) {
-			memcpy(dg, out[i].hdr, out[i].hlen);
-			memcpy(dg + out[i].hlen, out[i].buf, out[i].len);
-			ibc_rq_input(&n.r, dg, out[i].hlen + out[i].len, n.now, &o);
+		for (int j = 0; j < k && c[i].first; j++) {
+			memcpy(dg, out[j].hdr, out[j].hlen);
+			memcpy(dg + out[j].hlen, out[j].buf, out[j].len);
+			ibc_rq_input(&n.r, dg, out[j].hlen + out[j].len, n.now, &o);
 		}
 		/* credit is not delivered: the responder has nothing to send
 		 * and the requester hears nothing more of this request */
 		last = n.now;
 		for (uint64_t t = last; n.r.retries == 0 && t < last + 100 * MS; t += MS / 4) {
-			uint64_t heard = busy ? t : 0;
+			uint64_t heard = t - last <= c[i].heard_until ? t : last + c[i].heard_until;
 
+			if (!c[i].heard_until)
+				heard = 0;
 			ibc_rq_timer(&n.r, t, heard, &o);
 			if (n.r.retries)
 				n.now = t;
@@ -238,9 +248,11 @@ static void test_turns(void **s_)
 				assert_true(ibc_rq_next_timer(&n.r, heard) > t);
 		}
 		assert_int_equal(n.r.retries, 1);
-		/* rto 2 ms; heard from all along: 2 + 3 * 2 ms */
-		assert_int_equal(n.now - last, busy ? 8 * MS : 2 * MS);
-		assert_true(n.r.asked > 0);
+		if (n.now - last != c[i].fires)
+			fail_msg("case %zu: asked again after %llu us, not %llu", i,
+				 (unsigned long long)(n.now - last) / 1000,
+				 (unsigned long long)c[i].fires / 1000);
+		assert_true(c[i].first ? n.r.asked > 0 : o.request);
 		free_net(&n);
 	}
 }
