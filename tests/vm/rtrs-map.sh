@@ -24,6 +24,8 @@ mkdir -p -m 0700 "$XDG_RUNTIME_DIR"
 SRV_PID=
 # shellcheck source=tap.sh
 . tests/vm/tap.sh
+# shellcheck source=map-lib.sh
+. tests/vm/map-lib.sh
 finish() {
 	umount "$T/mnt" 2>/dev/null
 	for d in /sys/block/nbd*; do
@@ -35,8 +37,6 @@ finish() {
 	if [ $bad -eq 0 ] && [ $n -gt 0 ]; then echo "rtrs-map: PASS ($n checks)"; exit 0; fi
 	echo "rtrs-map: FAIL ($bad of $n checks failed)"; exit 1
 }
-bail() { echo "# dmesg:"; dmesg | tail -n 30 | sed 's/^/#   /'; finish; }
-gone() { ! kill -0 "$1" 2>/dev/null; }
 no_pid() { [ ! -e "/sys/block/$1/pid" ]; }
 has_pid() { [ -e "/sys/block/$1/pid" ]; }
 
@@ -48,11 +48,6 @@ echo "# $(uname -r), a ${MB} MiB file, $CLT"
 modprobe ext4 2>/dev/null
 [ -d /sys/module/nbd ] || check "modprobe nbd" modprobe nbd || bail
 
-server() {	# start rtrs-server on 127.0.0.1 and $XPRT_VM_IP, port 1300
-	"$SRV" -l tcp://0.0.0.0:1300 -e "d1=$T/disk.img" --ctl "$T/srv.sock" >"$T/srv.out" 2>"$T/srv.err" &
-	SRV_PID=$!
-	wait_for 100 grep -q '^listening' "$T/srv.out"
-}
 truncate -s "${MB}M" "$T/disk.img"
 check "rtrs-server listens" server || bail
 PATHS=(-p tcp://127.0.0.1:1300 -p "tcp://$XPRT_VM_IP:1300")
@@ -98,10 +93,7 @@ check "map again, --nbd-device $DEV, 4 NBD connections" eval \
 check "mount the remapped device" mount -t ext4 "$DEV" "$T/mnt"
 check "the tree is still the same" diff -r "$T/tree" "$T/mnt/tree"
 check "umount" umount "$T/mnt"
-check "fio randrw with verify over 4 connections" fio --name=mc --filename="$DEV" --direct=1 \
-	--ioengine=libaio --rw=randrw --bs=4k --iodepth=32 --numjobs=2 --size=64M --offset_increment=64M \
-	--verify=crc32c --verify_state_save=0 --verify_fatal=1 --output="$T/fio0.out"
-grep -q "err= 0" "$T/fio0.out" || sed 's/^/#   /' "$T/fio0.out"
+fio_verify "$DEV" " over 4 connections"
 PID=$(cat "/sys/block/$NBD/pid")
 check "SIGTERM: the map unmaps itself" kill -TERM "$PID"
 check "its process ends" wait_for 100 gone "$PID"
@@ -126,31 +118,12 @@ check "map's output and errors captured by \$(... 2>&1) come back at once" eval 
 	"timeout 20 bash -c 'x=\$(\"$CLT\" map -s m7 ${PATHS[*]} -d d1 2>&1) && echo \$x' >$T/dev7"
 DEV=$(cat "$T/dev7") NBD=${DEV#/dev/}
 check "it is a device" test -b "$DEV"
-fio --name=busy --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=64k \
-	--iodepth=64 --size=128M --time_based --runtime=20 --output="$T/fio7.out" >/dev/null 2>&1 &
-FP=$!
-sleep 2
-PID=$(cat "/sys/block/$NBD/pid")
-check "SIGTERM under a full queue" kill -TERM "$PID"
-check "the serving process ends, it does not hang" wait_for 400 gone "$PID"
-check "the device is let go" wait_for 50 no_pid "$NBD"
-wait "$FP" 2>/dev/null
+term_under_load "$DEV" "$(cat "/sys/block/$NBD/pid")" no_pid "$NBD"
 
 # --- a path cut under fio --------------------------------------------------------
 check "map m3" eval "\"$CLT\" map -s m3 ${PATHS[*]} -d d1 --policy rr --reconnect-delay 200 >$T/dev3"
 DEV=$(cat "$T/dev3") NBD=${DEV#/dev/}
-fio --name=cut --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=16k \
-	--iodepth=32 --size=128M --verify=crc32c --verify_state_save=0 --verify_backlog=256 --verify_fatal=1 \
-	--time_based --runtime="$FIO_TIME" --output="$T/fio.out" &
-FP=$!
-sleep 2
-check "path 1 cut" "$CLT" path disconnect -s m3 1
-sleep 1
-check "path 1 back" "$CLT" path reconnect -s m3 1
-check "fio write+verify across the cut: no error" wait "$FP"
-grep -q "err= 0" "$T/fio.out" || sed 's/^/#   /' "$T/fio.out"
-check "both paths connected again" wait_for 100 eval \
-	"\"$CLT\" status -s m3 -o json >$T/s.json && jtrue $T/s.json 'all(p[\"state\"] == \"connected\" for p in d[\"paths\"])'"
+cut_under_fio "$DEV" m3
 check "unmap $DEV" "$CLT" unmap "$DEV"
 check "the device is let go" wait_for 50 no_pid "$NBD"
 
@@ -158,17 +131,7 @@ check "the device is let go" wait_for 50 no_pid "$NBD"
 check "map m4 with --down-timeout 2" eval \
 	"\"$CLT\" map -s m4 -p tcp://127.0.0.1:1300 -d d1 --down-timeout 2 --reconnect-delay 200 --hb-interval 200 --hb-missed 2 >$T/dev4"
 DEV=$(cat "$T/dev4") NBD=${DEV#/dev/}
-kill -9 "$SRV_PID"; wait "$SRV_PID" 2>/dev/null; SRV_PID=
-s=$SECONDS
-check "a read with the server gone fails (EIO)" eval \
-	"! timeout 60 dd if=$DEV of=/dev/null bs=4k count=1 skip=777 iflag=direct 2>$T/dd.err && grep -q 'Input/output error' $T/dd.err"
-check "within the down timeout and the kernel's retry, not a hang ($((SECONDS - s)) s)" \
-	[ $((SECONDS - s)) -lt 40 ]
-check "rtrs-server again" server
-check "the session reconnects" wait_for 200 eval \
-	"\"$CLT\" status -s m4 -o json >$T/s.json && jtrue $T/s.json 'd[\"paths\"][0][\"state\"] == \"connected\"'"
-check "reads work again, byte for byte" eval \
-	"cmp <(dd if=$DEV bs=1M count=16 iflag=direct status=none) <(head -c 16M $T/disk.img)"
+server_dies "$DEV" m4 40
 PID=$(cat "/sys/block/$NBD/pid")
 check "unmap $DEV" "$CLT" unmap "$DEV"
 check "its process ends" wait_for 50 gone "$PID"

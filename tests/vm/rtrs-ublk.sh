@@ -25,6 +25,8 @@ mkdir -p -m 0700 "$XDG_RUNTIME_DIR"
 SRV_PID=
 # shellcheck source=tap.sh
 . tests/vm/tap.sh
+# shellcheck source=map-lib.sh
+. tests/vm/map-lib.sh
 finish() {
 	umount "$T/mnt" 2>/dev/null
 	for f in /run/xprt/ublk/ublkb*; do
@@ -39,8 +41,6 @@ finish() {
 	if [ $bad -eq 0 ] && [ $n -gt 0 ]; then echo "rtrs-ublk: PASS ($n checks)"; exit 0; fi
 	echo "rtrs-ublk: FAIL ($bad of $n checks failed)"; exit 1
 }
-bail() { echo "# dmesg:"; dmesg | tail -n 30 | sed 's/^/#   /'; finish; }
-gone() { ! kill -0 "$1" 2>/dev/null; }
 no_disk() { [ ! -e "/sys/block/$1" ]; }
 
 if [ -z "${XPRT_VM:-}" ] || [ ! -f "${XPRT_VM_MODDIR:-/nonexistent}/ublk_drv.ko" ]; then
@@ -52,11 +52,6 @@ echo "# $(uname -r), a ${MB} MiB file, $CLT"
 modprobe ext4 2>/dev/null
 check "/dev/ublk-control" test -c /dev/ublk-control || bail
 
-server() {	# start rtrs-server on 127.0.0.1 and $XPRT_VM_IP, port 1300
-	"$SRV" -l tcp://0.0.0.0:1300 -e "d1=$T/disk.img" --ctl "$T/srv.sock" >"$T/srv.out" 2>"$T/srv.err" &
-	SRV_PID=$!
-	wait_for 100 grep -q '^listening' "$T/srv.out"
-}
 head -c $((MB << 20)) /dev/urandom >"$T/disk.img"
 check "rtrs-server listens" server || bail
 PATHS=(-p tcp://127.0.0.1:1300 -p "tcp://$XPRT_VM_IP:1300")
@@ -134,10 +129,7 @@ check "blkdiscard -z (write zeroes) of 4 MiB at 64 MiB: zeros in the file" eval 
 	"blkdiscard -z -o $((64 << 20)) -l $((4 << 20)) $DEV && cmp -n $((4 << 20)) -i $((64 << 20)):0 $T/disk.img /dev/zero"
 check "a second map of the same id is refused, one line" eval \
 	"! \"$CLT\" map --ublk=7 -s u9 ${PATHS[*]} -d d1 --access ro 2>$T/e >/dev/null && [ \$(wc -l <$T/e) = 1 ] && grep -q 'id is taken' $T/e"
-check "fio randrw with verify" fio --name=mc --filename="$DEV" --direct=1 \
-	--ioengine=libaio --rw=randrw --bs=4k --iodepth=32 --numjobs=2 --size=64M --offset_increment=64M \
-	--verify=crc32c --verify_state_save=0 --verify_fatal=1 --output="$T/fio0.out"
-grep -q "err= 0" "$T/fio0.out" || sed 's/^/#   /' "$T/fio0.out"
+fio_verify "$DEV" ""
 PID=$(awk '{print $1}' "/run/xprt/ublk/$UB")
 check "SIGTERM: the map unmaps itself" kill -TERM "$PID"
 check "its process ends" wait_for 100 gone "$PID"
@@ -227,28 +219,11 @@ check "the disk is gone" wait_for 50 no_disk "$UB"
 # --- SIGTERM under a full queue; a path cut under fio -----------------------------
 check "map u4" eval "\"$CLT\" map --ublk -s u4 ${PATHS[*]} -d d1 >$T/dev4"
 DEV=$(cat "$T/dev4") UB=${DEV#/dev/}
-fio --name=busy --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=64k \
-	--iodepth=64 --size=128M --time_based --runtime=20 --output="$T/fio4.out" >/dev/null 2>&1 &
-FP=$!
-sleep 2
-PID=$(awk '{print $1}' "/run/xprt/ublk/$UB")
-check "SIGTERM under a full queue" kill -TERM "$PID"
-check "the serving process ends, it does not hang" wait_for 400 gone "$PID"
-check "the disk is gone" wait_for 50 no_disk "$UB"
-wait "$FP" 2>/dev/null
+term_under_load "$DEV" "$(awk '{print $1}' "/run/xprt/ublk/$UB")" no_disk "$UB"
 
 check "map u5" eval "\"$CLT\" map --ublk -s u5 ${PATHS[*]} -d d1 --policy rr --reconnect-delay 200 >$T/dev5"
 DEV=$(cat "$T/dev5") UB=${DEV#/dev/}
-fio --name=cut --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=16k \
-	--iodepth=32 --size=128M --verify=crc32c --verify_state_save=0 --verify_backlog=256 --verify_fatal=1 \
-	--time_based --runtime="$FIO_TIME" --output="$T/fio.out" &
-FP=$!
-sleep 2
-check "path 1 cut" "$CLT" path disconnect -s u5 1
-sleep 1
-check "path 1 back" "$CLT" path reconnect -s u5 1
-check "fio write+verify across the cut: no error" wait "$FP"
-grep -q "err= 0" "$T/fio.out" || sed 's/^/#   /' "$T/fio.out"
+cut_under_fio "$DEV" u5
 check "unmap $DEV" "$CLT" unmap "$DEV"
 check "the disk is gone" wait_for 50 no_disk "$UB"
 
@@ -256,16 +231,7 @@ check "the disk is gone" wait_for 50 no_disk "$UB"
 check "map u6 with --down-timeout 2" eval \
 	"\"$CLT\" map --ublk -s u6 -p tcp://127.0.0.1:1300 -d d1 --down-timeout 2 --reconnect-delay 200 --hb-interval 200 --hb-missed 2 >$T/dev6"
 DEV=$(cat "$T/dev6") UB=${DEV#/dev/}
-kill -9 "$SRV_PID"; wait "$SRV_PID" 2>/dev/null; SRV_PID=
-s=$SECONDS
-check "a read with the server gone fails (EIO)" eval \
-	"! timeout 60 dd if=$DEV of=/dev/null bs=4k count=1 skip=777 iflag=direct 2>$T/dd.err && grep -q 'Input/output error' $T/dd.err"
-check "within the down timeout, not a hang ($((SECONDS - s)) s)" [ $((SECONDS - s)) -lt 30 ]
-check "rtrs-server again" server
-check "the session reconnects" wait_for 200 eval \
-	"\"$CLT\" status -s u6 -o json >$T/s.json && jtrue $T/s.json 'd[\"paths\"][0][\"state\"] == \"connected\"'"
-check "reads work again, byte for byte" eval \
-	"cmp <(dd if=$DEV bs=1M count=16 iflag=direct status=none) <(head -c 16M $T/disk.img)"
+server_dies "$DEV" u6 30
 check "unmap $DEV" "$CLT" unmap "$DEV"
 check "the disk is gone" wait_for 50 no_disk "$UB"
 
