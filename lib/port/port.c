@@ -225,8 +225,9 @@ int xp_host_progress(struct xp_host *h)
 	/* The clock (the vDSO: tens of ns) was a third of an idle busy-poll
 	 * round.  Inside xp_blocking_receive_until()'s spin, where rounds
 	 * follow each other with nothing between them, idle rounds share one
-	 * reading -- 16 rounds are about a microsecond, and what reads h->now
-	 * keeps time in milliseconds -- so a message that arrives is seen
+	 * reading -- 16 rounds are about a microsecond over shm and tens over
+	 * tcp (a readv each), and what reads h->now keeps time in
+	 * milliseconds -- so a message that arrives is seen
 	 * sooner; a round that moved something reads it next time.  Any other
 	 * caller may come back after any pause: a fresh reading. */
 	if (!h->share_clock || h->idle_rounds++ % XP_CLOCK_IDLE_ROUNDS == 0)
@@ -835,7 +836,7 @@ static int blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t unt
 		}
 		if ((rc = xp_receive(p, ev)) != 0)
 			return rc;
-		/* the receive just ran a progress: its clock, at most 16 idle
+		/* the receive just ran a progress: its clock, at most 15 idle
 		 * rounds old */
 		uint64_t now = p->h->now;
 
