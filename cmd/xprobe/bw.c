@@ -40,10 +40,11 @@ struct bw_result {
 
 static void progress(const struct bw_opts *o, uint64_t start, uint64_t *last, uint64_t bytes)
 {
-	uint64_t now = xtime_ns();
+	uint64_t now;
 	char rate[32];
 
-	if (!o->progress || now - *last < 1000000000ull)
+	/* called per event: no clock read unless a line may be due */
+	if (!o->progress || (now = xtime_ns()) - *last < 1000000000ull)
 		return;
 	*last = now;
 	xfmt_rate(bytes / ((now - start) / 1e9), rate, sizeof(rate));
