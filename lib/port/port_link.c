@@ -632,6 +632,10 @@ XINLINE int lane_rx(struct xp_link *k, unsigned i, uint64_t now, int *down, int 
 				break;
 		}
 	}
+	/* failed in the loop (a bad frame, a receive that could not be
+	 * posted again -- a killed peer's queue pair): the lanes are freed */
+	if (k->dead)
+		return done;
 	if (*down < 0 && (n < 0 || xrc_state(ln->c) == XRC_DOWN))
 		*down = (int)i;
 	return done;
