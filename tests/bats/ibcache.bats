@@ -490,7 +490,7 @@ netns_fetch() {
 	# a run the route cannot take is refused whole (EMSGSIZE): a send
 	# error at the server, and its segments asked for again -- some 930
 	# of them if every run went so.  Silence that a loaded machine's
-	# scheduling makes may ask for some again (0 mostly, up to 433 seen
+	# scheduling makes may ask for some again (0 mostly, up to 232 seen
 	# under 3 busy loops on 2 CPUs), which is not that: fewer than half.
 	run_tool 0 "$S" status --ctl "$SRV_CTL" -o json
 	[ "$(json_val "$output" listeners.0.send_errors)" -eq 0 ] ||
