@@ -44,7 +44,7 @@
 #define CONN_PAGES	(ARENA_PAGES / 2)
 #define INBUF		(64u << 10)
 #define MAX_LISTEN	8
-#define IOV_BATCH	64
+#define IOV_BATCH	256		/* iovecs per sendmsg: 128 4 KiB replies */
 
 _Static_assert(INBUF >= NBD_SRV_INBUF, "an option fits in the input buffer");
 _Static_assert(ARENA_BYTES >= 2 * MAX_BLOCK, "the largest request always fits eventually");
@@ -151,6 +151,9 @@ struct conn {
 	bool quota_wait;		/* ... at CONN_PAGES: c->pend waits for its own pages */
 	bool out_blocked;		/* the handshake's output is full: read
 					 * nothing until it has gone */
+	bool out_full;			/* the socket took less than it was
+					 * offered: EPOLLOUT says when it takes
+					 * more (else the round's end sends) */
 	uint32_t pages;			/* arena pages its requests hold */
 	uint64_t reqs, bytes_in, bytes_out;
 	struct nbd_srv nbd;
@@ -243,7 +246,7 @@ static void set_events(struct conn *c)
 	if (!c->eof && !c->disc && !c->closing && !c->stalled && !c->quota_wait &&
 	    !c->out_blocked && c->inflight < CONN_INFLIGHT && c->nbd.phase != NBD_PH_DONE)
 		want |= EPOLLIN;
-	if (c->nbd.outlen || c->rq_head)
+	if ((c->nbd.outlen || c->rq_head) && c->out_full)
 		want |= EPOLLOUT;
 	if (want == c->events)
 		return;
@@ -697,7 +700,9 @@ static void conn_flush(struct conn *c)
 		mh.msg_iovlen = n;
 		w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w < 0) {
-			if (errno == EAGAIN || errno == EINTR)
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
 				break;
 			if (c->srv->verbose || (errno != EPIPE && errno != ECONNRESET))
 				logc(c, "%s", strerror(errno));
@@ -731,6 +736,7 @@ static void conn_flush(struct conn *c)
 	}
 	if (c->dead)
 		return;
+	c->out_full = c->nbd.outlen || c->rq_head;
 	conn_maybe_close(c);
 	set_events(c);
 }
