@@ -14,6 +14,7 @@
  * with the server's always_invalidate a SEND WITH IMM carrying rkey_rsp,
  * the chunk's new key, which we take before completing the request. */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,12 +137,17 @@ static int op_post(void *ctx, struct rtrs_cpath *cp, struct rtrs_creq *r)
 
 	if (!p->cons)
 		return -ENOTCONN;
-	/* session messages on connection 0, IO round-robin over 1.. (the
-	 * kernel spreads IO by CPU; one thread here) */
-	if ((r->dir & RTRS_CLT_ADMIN) || p->ncon == 1)
+	/* session messages on connection 0, IO on the connection of the CPU
+	 * it is submitted on, as the kernel (rtrs_permit_to_clt_con): one
+	 * thread submits here, so a batch goes out on one connection (one
+	 * sendmsg over tcp, one doorbell over rdma) rather than split */
+	if ((r->dir & RTRS_CLT_ADMIN) || p->ncon == 1) {
 		k = &p->cons[0];
-	else
-		k = &p->cons[1 + p->next_con++ % (p->ncon - 1)];
+	} else {
+		int cpu = sched_getcpu();
+
+		k = &p->cons[1 + (cpu > 0 ? (unsigned)cpu : 0u) % (p->ncon - 1)];
+	}
 	if (r->datalen && !(dmr = mem_mr(p, r->data, r->datalen)))
 		return -EFAULT;
 	if ((r->dir & 0xff) == RTRS_WRITE) {
@@ -451,6 +457,7 @@ uint64_t rtrs_clt_next_timer(const struct rtrs_clt *s)
 
 		if (p->core.state == RTRS_CLT_CONNECTED && rtrs_hb_next(&p->hb) < t)
 			t = rtrs_hb_next(&p->hb);
+
 	}
 	return t;
 }

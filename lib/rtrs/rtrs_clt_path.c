@@ -192,7 +192,6 @@ static int path_attach(struct clt_path *p, struct rtrs_conn_job *j, uint64_t now
 	p->for_new_clt = true;
 	rtrs_hb_init(&p->hb, s->o.hb_interval_ms, s->o.hb_missed_max, now);
 	p->core.latency_ns = -1;
-	p->next_con = 0;
 	p->last_error[0] = 0;
 	rtrs_conn_free(j);
 	return 0;

@@ -89,7 +89,6 @@ struct clt_path {
 	struct xrc_mr **umr;		/* one per s->mem[] */
 	unsigned numr;
 	struct rtrs_hb hb;
-	unsigned next_con;
 	struct rtrs_conn_job *job;	/* a connect under way on its thread */
 	char last_error[256];
 	uint64_t stray_rsps;		/* responses for no request in flight here */
