@@ -457,6 +457,14 @@ uint64_t rtrs_clt_next_timer(const struct rtrs_clt *s)
 
 		if (p->core.state == RTRS_CLT_CONNECTED && rtrs_hb_next(&p->hb) < t)
 			t = rtrs_hb_next(&p->hb);
+		/* an ACK held for our next requests (tcp) */
+		for (uint32_t c = 1; p->core.state == RTRS_CLT_CONNECTED && p->cons && c < p->ncon;
+		     c++) {
+			uint64_t x = p->cons[c].c ? xrc_next_timer(p->cons[c].c) : UINT64_MAX;
+
+			if (x < t)
+				t = x;
+		}
 
 	}
 	return t;

@@ -33,6 +33,10 @@ void rtrs_clt_xrc_opts(uint32_t cid, uint32_t qd, uint64_t timeout_ns, struct xr
 		o->sq_depth = qd + 16;
 		o->rq_depth = qd * 2 > 16 ? qd * 2 : 16;
 		o->max_send = 4096;
+		/* tcp: the ACK for the server's answers rides with our next
+		 * requests when they come soon, instead of a segment of its
+		 * own per batch (rtrs_clt_next_timer says when it is due) */
+		o->ack_delay_ns = RTRS_CLT_ACK_DELAY_NS;
 	}
 }
 

@@ -54,6 +54,9 @@ void rtrs_conn_free(struct rtrs_conn_job *j);
  * connection 0, before conn_rsp told it). */
 void rtrs_clt_xrc_opts(uint32_t cid, uint32_t qd, uint64_t timeout_ns, struct xrc_opts *o);
 
+/* How long the ACK for the server's answers on an IO connection may wait
+ * for our next requests (tcp, xrc_opts.ack_delay_ns). */
+#define RTRS_CLT_ACK_DELAY_NS	(200 * XTIME_NS_PER_US)
 #define RTRS_CLT_RX_LEN		RTRS_RKEY_RSP_LEN	/* every receive buffer */
 #define RTRS_CLT_SVC_RQ		(RTRS_SERVICE_CON_QUEUE_DEPTH * 2)
 

@@ -435,6 +435,11 @@ bool xrc_tx_pending(const struct xrc *c)
 	return c->state == XRC_UP && c->ops->tx_pending && c->ops->tx_pending(c);
 }
 
+uint64_t xrc_next_timer(const struct xrc *c)
+{
+	return c->state == XRC_UP && c->ops->next_timer ? c->ops->next_timer(c) : UINT64_MAX;
+}
+
 bool xrc_peer_gone(const struct xrc *c)
 {
 	return c->state == XRC_DOWN || (c->ops->peer_gone && c->ops->peer_gone(c));

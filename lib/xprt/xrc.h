@@ -57,6 +57,15 @@ struct xrc_opts {
 				 * xrc_poll()/xrc_flush() at most (0: 4 MiB); smaller
 				 * keeps the caller responsive to its other
 				 * connections (see xrc_flush) */
+	uint32_t ack_delay_ns;	/* tcp: how long the ACK this end owes for the
+				 * peer's WRITEs may wait for a frame of ours to
+				 * ride with (0: it goes out with the poll that
+				 * read them, a segment of its own when nothing
+				 * else goes).  It goes at once when a quarter of
+				 * the peer's send queue is owed, and in
+				 * xrc_wait().  A caller that sets it calls
+				 * xrc_poll() again by xrc_next_timer(), asleep or
+				 * not (rdma: the device acknowledges; ignored) */
 };
 /* Depths up to 65536 each work on tcp; on rdma the device's max_qp_wr and
  * max_cqe bound them (rxe: sq_depth 4096 + rq_depth 2048 is tested, as an
@@ -403,6 +412,9 @@ int xrc_arm(struct xrc *c);
  * Off by default; rdma ignores both (its poll reads a CQ in memory). */
 bool xrc_ready_hints(struct xrc *c, bool on);	/* whether c takes them */
 void xrc_ready(struct xrc *c);
+/* When xrc_poll() must run again although nothing arrives (xtime_ns()
+ * clock): a held ACK (opts.ack_delay_ns).  UINT64_MAX: never. */
+uint64_t xrc_next_timer(const struct xrc *c);
 /* Arms, then blocks until xrc_poll() may have work or timeout_ns passes
  * (0 = don't block).  1 ready, 0 timeout, -errno. */
 int xrc_wait(struct xrc *c, uint64_t timeout_ns);

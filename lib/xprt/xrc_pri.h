@@ -30,6 +30,7 @@ struct xrc_conn_ops {
 	int (*flush)(struct xrc *c);	/* NULL: posts are never held back */
 	bool (*tx_pending)(const struct xrc *c);	/* NULL: never */
 	bool (*peer_gone)(const struct xrc *c);	/* NULL: when DOWN */
+	uint64_t (*next_timer)(const struct xrc *c);	/* NULL: none (UP only) */
 	int (*arm)(struct xrc *c);	/* NULL: the fd needs no arming */
 	/* NULL: polling costs no system call, hints change nothing */
 	void (*ready)(struct xrc *c, int how);	/* XRC_HINTS_ON/_OFF, XRC_READY */

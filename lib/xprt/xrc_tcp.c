@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #define RXBUF_SIZE	(256u * 1024)
-#define TX_IOV_MAX	64		/* iovecs per sendmsg */
+#define TX_IOV_MAX	256		/* iovecs per sendmsg */
 #define RX_ROUNDS	16		/* reads per xrc_poll(): fairness between connections */
 /* After a frame of RX_BULK payload bytes or more, until one of RX_SMALL to
  * RX_BULK, staging reads take at most RX_BULK_STAGE: the next frame's
@@ -375,6 +375,8 @@ struct tcp_conn {
 	size_t tx_off;			/* bytes of the head frame already sent */
 	bool ack_due;
 	uint32_t ack_seq;
+	uint32_t ack_owed, ack_max;	/* WRITEs the ACK owed answers; at ack_max it goes */
+	uint64_t ack_delay, ack_by;	/* opts.ack_delay_ns; when the owed ACK must go */
 	/* receive queue: [rq_head, rq_fill) filled or filling, [rq_fill, rq_tail) free */
 	struct rq_ent *rq;
 	uint32_t rq_head, rq_fill, rq_tail;
@@ -448,6 +450,7 @@ static void conn_fail(struct tcp_conn *c)
 	c->tx_off = 0;
 	c->wq_head = c->wq_tail = c->rd_head = c->rd_tail = 0;
 	c->in_payload = c->ack_due = false;
+	c->ack_owed = 0;
 }
 
 /* --- transmit -------------------------------------------------------------- */
@@ -538,13 +541,22 @@ static void tx_frame_done(struct tcp_conn *c, struct tx_frame *t)
 	sq_check(&c->sq[t->sq]);
 }
 
-/* Writes as much of the queue as the socket takes, many frames per call. */
-/* Writes queued frames until the socket is full or `burst` bytes went out;
+/* Whether the ACK owed may wait (opts.ack_delay_ns): nothing else goes
+ * out now to carry it, less than ack_max WRITEs are owed, and its time has
+ * not come.  The clock is read only while one is held. */
+static bool ack_held(const struct tcp_conn *c)
+{
+	return c->ack_delay && c->tx_head == c->tx_tail && c->ack_owed < c->ack_max &&
+	       xtime_ns() < c->ack_by;
+}
+
+/* Writes queued frames until the socket is full or `burst` bytes went out,
+ * many frames per call, an owed ACK first unless `hold` and ack_held();
  * true when frames are left for a later call although the socket would
  * take more (the caller must not sleep on the fd for them). */
-static bool tx_flush(struct tcp_conn *c)
+static bool tx_flush_ack(struct tcp_conn *c, bool hold)
 {
-	if (c->ack_due && c->ctl_n < c->ctl_cap) {
+	if (c->ack_due && c->ctl_n < c->ctl_cap && !(hold && ack_held(c))) {
 		struct tx_frame *last = &c->tx[(c->tx_tail - 1) % c->tx_cap];
 
 		/* One ACK answers every WRITE up to its seq: fold into a
@@ -557,6 +569,7 @@ static bool tx_flush(struct tcp_conn *c)
 			tx_ctl(c, XTCP_ACK, c->ack_seq, 0, NULL, 0);
 		}
 		c->ack_due = false;
+		c->ack_owed = 0;
 	}
 	size_t budget = c->burst;
 
@@ -611,6 +624,11 @@ static bool tx_flush(struct tcp_conn *c)
 			return false;
 	}
 	return c->base.state == XRC_UP && c->tx_head != c->tx_tail;
+}
+
+static bool tx_flush(struct tcp_conn *c)
+{
+	return tx_flush_ack(c, true);
 }
 
 /* --- receive ---------------------------------------------------------------- */
@@ -809,7 +827,10 @@ static void payload_done(struct tcp_conn *c)
 	case XTCP_WRITE:
 		if (c->discard)
 			break;
+		if (!c->ack_due && c->ack_delay)
+			c->ack_by = xtime_ns() + c->ack_delay;
 		c->ack_due = true;
+		c->ack_owed++;
 		c->ack_seq = f->seq;
 		c->base.stats.rx_bytes += f->len;
 		if (imm) {
@@ -1081,6 +1102,13 @@ static int tcp_poll(struct xrc *xc, struct xrc_wc *wc, int n)
 
 static int tcp_fd(const struct xrc *xc) { return ((const struct tcp_conn *)xc)->fd; }
 
+static uint64_t tcp_next_timer(const struct xrc *xc)
+{
+	const struct tcp_conn *c = (const struct tcp_conn *)xc;
+
+	return c->ack_due && c->ack_delay ? c->ack_by : UINT64_MAX;
+}
+
 static int tcp_wait(struct xrc *xc, uint64_t timeout_ns)
 {
 	struct tcp_conn *c = TC(xc);
@@ -1091,6 +1119,8 @@ static int tcp_wait(struct xrc *xc, uint64_t timeout_ns)
 
 	c->rx_maybe = true;	/* a blocking wait looks for itself */
 	progress(c);
+	if (c->ack_due && c->base.state == XRC_UP)
+		tx_flush_ack(c, false);	/* a waiter has nothing to carry it */
 	if (have_wc(c))
 		return 1;
 	if (c->base.state == XRC_DOWN)
@@ -1181,6 +1211,7 @@ static const struct xrc_conn_ops tcp_conn_ops = {
 	.flush = tcp_flush,
 	.tx_pending = tcp_tx_pending,
 	.peer_gone = tcp_peer_gone,
+	.next_timer = tcp_next_timer,
 	.arm = tcp_arm,
 	.ready = tcp_ready,
 	.win_bind = tcp_win_bind,
@@ -1211,6 +1242,8 @@ struct xrc *xtcp_conn_new(int fd, const struct xrc_opts *o, uint32_t peer_max_se
 	c->tx_cap = pow2_up(sd + c->ctl_cap);
 	c->sq = calloc(sd, sizeof(*c->sq));
 	c->burst = o->burst ? o->burst : 4u << 20;
+	c->ack_delay = o->ack_delay_ns;
+	c->ack_max = peer_sq_depth / 4 ? peer_sq_depth / 4 : 1;
 	c->rx_maybe = true;
 	c->inl = malloc((size_t)sd * o->max_inline);
 	c->wq = calloc(sd, sizeof(*c->wq));

@@ -232,6 +232,110 @@ static void test_ready_hints(void **state)
 	xrc_close(b);
 }
 
+/* a's WRITE completion, driving b meanwhile: how long it took, in ns, or
+ * UINT64_MAX when none came within limit_ns. */
+static uint64_t write_done_after(struct xrc *a, struct xrc *b, uint64_t limit_ns)
+{
+	uint64_t t0 = xtime_ns();
+	struct xrc_wc wc;
+
+	while (xtime_ns() - t0 < limit_ns) {
+		int n = xrc_poll(a, &wc, 1);
+
+		assert_true(n >= 0);
+		if (n == 1) {
+			assert_int_equal(wc.op, XRC_OP_WRITE);
+			assert_int_equal(wc.status, 0);
+			return xtime_ns() - t0;
+		}
+		assert_true(xrc_poll(b, &wc, 1) >= 0);
+		usleep(200);
+	}
+	return UINT64_MAX;
+}
+
+/* opts.ack_delay_ns: the target holds the ACK for WRITEs until a frame of
+ * its own carries it, a quarter of the writer's send queue is owed, its
+ * time comes (xrc_next_timer says when, and the next poll after sends it)
+ * or it waits in xrc_wait(); without the option the poll that read the
+ * WRITE answers it. */
+static void test_ack_delay(void **state)
+{
+	enum { DELAY_MS = 300 };
+	struct xrc_opts ao = { .sq_depth = 16, .rq_depth = 8 };
+	struct xrc_opts bo = { .sq_depth = 16, .rq_depth = 8,
+			       .ack_delay_ns = DELAY_MS * XTIME_NS_PER_MS };
+	static char region[4096], src[64], rbuf[64];
+	struct xrc *a, *b, *a2, *b2;
+	struct xrc_mr *rmr, *rmr2;
+	struct xrc_wc wc;
+	uint64_t t, before;
+
+	(void)state;
+	xc_pair_opts(&a, &b, &ao, &bo);
+	rmr = xc_reg(b, region, sizeof(region), XRC_ACCESS_REMOTE_WRITE);
+	memset(src, 'w', sizeof(src));
+	assert_int_equal(xrc_next_timer(b), UINT64_MAX);
+
+	/* held, then carried by b's SEND */
+	before = xtime_ns();
+	assert_int_equal(xrc_post_write(a, &(struct xrc_sge){ src, 8, NULL }, 1,
+					(uintptr_t)region, rmr->rkey, false, 0, 1, XRC_SIGNALED), 0);
+	assert_int_equal(write_done_after(a, b, 50 * XTIME_NS_PER_MS), UINT64_MAX);
+	assert_memory_equal(region, src, 8);	/* applied, not answered */
+	t = xrc_next_timer(b);
+	assert_true(t >= before + DELAY_MS * XTIME_NS_PER_MS && t <= xtime_ns() + DELAY_MS * XTIME_NS_PER_MS);
+	assert_int_equal(xrc_post_recv(a, &(struct xrc_sge){ rbuf, sizeof(rbuf), NULL }, 9), 0);
+	assert_int_equal(xrc_post_send(b, &(struct xrc_sge){ src, 4, NULL }, 1, 2, 0), 0);
+	t = write_done_after(a, b, 100 * XTIME_NS_PER_MS);
+	assert_true(t < 100 * XTIME_NS_PER_MS);
+	assert_int_equal(xrc_next_timer(b), UINT64_MAX);
+	xc_get_wc(a, b, &wc);
+	assert_int_equal(wc.wr_id, 9);
+
+	/* nothing to ride with: the poll after its time sends it */
+	assert_int_equal(xrc_post_write(a, &(struct xrc_sge){ src, 8, NULL }, 1,
+					(uintptr_t)region + 8, rmr->rkey, false, 0, 3, XRC_SIGNALED), 0);
+	t = write_done_after(a, b, 3 * DELAY_MS * XTIME_NS_PER_MS);
+	assert_true(t != UINT64_MAX);
+	assert_true(t >= (DELAY_MS - 20) * XTIME_NS_PER_MS);
+	assert_int_equal(xrc_next_timer(b), UINT64_MAX);
+
+	/* a quarter of a's send queue (16) owed: at once */
+	for (uint64_t i = 0; i < 3; i++)
+		assert_int_equal(xrc_post_write(a, &(struct xrc_sge){ src, 8, NULL }, 1,
+						(uintptr_t)region + 16 + 8 * i, rmr->rkey, false, 0,
+						10 + i, 0), 0);
+	assert_int_equal(xrc_post_write(a, &(struct xrc_sge){ src, 8, NULL }, 1,
+					(uintptr_t)region + 40, rmr->rkey, false, 0, 13,
+					XRC_SIGNALED), 0);
+	t = write_done_after(a, b, 100 * XTIME_NS_PER_MS);
+	assert_true(t < 100 * XTIME_NS_PER_MS);
+
+	/* a waiter sends what it holds */
+	assert_int_equal(xrc_post_write(a, &(struct xrc_sge){ src, 8, NULL }, 1,
+					(uintptr_t)region + 48, rmr->rkey, false, 0, 14, XRC_SIGNALED), 0);
+	assert_int_equal(write_done_after(a, b, 30 * XTIME_NS_PER_MS), UINT64_MAX);
+	assert_true(xrc_next_timer(b) != UINT64_MAX);
+	assert_true(xrc_wait(b, XTIME_NS_PER_MS) >= 0);
+	assert_int_equal(xrc_next_timer(b), UINT64_MAX);
+	t = write_done_after(a, b, 100 * XTIME_NS_PER_MS);
+	assert_true(t < 100 * XTIME_NS_PER_MS);
+	xrc_close(a);
+	xrc_close(b);
+
+	/* without the option: answered by the poll that read it */
+	xc_pair_opts(&a2, &b2, &ao, &ao);
+	rmr2 = xc_reg(b2, region, sizeof(region), XRC_ACCESS_REMOTE_WRITE);
+	assert_int_equal(xrc_post_write(a2, &(struct xrc_sge){ src, 8, NULL }, 1,
+					(uintptr_t)region, rmr2->rkey, false, 0, 1, XRC_SIGNALED), 0);
+	t = write_done_after(a2, b2, 100 * XTIME_NS_PER_MS);
+	assert_true(t < 100 * XTIME_NS_PER_MS);
+	assert_int_equal(xrc_next_timer(b2), UINT64_MAX);
+	xrc_close(a2);
+	xrc_close(b2);
+}
+
 /* A stream of frames of every size class back to back -- tiny, mid-size,
  * and bulk ones whose payload is read straight into its destination after
  * a small staging read -- SENDs into receive buffers and WRITEs with
@@ -442,6 +546,7 @@ int main(void)
 		cmocka_unit_test(test_connect_timeout),
 		cmocka_unit_test(test_backpressure),
 		cmocka_unit_test(test_ready_hints),
+		cmocka_unit_test(test_ack_delay),
 		cmocka_unit_test(test_mixed_sizes),
 		cmocka_unit_test(test_peer_gone),
 		cmocka_unit_test(test_garbage_client),
