@@ -22,6 +22,8 @@
 #include "core/uri.h"
 #include "core/xtime.h"
 #include "port/port.h"
+#include "port/port_pri.h"
+#include "xprt/xrc.h"
 #include "xprt/mbox.h"
 
 #define S 1000000000ull
@@ -636,6 +638,61 @@ static void run_echo(const char *listen)
 	xp_host_free(h);
 }
 
+/* A peer host that sends, on a tcp lane, a well-framed message that holds
+ * no port frame: the echo host fails that link while reading its lanes --
+ * and must not look at the freed lanes after (it did once: a SIGSEGV) --
+ * then serves the next host. */
+static void test_tcp_bad_frame(void **s)
+{
+	char l[64], err[256];
+	uint16_t port;
+	pid_t pid;
+	uint32_t node, node2;
+	struct xp_host *h, *h2;
+	struct xp_port *p, *p2;
+	struct xp_link *k;
+	struct xp_event ev;
+	static uint8_t junk[64], in[64];
+	int st;
+
+	(void)s;
+	snprintf(l, sizeof(l), "tcp://127.0.0.1:%d", 20000 + (getpid() + 7919) % 20000);
+	pid = spawn(l, &port);
+	h = client(l, &node, err);
+	assert_non_null(p = xp_open(h, 0, err, sizeof(err)));
+	k = h->links[node - 1];
+	assert_true(k && !k->shm && k->nlanes >= 1 && k->lane[0].c);
+	memset(junk, 0xff, sizeof(junk));
+	assert_int_equal(xrc_post_send(k->lane[0].c, &(struct xrc_sge){ junk, sizeof(junk), NULL },
+				       1, 0, 0), 0);
+	/* the echo host drops the link: ours goes down */
+	for (uint64_t end = xtime_ns() + 10 * S; xp_node_up(h, node) && xtime_ns() < end;)
+		if (xp_blocking_receive(p, &ev, S / 100, 0) == 1)
+			unknown(p, &ev);
+	assert_false(xp_node_up(h, node));
+	assert_int_equal(waitpid(pid, &st, WNOHANG), 0);	/* still there */
+	xp_close(p);
+	xp_host_free(h);
+
+	/* ...and echoes for the next host */
+	h2 = client(l, &node2, err);
+	assert_non_null(p2 = xp_open(h2, 0, err, sizeof(err)));
+	ndone = 0;
+	assert_int_equal(xp_provide_receive_buffer(p2, in, xp_min_size_for_length(5) < 4 ? 4 :
+						   xp_min_size_for_length(5), XP_LOW), 0);
+	assert_int_equal(send1(p2, node2, ECHO_PORT, XP_LOW, "hello", 5, NULL), 0);
+	assert_int_equal(wait_event(p2, &ev, 5 * S), 1);
+	assert_int_equal(ev.type, XP_RECV_EVENT);
+	assert_int_equal(ev.length, 5);
+	assert_memory_equal(in, "hello", 5);
+	wait_done(p2, 1, 5 * S);
+	assert_int_equal(send1(p2, node2, ECHO_PORT, XP_LOW, "quit", 4, NULL), 0);
+	wait_done(p2, 2, 5 * S);
+	assert_int_equal(reap_child(pid), 0);
+	xp_close(p2);
+	xp_host_free(h2);
+}
+
 /* A failed test leaves no echo host behind for the next one. */
 static int teardown(void **s)
 {
@@ -915,6 +972,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_shm_echo, teardown),
 		cmocka_unit_test_teardown(test_shm_reserve, teardown),
 		cmocka_unit_test_teardown(test_tcp_echo, teardown),
+		cmocka_unit_test_teardown(test_tcp_bad_frame, teardown),
 	};
 
 	xlog_init("test_port_host");
