@@ -752,6 +752,13 @@ static void srv_after_round(struct nbdx *s)
 			s->flush_head = c->flush_next;
 			c->flushing = false;
 			conn_flush(c);
+			/* a handshake stopped for its output goes on once that
+			 * is out, as after EPOLLOUT (it asks for neither EPOLLIN
+			 * nor EPOLLOUT then) */
+			if (!c->dead && c->out_blocked && !c->nbd.outlen) {
+				c->out_blocked = false;
+				conn_pump(c);
+			}
 		}
 		srv_unstall(s);
 		/* those stopped at the in-flight limit go on once replies

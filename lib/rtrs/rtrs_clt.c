@@ -465,7 +465,6 @@ uint64_t rtrs_clt_next_timer(const struct rtrs_clt *s)
 			if (x < t)
 				t = x;
 		}
-
 	}
 	return t;
 }

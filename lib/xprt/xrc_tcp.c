@@ -1106,7 +1106,8 @@ static uint64_t tcp_next_timer(const struct xrc *xc)
 {
 	const struct tcp_conn *c = (const struct tcp_conn *)xc;
 
-	return c->ack_due && c->ack_delay ? c->ack_by : UINT64_MAX;
+	/* with the control ring full, the ACK waits for room, not a time */
+	return c->ack_due && c->ack_delay && c->ctl_n < c->ctl_cap ? c->ack_by : UINT64_MAX;
 }
 
 static int tcp_wait(struct xrc *xc, uint64_t timeout_ns)

@@ -261,7 +261,7 @@ static uint64_t write_done_after(struct xrc *a, struct xrc *b, uint64_t limit_ns
  * WRITE answers it. */
 static void test_ack_delay(void **state)
 {
-	enum { DELAY_MS = 300 };
+	enum { DELAY_MS = 1000 };
 	struct xrc_opts ao = { .sq_depth = 16, .rq_depth = 8 };
 	struct xrc_opts bo = { .sq_depth = 16, .rq_depth = 8,
 			       .ack_delay_ns = DELAY_MS * XTIME_NS_PER_MS };
