@@ -138,7 +138,7 @@ static int op_post(void *ctx, struct rtrs_cpath *cp, struct rtrs_creq *r)
 	if (!p->cons)
 		return -ENOTCONN;
 	/* session messages on connection 0, IO on the connection of the CPU
-	 * it is submitted on, as the kernel (rtrs_permit_to_clt_con): one
+	 * it is posted on, like the kernel (rtrs_permit_to_clt_con): one
 	 * thread submits here, so a batch goes out on one connection (one
 	 * sendmsg over tcp, one doorbell over rdma) rather than split */
 	if ((r->dir & RTRS_CLT_ADMIN) || p->ncon == 1) {

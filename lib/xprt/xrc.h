@@ -61,8 +61,8 @@ struct xrc_opts {
 				 * peer's WRITEs may wait for a frame of ours to
 				 * ride with (0: it goes out with the poll that
 				 * read them, a segment of its own when nothing
-				 * else goes).  It goes at once when a quarter of
-				 * the peer's send queue is owed, and in
+				 * else goes).  It goes at once when WRITEs of a
+				 * quarter of the peer's send queue are owed, and in
 				 * xrc_wait().  A caller that sets it calls
 				 * xrc_poll() again by xrc_next_timer(), asleep or
 				 * not (rdma: the device acknowledges; ignored) */

@@ -226,6 +226,18 @@ good 0"
 	[ -s "$T/disk.img" ]
 }
 
+@test "a client that asks without reading, then reads: every answer comes and the handshake goes on" {
+	local port
+	port=$(free_port)
+	disk disk.img 8M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	for i in 1 2 3; do
+		run_limited 30 abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 flood-drain 50000
+		[[ $output == "50000 answers, then transmission: READ error 0" ]] || die "$output"
+	done
+}
+
 @test "--socket on a file that is not a socket: refused, the file kept" {
 	local port
 	port=$(free_port)
