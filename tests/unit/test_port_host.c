@@ -640,7 +640,7 @@ static void run_echo(const char *listen)
 
 /* A peer host that sends, on a tcp lane, a well-framed message that holds
  * no port frame: the echo host fails that link while reading its lanes --
- * and must not look at the freed lanes after (it did once: a SIGSEGV) --
+ * and must not look at the freed lanes after --
  * then serves the next host. */
 static void test_tcp_bad_frame(void **s)
 {
