@@ -1010,6 +1010,58 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
 	return 0;
 }
 
+/* After a DATA frame of priority prio went into a pack: the frames that
+ * pe_pull_prio(min_prio) would give next, as long as they are whole
+ * messages of one small frame each of the stream it would serve next --
+ * the only stream of that priority with frames, none of a higher priority
+ * on the lane, no abort or control frame owed but the ACK its DATA
+ * carries.  Copied into the pack, so held by nobody: the hold
+ * frame_data() takes is dropped at once. */
+size_t pe_pull_pack(struct pe_eng *e, uint32_t node, unsigned lane, unsigned prio,
+		    unsigned min_prio, uint32_t max_frame, uint8_t *b, size_t room,
+		    unsigned *nframes)
+{
+	struct pe_node *n = node_get(e, node);
+	struct pe_lane *l;
+	struct link *al;
+	struct pe_txs *s;
+	size_t used = 0;
+	uint32_t fr;
+
+	*nframes = 0;
+	if (!n || !n->up || lane >= n->nlanes || prio > 1 || prio < min_prio)
+		return 0;
+	l = &n->lane[lane];
+	al = &l->active[prio];
+	if (!list_empty(&l->aborts) || list_empty(al) || al->next != al->prev ||
+	    (prio == 0 && !list_empty(&l->active[1])))
+		return 0;
+	s = container_of(al->next, struct pe_txs, active);
+	fr = prio ? n->frag : n->low_frag;
+	while (s->cur && !s->cur_off) {
+		struct pe_send *d = s->cur;
+		struct pe_rxs *r = s->rev;
+		struct pe_frame f;
+
+		if (!list_empty(&l->ctl) &&
+		    (!r || l->ctl.next != &r->ctl || r->ctl.next != &l->ctl || r->nack_pending))
+			break;
+		if (d->len > fr || PW_HDR_LEN + d->len > max_frame ||
+		    used + PW_PACK_LEN + PW_HDR_LEN + d->len > room)
+			break;
+		frame_data(e, s, d, 0, d->len, &f);
+		used += pw_pack_put(b + used, f.hdr, f.data, f.dlen);
+		d->refs--;
+		n->refs--;
+		e->ports[d->port].refs--;
+		s->cur = d->next;
+		++*nframes;
+	}
+	if (!s->cur)
+		list_del(&s->active);
+	return used;
+}
+
 XHOT_INLINE void pe_frame_done(struct pe_eng *e, struct pe_send *d)
 {
 	if (!d || !d->refs)

@@ -141,6 +141,15 @@ void pe_node_set_low_frag(struct pe_eng *e, uint32_t node, uint32_t frag);
  * for a transport that must keep room for high priority itself. */
 int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_prio,
 		 struct pe_frame *f);
+/* After a DATA frame of priority prio went into a pack (PW_PACK_LEN-framed
+ * entries): appends at b, while they fit in `room` bytes, the frames that
+ * pe_pull_prio(min_prio) would give next, as long as each is a whole
+ * message of at most max_frame bytes (header included) of the stream
+ * served next.  They are copied: nothing to give back.  Bytes written;
+ * *nframes counts the frames. */
+size_t pe_pull_pack(struct pe_eng *e, uint32_t node, unsigned lane, unsigned prio,
+		    unsigned min_prio, uint32_t max_frame, uint8_t *b, size_t room,
+		    unsigned *nframes);
 /* Whether pe_pull() would give something. */
 bool pe_has_tx(const struct pe_eng *e, uint32_t node, unsigned lane);
 /* Whether a lane of the node may have gained something for pe_pull() since

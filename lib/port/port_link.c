@@ -1344,6 +1344,20 @@ static int pack_send(struct xp_link *k, size_t len, unsigned n)
 	return rc < 0 ? rc : 0;
 }
 
+/* The lowest priority tx_shm may take a frame of with `room` slots left
+ * (besides an open pack's): low priority gets XP_SHM_LOW_SLOTS of the ring
+ * while high priority is in use, and a bulk flow's low frames, which may
+ * be big, wait for a free reference (never for the peer: it may be
+ * waiting for us). */
+static unsigned shm_min_prio(struct xp_link *k, bool high, uint32_t room, uint32_t cap)
+{
+	bool bulk = k->ref_ok && !high;
+	bool slot = bulk && room >= 2 && ref_slot(k) &&
+		    shmcm_refs_in_flight(k->sc) < SHMCM_REF_WINDOW;
+
+	return (high && cap - room >= XP_SHM_LOW_SLOTS) || (bulk && !slot);
+}
+
 static int tx_shm(struct xp_link *k)
 {
 	/* the pack being filled: frames of XP_SHM_PACK_FRAME bytes or less
@@ -1378,12 +1392,9 @@ static int tx_shm(struct xp_link *k)
 	while (room && !k->dead) {
 		/* ...and in small pieces, so the one ahead is quick to copy.
 		 * A bulk flow alone goes in big pieces that the peer pulls
-		 * from our memory (one copy); they wait for a free reference
-		 * (never for the peer: it may be waiting for us). */
+		 * from our memory (one copy). */
 		bool bulk = k->ref_ok && !high;
-		bool slot = bulk && room >= 2 && ref_slot(k) &&
-			    shmcm_refs_in_flight(k->sc) < SHMCM_REF_WINDOW;
-		unsigned min_prio = (high && cap - room >= XP_SHM_LOW_SLOTS) || (bulk && !slot);
+		unsigned min_prio = shm_min_prio(k, high, room, cap);
 		size_t flen;
 		bool small;
 		int rc;
@@ -1416,8 +1427,18 @@ static int tx_shm(struct xp_link *k)
 				room--;		/* the pack's slot */
 			plen += pw_pack_put(k->stage + plen, f.hdr, f.data, f.dlen);
 			pn++;
-			pe_frame_done(k->h->e, f.ref);
 			done++;
+			if (f.ref) {	/* what the next rounds would add, in one call */
+				unsigned more;
+
+				pe_frame_done(k->h->e, f.ref);
+				plen += pe_pull_pack(k->h->e, k->node, 0, f.hdr[2],
+						     shm_min_prio(k, high, room, cap),
+						     XP_SHM_PACK_FRAME, k->stage + plen, pmax - plen,
+						     &more);
+				pn += more;
+				done += more;
+			}
 			continue;
 		}
 		if (f.dlen > k->frag) {		/* more than a packet holds */
