@@ -1343,6 +1343,24 @@ XHOT_INLINE int pe_input(struct pe_eng *e, uint32_t node, const void *frame, siz
 		       why, whylen);
 }
 
+int pe_input_pack(struct pe_eng *e, uint32_t node, const void *pack, size_t len, uint64_t now,
+		  char *why, size_t whylen)
+{
+	size_t off = 0;
+	const uint8_t *fr;
+	size_t flen;
+	int rc;
+
+	while ((rc = pw_pack_next(pack, len, &off, &fr, &flen)) > 0)
+		if ((rc = pe_input(e, node, fr, flen, now, why, whylen)) < 0)
+			return rc;
+	if (rc < 0) {
+		snprintf(why, whylen, "a cut pack of frames");
+		return -EPROTO;
+	}
+	return 0;
+}
+
 int pe_input_hdr(struct pe_eng *e, uint32_t node, const void *hdr, uint32_t plen, uint64_t now,
 		 void **dest, char *why, size_t whylen)
 {

@@ -165,6 +165,11 @@ void pe_frame_done(struct pe_eng *e, struct pe_send *ref);
 /* A frame received on `node`: 0, or -EPROTO with the reason in why. */
 int pe_input(struct pe_eng *e, uint32_t node, const void *frame, size_t len, uint64_t now,
 	     char *why, size_t whylen);
+/* A pack (pw_pack_put's entries, `len` bytes) received on `node`: its
+ * frames through pe_input() in order, up to the first bad one.  0, or
+ * -EPROTO with the reason in why (a cut pack included). */
+int pe_input_pack(struct pe_eng *e, uint32_t node, const void *pack, size_t len, uint64_t now,
+		  char *why, size_t whylen);
 /* For a transport that places a DATA frame's payload itself (shm: the
  * receiver pulls it from the sender's memory): the header of a frame whose
  * plen payload bytes are not here yet, taken as pe_input() takes the whole

@@ -975,6 +975,7 @@ static void shm_deliver(struct xp_link *k, uint32_t src, uint32_t dst, const voi
 			size_t len)
 {
 	const char *bad = NULL;
+	char why[200];
 
 	if (k->dead || k->why[0])
 		return;
@@ -1018,18 +1019,12 @@ static void shm_deliver(struct xp_link *k, uint32_t src, uint32_t dst, const voi
 			bad = "a pack of frames out of place";
 			break;
 		}
-		for (size_t off = 0; !k->dead && !k->why[0];) {
-			const uint8_t *fr;
-			size_t flen;
-			int rc = pw_pack_next(data, len, &off, &fr, &flen);
-
-			if (rc <= 0) {
-				if (rc < 0)
-					bad = "a cut pack of frames";
-				break;
-			}
-			shm_input(k, fr, flen);
+		if (!k->h) {
+			bad = "frame before the link was set up";
+			break;
 		}
+		if (pe_input_pack(k->h->e, k->node, data, len, k->h->now, why, sizeof(why)) < 0)
+			bad = why;
 		break;
 	default:
 		bad = "a message of an unknown kind";

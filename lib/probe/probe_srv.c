@@ -36,7 +36,10 @@ static struct probe_sink *sink_find(struct probe_srv *ps, uint32_t node, unsigne
 
 void probe_srv_sink(struct probe_srv *ps, uint32_t node, unsigned port, uint32_t len)
 {
-	struct probe_sink *e = sink_find(ps, node, port, true);
+	struct probe_sink *e = ps->last;
+
+	if (!e || !e->used || e->node != node || e->port != port)
+		e = ps->last = sink_find(ps, node, port, true);
 
 	e->msgs++;
 	e->bytes += len;

@@ -36,6 +36,7 @@ struct probe_ctl_node {
 struct probe_srv {
 	uint32_t max_size;		/* the largest message accepted */
 	struct probe_sink sink[PROBE_SINKS];
+	struct probe_sink *last;	/* the one counted last: a flow's come in a row */
 	struct probe_ctl_node ctl[PROBE_CTL_NODES];
 };
 

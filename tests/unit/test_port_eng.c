@@ -1040,6 +1040,50 @@ static void test_pull_pack_refuses(void **s)
 	rm(&p);
 }
 
+/* pe_input_pack: a pack's frames go in in order; a pack cut inside a
+ * frame fails after the whole frames before the cut went in. */
+static void test_input_pack(void **s)
+{
+	struct pe_opts o = { .send_tokens = 8, .recv_tokens = 8 };
+	struct pair p = mk(1, 64, &o);
+	char bb[4][16], why[200];
+	uint8_t pk[512];
+	size_t n = 0, cut;
+	struct pe_frame f;
+	struct xp_event ev;
+
+	assert_int_equal(pe_port_open(p.a, 3), 0);
+	assert_int_equal(pe_port_open(p.b, 5), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pe_provide(p.b, 5, bb[i], 4, XP_LOW), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pe_send(p.a, 3, 1, 5, XP_LOW, i == 0 ? "one" : i == 1 ? "two" : "six",
+					 3, cb, NULL), 0);
+	while (pe_pull(p.a, 1, 0, &f)) {
+		n += pw_pack_put(pk + n, f.hdr, f.data, f.dlen);
+		pe_frame_done(p.a, f.ref);
+	}
+	cut = n - 5;		/* inside the third frame */
+	assert_int_equal(pe_input_pack(p.b, 1, pk, n, 0, why, sizeof(why)), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(pe_next_event(p.b, 5, &ev), 1);
+		assert_memory_equal(ev.buffer, i == 0 ? "one" : i == 1 ? "two" : "six", 3);
+	}
+	/* the same pack again, cut: into a fresh receiver */
+	rm(&p);
+	p = mk(1, 64, &o);
+	assert_int_equal(pe_port_open(p.b, 5), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pe_provide(p.b, 5, bb[i], 4, XP_LOW), 0);
+	assert_int_equal(pe_input_pack(p.b, 1, pk, cut, 0, why, sizeof(why)), -EPROTO);
+	assert_string_equal(why, "a cut pack of frames");
+	assert_int_equal(pe_next_event(p.b, 5, &ev), 1);
+	assert_int_equal(pe_next_event(p.b, 5, &ev), 1);
+	assert_memory_equal(ev.buffer, "two", 3);
+	assert_int_equal(pe_next_event(p.b, 5, &ev), 0);
+	rm(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1061,6 +1105,7 @@ int main(void)
 		cmocka_unit_test(test_send_now),
 		cmocka_unit_test(test_pull_pack_same_frames),
 		cmocka_unit_test(test_pull_pack_refuses),
+		cmocka_unit_test(test_input_pack),
 		cmocka_unit_test(test_drop_mid_message_frees_buffer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
