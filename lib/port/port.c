@@ -205,7 +205,15 @@ const char *xp_node_name(const struct xp_host *h, uint32_t node)
 	return k ? k->name : "?";
 }
 
-int xp_host_fd(const struct xp_host *h) { return h->epfd; }
+int xp_host_fd(struct xp_host *h)
+{
+	/* a program that sleeps on it itself: every link stays in it */
+	if (!h->ep_always) {
+		h->ep_always = true;
+		xpl_ep(h, true);
+	}
+	return h->epfd;
+}
 /* New hosts: the listeners are looked at every XP_ACCEPT_EVERY_NS. */
 static int host_accept(struct xp_host *h, uint64_t now)
 {
@@ -255,6 +263,10 @@ int xp_host_progress(struct xp_host *h)
 			if (h->links[i])
 				xpl_tx(h->links[i]);
 	done += pe_timers(h->e, now);
+	/* a host that has not slept for a while busy-polls: its links need
+	 * not be in the epoll (xpl_ep) until it sleeps again */
+	if (++h->awake_rounds == XP_EP_AWAKE_ROUNDS && h->ep_links && !h->ep_always)
+		xpl_ep(h, false);
 	if (done > 0) {
 		h->work_ns = now;
 		h->idle_rounds = 0;
@@ -770,6 +782,7 @@ static int host_wait(struct xp_host *h, uint64_t until)
 	int nshm, rc;
 
 	h->idle_rounds = 0;	/* the progress after a sleep reads the clock */
+	h->awake_rounds = 0;
 
 	if (t > until)
 		t = until;
@@ -802,6 +815,8 @@ static int host_wait(struct xp_host *h, uint64_t until)
 	}
 	struct timespec ts = { (time_t)(t / XTIME_NS_PER_S), (long)(t % XTIME_NS_PER_S) };
 
+	if (!h->ep_links && xpl_fd_links(h))
+		xpl_ep(h, true);
 	rc = epoll_pwait2(h->epfd, evs, 8, &ts, NULL);
 	if (rc < 0 && errno == EINTR)
 		return -EINTR;

@@ -51,13 +51,41 @@ int xpl_add(struct xp_host *h, struct xp_link *k, unsigned nlanes, uint32_t frag
 	k->node = (uint32_t)id;
 	k->nlanes = nlanes;
 	k->frag = frag;
-	for (unsigned i = 0; i < nlanes && !k->shm; i++) {
-		struct epoll_event ev = { .events = EPOLLIN };
-
-		if (epoll_ctl(h->epfd, EPOLL_CTL_ADD, xrc_fd(k->lane[i].c), &ev) < 0)
-			xlog_warn("%s: epoll: %m", k->name);
-	}
+	if (h->ep_links)	/* a sleeping host watches the new link too */
+		xpl_ep(h, true);
 	return id;
+}
+
+/* A lane's fd into the host's epoll or out of it.  The fds of the links
+ * are in it only while the host may sleep: a socket in an epoll set wakes
+ * it -- the epoll's lock and ready list -- with every packet that comes
+ * in, in the sender's system call on loopback, which a busy poller that
+ * reads every lane each round does not need. */
+static void lane_ep(struct xp_link *k, struct xp_lane *ln, bool in)
+{
+	struct epoll_event ev = { .events = EPOLLIN | (ln->want_out ? EPOLLOUT : 0) };
+
+	if (!ln->c || ln->in_ep == in)
+		return;
+	if (epoll_ctl(k->h->epfd, in ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, xrc_fd(ln->c), &ev) == 0)
+		ln->in_ep = in;
+	else if (in)
+		xlog_warn("%s: epoll: %m", k->name);
+}
+
+/* Every link's lanes into the epoll (before a sleep; level-triggered, so
+ * what came in before is reported at once) or out of it (a busy host). */
+void xpl_ep(struct xp_host *h, bool in)
+{
+	for (uint32_t i = 0; i < h->nlinks; i++) {
+		struct xp_link *k = h->links[i];
+
+		if (!k || k->dead || k->shm)
+			continue;
+		for (unsigned j = 0; j < k->nlanes; j++)
+			lane_ep(k, &k->lane[j], in);
+	}
+	h->ep_links = in;
 }
 
 static void hello_encode(uint8_t *b, uint32_t max_msg, unsigned lane)
@@ -132,8 +160,7 @@ XCOLD void xpl_fail(struct xp_link *k, const char *why)
 	snprintf(k->why, sizeof(k->why), "%s", why);
 	xlog_info("%s: link to node %u down: %s", k->name, k->node, why);
 	for (unsigned i = 0; i < 2; i++) {
-		if (k->lane[i].c)
-			epoll_ctl(k->h->epfd, EPOLL_CTL_DEL, xrc_fd(k->lane[i].c), NULL);
+		lane_ep(k, &k->lane[i], false);
 		lane_free(&k->lane[i]);
 	}
 	if (k->sc && !l) {
@@ -769,7 +796,7 @@ XINLINE int lane_flush(struct xp_link *k, struct xp_lane *ln)
 		if (out != ln->want_out) {
 			struct epoll_event ev = { .events = EPOLLIN | (out ? EPOLLOUT : 0) };
 
-			if (epoll_ctl(k->h->epfd, EPOLL_CTL_MOD, xrc_fd(ln->c), &ev) == 0)
+			if (!ln->in_ep || epoll_ctl(k->h->epfd, EPOLL_CTL_MOD, xrc_fd(ln->c), &ev) == 0)
 				ln->want_out = out;
 		}
 	}

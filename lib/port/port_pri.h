@@ -67,7 +67,8 @@ struct xp_lane {
 	struct xrc_mr *rxmr;
 	uint32_t bufsz;			/* bytes per receive/copy buffer */
 	bool held;			/* the transport holds posts back until a flush (tcp) */
-	bool want_out;			/* its fd is in the host's epoll with EPOLLOUT */
+	bool want_out;			/* bytes wait for room: EPOLLOUT in the host's epoll */
+	bool in_ep;			/* its fd is in the host's epoll (xpl_ep) */
 	bool flush_more;		/* the last xrc_flush() left bytes for later */
 	uint32_t nrepost;		/* receive buffers consumed, not posted again */
 	uint16_t repost[XP_RQ_DEPTH];
@@ -155,6 +156,7 @@ struct xp_mem {
 
 #define XP_ACCEPT_EVERY_NS 1000000ull	/* listeners are looked at every 1 ms */
 #define XP_CLOCK_IDLE_ROUNDS 16		/* idle progresses on one clock reading */
+#define XP_EP_AWAKE_ROUNDS 256		/* progresses without a sleep: links leave the epoll */
 
 struct xp_host {
 	struct xp_host_opts o;
@@ -163,6 +165,9 @@ struct xp_host {
 	unsigned idle_rounds;		/* progresses since the clock was read */
 	bool share_clock;		/* in a blocking receive's spin (port.c) */
 	unsigned nextra;		/* fds added with xp_host_add_fd() */
+	unsigned awake_rounds;		/* progresses since the last sleep */
+	bool ep_links;			/* some link's fd is in the epoll */
+	bool ep_always;			/* xp_host_fd() was asked for: they stay in it */
 	bool frag_default;		/* o.frag was left 0: per-transport sizes */
 	struct pe_eng *e;
 	int epfd;
@@ -224,5 +229,6 @@ unsigned xpl_fd_links(const struct xp_host *h);
 /* Arms every lane's fd before the host sleeps; true when one already has
  * completions waiting (then do not sleep). */
 bool xpl_arm(struct xp_host *h);
+void xpl_ep(struct xp_host *h, bool in);
 
 #endif

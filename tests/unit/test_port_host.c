@@ -100,6 +100,8 @@ static void echo_host(const char *listen, int fd)
 		}
 		if (ev.length >= 4 && !memcmp(ev.buffer, "quit", 4))
 			_exit(0);
+		if (ev.length >= 4 && !memcmp(ev.buffer, "zzz.", 4))
+			usleep(100000);	/* a reply that comes while the peer sleeps */
 		struct ebuf *b = &bufs[ev.prio][ev.size - 4][0];
 		for (unsigned k = 0; k < 4; k++)
 			if (bufs[ev.prio][ev.size - 4][k].buf == ev.buffer)
@@ -693,6 +695,66 @@ static void test_tcp_bad_frame(void **s)
 	xp_host_free(h2);
 }
 
+/* A host that busy-polled takes its links out of the epoll set; when it
+ * then sleeps it puts them back, and the reply that comes during the
+ * sleep wakes it (no timer due for seconds).  A program that asked for
+ * xp_host_fd() keeps them in it. */
+static void test_tcp_sleep_after_spin(void **s)
+{
+	struct xp_host_opts o = { .send_tokens = 8, .recv_tokens = 16, .send_timeout_ns = 30 * S };
+	char l[64], err[256];
+	uint16_t port;
+	pid_t pid;
+	struct xuri u;
+	struct xp_host *h;
+	struct xp_port *p;
+	struct xp_link *k;
+	struct xp_event ev;
+	static uint8_t in[64];
+	uint64_t t0;
+	int node;
+
+	(void)s;
+	snprintf(l, sizeof(l), "tcp://127.0.0.1:%d", 20000 + (getpid() + 4099) % 20000);
+	pid = spawn(l, &port);
+	assert_non_null(h = xp_host_new(&o, err, sizeof(err)));
+	assert_int_equal(xuri_parse(l, 0, &u, err, sizeof(err)), 0);
+	if ((node = xp_host_connect(h, &u, err, sizeof(err))) <= 0)
+		fail_msg("connect %s: %s", l, err);
+	assert_non_null(p = xp_open(h, 0, err, sizeof(err)));
+	k = h->links[node - 1];
+	assert_true(k && !k->shm && k->lane[0].c);
+	ndone = 0;
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < 2 * XP_EP_AWAKE_ROUNDS; i++)
+			xp_host_progress(h);
+		assert_false(k->lane[0].in_ep);
+		assert_int_equal(xp_provide_receive_buffer(p, in, 4, XP_LOW), 0);
+		assert_int_equal(send1(p, (uint32_t)node, ECHO_PORT, XP_LOW, "zzz.", 4, NULL), 0);
+		t0 = xtime_ns();
+		/* asleep at once (no spin), 100 ms before the reply comes: only
+		 * the reply can end the sleep early */
+		do
+			assert_int_equal(xp_blocking_receive(p, &ev, 10 * S, 0), 1);
+		while (internal(&ev) && (unknown(p, &ev), true));
+		assert_int_equal(ev.type, XP_RECV_EVENT);
+		assert_memory_equal(in, "zzz.", 4);
+		if (xtime_ns() - t0 > 3 * S)
+			fail_msg("round %d: the reply took %.1f s: the sleep did not see it", round,
+				 (double)(xtime_ns() - t0) / S);
+		assert_true(k->lane[0].in_ep);
+	}
+	assert_true(xp_host_fd(h) >= 0);
+	for (int i = 0; i < 2 * XP_EP_AWAKE_ROUNDS; i++)
+		xp_host_progress(h);
+	assert_true(k->lane[0].in_ep);
+	assert_int_equal(send1(p, (uint32_t)node, ECHO_PORT, XP_LOW, "quit", 4, NULL), 0);
+	wait_done(p, 4, 5 * S);
+	assert_int_equal(reap_child(pid), 0);
+	xp_close(p);
+	xp_host_free(h);
+}
+
 /* A failed test leaves no echo host behind for the next one. */
 static int teardown(void **s)
 {
@@ -973,6 +1035,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_shm_reserve, teardown),
 		cmocka_unit_test_teardown(test_tcp_echo, teardown),
 		cmocka_unit_test_teardown(test_tcp_bad_frame, teardown),
+		cmocka_unit_test_teardown(test_tcp_sleep_after_spin, teardown),
 	};
 
 	xlog_init("test_port_host");
