@@ -207,7 +207,7 @@ const char *xp_node_name(const struct xp_host *h, uint32_t node)
 
 int xp_host_fd(struct xp_host *h)
 {
-	/* a program that sleeps on it itself: every link stays in it */
+	/* a program that sleeps on it itself: every lane stays in it */
 	if (!h->ep_always) {
 		h->ep_always = true;
 		xpl_ep(h, true);
@@ -782,7 +782,6 @@ static int host_wait(struct xp_host *h, uint64_t until)
 	int nshm, rc;
 
 	h->idle_rounds = 0;	/* the progress after a sleep reads the clock */
-	h->awake_rounds = 0;
 
 	if (t > until)
 		t = until;
@@ -805,6 +804,7 @@ static int host_wait(struct xp_host *h, uint64_t until)
 		if (one && !xpl_fd_links(h) && !h->nextra) {
 			uint64_t slice = t < XTIME_NS_PER_MS ? t : XTIME_NS_PER_MS;
 
+			h->awake_rounds = 0;
 			rc = xpl_shm_wait(h, one, slice);
 			if (rc == -EINTR)
 				return -EINTR;
@@ -817,6 +817,7 @@ static int host_wait(struct xp_host *h, uint64_t until)
 
 	if (!h->ep_links && xpl_fd_links(h))
 		xpl_ep(h, true);
+	h->awake_rounds = 0;
 	rc = epoll_pwait2(h->epfd, evs, 8, &ts, NULL);
 	if (rc < 0 && errno == EINTR)
 		return -EINTR;

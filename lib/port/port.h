@@ -146,9 +146,10 @@ const char *xp_node_name(const struct xp_host *h, uint32_t node);
 /* How many listeners xp_host_listen() added so far. */
 unsigned xp_host_listeners(const struct xp_host *h);
 
-/* An fd (epoll) that is readable when xp_host_progress() has work.  From
- * the first call on, every link's fd stays in it (otherwise they are in it
- * only while the host sleeps in one of its own waits). */
+/* An fd (epoll) that is readable when xp_host_progress() has work; call it
+ * only to sleep on it.  From the first call on, every link's fd stays in
+ * it (otherwise a tcp link's is in it from a sleep in one of the host's
+ * own waits until 256 progress rounds without one). */
 int xp_host_fd(struct xp_host *h);
 /* Moves bytes: accepts connections, sends fragments, receives them, runs
  * timers.  Never blocks and never runs a user callback.  Returns the

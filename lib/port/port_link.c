@@ -30,6 +30,25 @@
 
 /* ------------------------------------------------------------ common */
 
+/* A lane's fd into the host's epoll or out of it: whether it is where it
+ * was to go.  A tcp lane's socket is in it only while the host may sleep:
+ * a socket in an epoll set wakes the set (its lock, its ready list) with
+ * every packet that comes in -- on loopback inside the sender's system
+ * call -- which a busy poller that reads every lane each round does not
+ * need.  An rdma lane's fd signals only once armed (xrc_arm): it stays. */
+static bool lane_ep(struct xp_link *k, struct xp_lane *ln, bool in)
+{
+	struct epoll_event ev = { .events = EPOLLIN | (ln->want_out ? EPOLLOUT : 0) };
+
+	if (!ln->c || ln->in_ep == in)
+		return true;
+	if (epoll_ctl(k->h->epfd, in ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, xrc_fd(ln->c), &ev) == 0)
+		ln->in_ep = in;
+	else if (in)
+		xlog_warn("%s: epoll: %m", k->name);
+	return ln->in_ep == in;
+}
+
 int xpl_add(struct xp_host *h, struct xp_link *k, unsigned nlanes, uint32_t frag)
 {
 	int id;
@@ -51,41 +70,31 @@ int xpl_add(struct xp_host *h, struct xp_link *k, unsigned nlanes, uint32_t frag
 	k->node = (uint32_t)id;
 	k->nlanes = nlanes;
 	k->frag = frag;
-	if (h->ep_links)	/* a sleeping host watches the new link too */
-		xpl_ep(h, true);
+	/* rdma lanes always, tcp ones while the others are in (xpl_ep) */
+	for (unsigned i = 0; i < nlanes && !k->shm; i++)
+		if (h->ep_links || xrc_scheme(k->lane[i].c) != XURI_TCP)
+			lane_ep(k, &k->lane[i], true);
 	return id;
 }
 
-/* A lane's fd into the host's epoll or out of it.  The fds of the links
- * are in it only while the host may sleep: a socket in an epoll set wakes
- * it -- the epoll's lock and ready list -- with every packet that comes
- * in, in the sender's system call on loopback, which a busy poller that
- * reads every lane each round does not need. */
-static void lane_ep(struct xp_link *k, struct xp_lane *ln, bool in)
-{
-	struct epoll_event ev = { .events = EPOLLIN | (ln->want_out ? EPOLLOUT : 0) };
-
-	if (!ln->c || ln->in_ep == in)
-		return;
-	if (epoll_ctl(k->h->epfd, in ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, xrc_fd(ln->c), &ev) == 0)
-		ln->in_ep = in;
-	else if (in)
-		xlog_warn("%s: epoll: %m", k->name);
-}
-
-/* Every link's lanes into the epoll (before a sleep; level-triggered, so
- * what came in before is reported at once) or out of it (a busy host). */
+/* The tcp lanes of every link into the epoll (before a sleep; it is
+ * level-triggered, so what came in before is reported at once) or out of
+ * it (a host that busy-polls).  h->ep_links says they all went in; a lane
+ * that did not is tried again before the next sleep. */
 void xpl_ep(struct xp_host *h, bool in)
 {
+	bool ok = true;
+
 	for (uint32_t i = 0; i < h->nlinks; i++) {
 		struct xp_link *k = h->links[i];
 
 		if (!k || k->dead || k->shm)
 			continue;
 		for (unsigned j = 0; j < k->nlanes; j++)
-			lane_ep(k, &k->lane[j], in);
+			if (k->lane[j].c && xrc_scheme(k->lane[j].c) == XURI_TCP)
+				ok &= lane_ep(k, &k->lane[j], in);
 	}
-	h->ep_links = in;
+	h->ep_links = in && ok;
 }
 
 static void hello_encode(uint8_t *b, uint32_t max_msg, unsigned lane)
@@ -160,7 +169,7 @@ XCOLD void xpl_fail(struct xp_link *k, const char *why)
 	snprintf(k->why, sizeof(k->why), "%s", why);
 	xlog_info("%s: link to node %u down: %s", k->name, k->node, why);
 	for (unsigned i = 0; i < 2; i++) {
-		lane_ep(k, &k->lane[i], false);
+		(void)lane_ep(k, &k->lane[i], false);
 		lane_free(&k->lane[i]);
 	}
 	if (k->sc && !l) {

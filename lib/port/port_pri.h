@@ -166,7 +166,7 @@ struct xp_host {
 	bool share_clock;		/* in a blocking receive's spin (port.c) */
 	unsigned nextra;		/* fds added with xp_host_add_fd() */
 	unsigned awake_rounds;		/* progresses since the last sleep */
-	bool ep_links;			/* some link's fd is in the epoll */
+	bool ep_links;			/* every tcp lane went into the epoll (xpl_ep) */
 	bool ep_always;			/* xp_host_fd() was asked for: they stay in it */
 	bool frag_default;		/* o.frag was left 0: per-transport sizes */
 	struct pe_eng *e;
@@ -229,6 +229,7 @@ unsigned xpl_fd_links(const struct xp_host *h);
 /* Arms every lane's fd before the host sleeps; true when one already has
  * completions waiting (then do not sleep). */
 bool xpl_arm(struct xp_host *h);
+/* The tcp lanes' fds into the host's epoll (before a sleep) or out of it. */
 void xpl_ep(struct xp_host *h, bool in);
 
 #endif

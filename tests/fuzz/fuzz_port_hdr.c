@@ -2,9 +2,9 @@
  * frames (what it gives lies inside the input and packs back to the same
  * bytes), and the engine's frame input
  * (a hostile peer's frames never crash the engine or write outside the
- * provided buffers), whole (pe_input) or as a header whose payload the
+ * provided buffers), whole (pe_input), as a header whose payload the
  * transport places itself (pe_input_hdr, pe_input_placed: shm by
- * reference). */
+ * reference), or as a pack of frames (pe_input_pack). */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -100,6 +100,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (ev.length > xp_max_length_for_size(ev.size))
 				__builtin_trap();
 	}
+	pe_free(e);
+	/* the same bytes as one pack into a fresh engine (shm's packs) */
+	if (!(e = pe_new(&o)))
+		return 0;
+	pe_node_add(e, 1, 64);
+	pe_port_open(e, 0);
+	for (unsigned i = 0; i < 4; i += 2)
+		pe_provide(e, 0, bufs[i], cls(i), 0);
+	why[0] = 0;
+	if (pe_input_pack(e, 1, data, size, 0, why, sizeof(why)) < 0 && !why[0])
+		__builtin_trap();	/* a failure always says why */
+	for (struct xp_event ev; pe_next_event(e, 0, &ev);)
+		if (ev.length > xp_max_length_for_size(ev.size))
+			__builtin_trap();
 	pe_free(e);
 	return 0;
 }

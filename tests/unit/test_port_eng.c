@@ -1069,6 +1069,7 @@ static void test_input_pack(void **s)
 		assert_int_equal(pe_next_event(p.b, 5, &ev), 1);
 		assert_memory_equal(ev.buffer, i == 0 ? "one" : i == 1 ? "two" : "six", 3);
 	}
+	assert_int_equal(pe_next_event(p.b, 5, &ev), 0);
 	/* the same pack again, cut: into a fresh receiver */
 	rm(&p);
 	p = mk(1, 64, &o);
@@ -1078,8 +1079,21 @@ static void test_input_pack(void **s)
 	assert_int_equal(pe_input_pack(p.b, 1, pk, cut, 0, why, sizeof(why)), -EPROTO);
 	assert_string_equal(why, "a cut pack of frames");
 	assert_int_equal(pe_next_event(p.b, 5, &ev), 1);
+	assert_memory_equal(ev.buffer, "one", 3);
 	assert_int_equal(pe_next_event(p.b, 5, &ev), 1);
 	assert_memory_equal(ev.buffer, "two", 3);
+	assert_int_equal(pe_next_event(p.b, 5, &ev), 0);
+	/* a bad frame in the middle: the one before it in, none after */
+	rm(&p);
+	p = mk(1, 64, &o);
+	assert_int_equal(pe_port_open(p.b, 5), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pe_provide(p.b, 5, bb[i], 4, XP_LOW), 0);
+	pk[29 + PW_PACK_LEN] = 0x7f;	/* the second frame's type */
+	assert_int_equal(pe_input_pack(p.b, 1, pk, n, 0, why, sizeof(why)), -EPROTO);
+	assert_non_null(strstr(why, "bad frame"));
+	assert_int_equal(pe_next_event(p.b, 5, &ev), 1);
+	assert_memory_equal(ev.buffer, "one", 3);
 	assert_int_equal(pe_next_event(p.b, 5, &ev), 0);
 	rm(&p);
 }
