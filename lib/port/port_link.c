@@ -71,9 +71,12 @@ int xpl_add(struct xp_host *h, struct xp_link *k, unsigned nlanes, uint32_t frag
 	k->nlanes = nlanes;
 	k->frag = frag;
 	/* rdma lanes always, tcp ones while the others are in (xpl_ep) */
-	for (unsigned i = 0; i < nlanes && !k->shm; i++)
-		if (h->ep_links || xrc_scheme(k->lane[i].c) != XURI_TCP)
-			lane_ep(k, &k->lane[i], true);
+	for (unsigned i = 0; i < nlanes && !k->shm; i++) {
+		bool tcp = xrc_scheme(k->lane[i].c) == XURI_TCP;
+
+		if ((h->ep_links || !tcp) && !lane_ep(k, &k->lane[i], true) && tcp)
+			h->ep_links = false;	/* tried again before the next sleep */
+	}
 	return id;
 }
 
