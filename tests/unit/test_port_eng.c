@@ -1040,6 +1040,16 @@ static void test_pull_pack_refuses(void **s)
 	rm(&p);
 }
 
+/* A new pair in *p whose b has port 5 open with four buffers of 16 bytes. */
+static void fresh_receiver(struct pair *p, const struct pe_opts *o, char bb[4][16])
+{
+	rm(p);
+	*p = mk(1, 64, o);
+	assert_int_equal(pe_port_open(p->b, 5), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pe_provide(p->b, 5, bb[i], 4, XP_LOW), 0);
+}
+
 /* pe_input_pack: a pack's frames go in in order; a pack cut inside a
  * frame fails after the whole frames before the cut went in. */
 static void test_input_pack(void **s)
@@ -1071,11 +1081,7 @@ static void test_input_pack(void **s)
 	}
 	assert_int_equal(pe_next_event(p.b, 5, &ev), 0);
 	/* the same pack again, cut: into a fresh receiver */
-	rm(&p);
-	p = mk(1, 64, &o);
-	assert_int_equal(pe_port_open(p.b, 5), 0);
-	for (int i = 0; i < 4; i++)
-		assert_int_equal(pe_provide(p.b, 5, bb[i], 4, XP_LOW), 0);
+	fresh_receiver(&p, &o, bb);
 	assert_int_equal(pe_input_pack(p.b, 1, pk, cut, 0, why, sizeof(why)), -EPROTO);
 	assert_string_equal(why, "a cut pack of frames");
 	assert_int_equal(pe_next_event(p.b, 5, &ev), 1);
@@ -1084,12 +1090,8 @@ static void test_input_pack(void **s)
 	assert_memory_equal(ev.buffer, "two", 3);
 	assert_int_equal(pe_next_event(p.b, 5, &ev), 0);
 	/* a bad frame in the middle: the one before it in, none after */
-	rm(&p);
-	p = mk(1, 64, &o);
-	assert_int_equal(pe_port_open(p.b, 5), 0);
-	for (int i = 0; i < 4; i++)
-		assert_int_equal(pe_provide(p.b, 5, bb[i], 4, XP_LOW), 0);
-	pk[29 + PW_PACK_LEN] = 0x7f;	/* the second frame's type */
+	fresh_receiver(&p, &o, bb);
+	pk[2 * PW_PACK_LEN + PW_HDR_LEN + 3] = 0x7f;	/* the second frame's type */
 	assert_int_equal(pe_input_pack(p.b, 1, pk, n, 0, why, sizeof(why)), -EPROTO);
 	assert_non_null(strstr(why, "bad frame"));
 	assert_int_equal(pe_next_event(p.b, 5, &ev), 1);

@@ -102,6 +102,10 @@ static void echo_host(const char *listen, int fd)
 			_exit(0);
 		if (ev.length >= 4 && !memcmp(ev.buffer, "zzz.", 4))
 			usleep(100000);	/* a reply that comes while the peer sleeps */
+		if (ev.length >= 4 && !memcmp(ev.buffer, "die.", 4)) {
+			usleep(100000);	/* a hang-up that comes while the peer sleeps */
+			_exit(0);
+		}
 		struct ebuf *b = &bufs[ev.prio][ev.size - 4][0];
 		for (unsigned k = 0; k < 4; k++)
 			if (bufs[ev.prio][ev.size - 4][k].buf == ev.buffer)
@@ -697,8 +701,8 @@ static void test_tcp_bad_frame(void **s)
 
 /* A host that busy-polled takes its links out of the epoll set; when it
  * then sleeps it puts them back, and the reply that comes during the
- * sleep wakes it (no timer due for seconds).  A program that asked for
- * xp_host_fd() keeps them in it. */
+ * sleep wakes it (no timer due for seconds), as does the peer's death.  A
+ * program that asked for xp_host_fd() keeps them in it. */
 static void test_tcp_sleep_after_spin(void **s)
 {
 	struct xp_host_opts o = { .send_tokens = 8, .recv_tokens = 16, .send_timeout_ns = 30 * S };
@@ -751,14 +755,37 @@ static void test_tcp_sleep_after_spin(void **s)
 		}
 		assert_true(k->lane[0].in_ep);
 	}
+	/* the peer dies 100 ms into our sleep: its hang-up ends the sleep */
+	for (int i = 0; i < 2 * XP_EP_AWAKE_ROUNDS; i++)
+		xp_host_progress(h);
+	assert_false(k->lane[0].in_ep);
+	assert_int_equal(send1(p, (uint32_t)node, ECHO_PORT, XP_LOW, "die.", 4, NULL), 0);
+	t0 = xtime_ns();
+	for (uint64_t end = t0 + 10 * S; xp_node_up(h, (uint32_t)node) && xtime_ns() < end;) {
+		assert_int_equal(xp_host_wait(h, end - xtime_ns()), 0);
+		xp_host_progress(h);
+	}
+	assert_false(xp_node_up(h, (uint32_t)node));
+	if (xtime_ns() - t0 > 3 * S)
+		fail_msg("the hang-up took %.1f s to be seen", (double)(xtime_ns() - t0) / S);
+	assert_int_equal(reap_child(pid), 0);
+	close_port(p);
+	xp_host_free(h);
+
+	/* a program that sleeps on xp_host_fd() itself: the lanes stay in */
+	pid = spawn(l, &port);
+	h = client(l, (uint32_t *)&node, err);
+	assert_non_null(p = xp_open(h, 0, err, sizeof(err)));
+	k = h->links[node - 1];
 	assert_true(xp_host_fd(h) >= 0);
 	for (int i = 0; i < 2 * XP_EP_AWAKE_ROUNDS; i++)
 		xp_host_progress(h);
 	assert_true(k->lane[0].in_ep);
+	ndone = 0;
 	assert_int_equal(send1(p, (uint32_t)node, ECHO_PORT, XP_LOW, "quit", 4, NULL), 0);
-	wait_done(p, 4, 5 * S);
+	wait_done(p, 1, 5 * S);
 	assert_int_equal(reap_child(pid), 0);
-	xp_close(p);
+	close_port(p);
 	xp_host_free(h);
 }
 
