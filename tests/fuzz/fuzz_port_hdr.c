@@ -4,10 +4,13 @@
  * (a hostile peer's frames never crash the engine or write outside the
  * provided buffers), whole (pe_input), as a header whose payload the
  * transport places itself (pe_input_hdr, pe_input_placed: shm by
- * reference), or as a pack of frames (pe_input_pack). */
+ * reference), or as a pack of frames (pe_input_pack, which must end as
+ * pe_input() frame by frame does: same result, reason and events). */
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "port/port_eng.h"
@@ -15,7 +18,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static uint8_t bufs[4][1 << 10];
+static uint8_t bufs[4][1 << 10], bufs2[4][1 << 10];
 
 static unsigned cls(unsigned i) { return 4 + i * 2; }
 
@@ -34,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t re[PW_HDR_LEN];
 	struct pe_opts o = { .send_tokens = 4, .recv_tokens = 8 };
 	struct pe_eng *e;
-	char why[200];
+	char why[200], why2[200];
 
 	/* decode, then re-encode: the same bytes */
 	if (pw_decode(data, size, &h) == 0) {
@@ -101,19 +104,49 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				__builtin_trap();
 	}
 	pe_free(e);
-	/* the same bytes as one pack into a fresh engine (shm's packs) */
-	if (!(e = pe_new(&o)))
+	/* the same bytes as one pack into a fresh engine (shm's packs), and
+	 * frame by frame into another: the same result, reason and events */
+	struct pe_eng *e2 = pe_new(&o);
+
+	if (!(e = pe_new(&o)) || !e2) {
+		pe_free(e);
+		pe_free(e2);
 		return 0;
+	}
 	pe_node_add(e, 1, 64);
+	pe_node_add(e2, 1, 64);
 	pe_port_open(e, 0);
-	for (unsigned i = 0; i < 4; i += 2)
+	pe_port_open(e2, 0);
+	for (unsigned i = 0; i < 4; i += 2) {
 		pe_provide(e, 0, bufs[i], cls(i), 0);
-	why[0] = 0;
-	if (pe_input_pack(e, 1, data, size, 0, why, sizeof(why)) < 0 && !why[0])
+		pe_provide(e2, 0, bufs2[i], cls(i), 0);
+	}
+	why[0] = why2[0] = 0;
+	int rc1 = pe_input_pack(e, 1, data, size, 0, why, sizeof(why)), rc2;
+
+	if (rc1 < 0 && !why[0])
 		__builtin_trap();	/* a failure always says why */
-	for (struct xp_event ev; pe_next_event(e, 0, &ev);)
-		if (ev.length > xp_max_length_for_size(ev.size))
+	poff = 0;
+	while ((rc2 = pw_pack_next(data, size, &poff, &fr, &flen)) == 1)
+		if ((rc2 = pe_input(e2, 1, fr, flen, 0, why2, sizeof(why2))) < 0)
+			break;
+	if (rc2 == PW_E_SHORT) {
+		rc2 = -EPROTO;
+		snprintf(why2, sizeof(why2), "a cut pack of frames");
+	}
+	if (rc1 != rc2 || (rc1 < 0 && strcmp(why, why2)))
+		__builtin_trap();
+	for (struct xp_event ev, ev2; pe_next_event(e, 0, &ev);) {
+		if (ev.length > xp_max_length_for_size(ev.size) || !pe_next_event(e2, 0, &ev2) ||
+		    ev.length != ev2.length || ev.size != ev2.size ||
+		    memcmp(ev.buffer, ev2.buffer, ev.length))
 			__builtin_trap();
+	}
+	struct xp_event ev2;
+
+	if (pe_next_event(e2, 0, &ev2))
+		__builtin_trap();
 	pe_free(e);
+	pe_free(e2);
 	return 0;
 }
