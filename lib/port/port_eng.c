@@ -388,7 +388,11 @@ XINLINE void finish(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, enum 
 	} else if (st != XP_SEND_DROPPED) {
 		p->st.send_failures++;
 	}
-	sq_push(&s->done, d);
+	/* where done_flush() would take it at once: straight there */
+	if (!d->refs && !s->done.head)
+		sq_push(&p->comp, d);
+	else
+		sq_push(&s->done, d);
 }
 
 static void activate(struct pe_txs *s)

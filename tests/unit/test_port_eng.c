@@ -469,6 +469,27 @@ static void test_refs_hold_completion(void **s)
 	pe_frame_done(p.a, f[1].ref);
 	assert_int_equal(reap(p.a, 1), 1);
 	assert_int_equal(dn[0].st, XP_SUCCESS);
+	/* completions keep their order: a message the transport is done
+	 * with waits behind an earlier one it still holds */
+	ndone = 0;
+	assert_int_equal(pe_provide(p.b, 2, b, 4, XP_LOW), 0);
+	assert_int_equal(pe_provide(p.b, 2, b + 32, 4, XP_LOW), 0);
+	pe_send(p.a, 1, 1, 2, XP_LOW, m, 8, cb, (void *)1);
+	pe_send(p.a, 1, 1, 2, XP_LOW, m, 3, cb, (void *)2);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(pe_pull(p.a, 1, 0, &f[i]), 1);
+		memcpy(w[i], f[i].hdr, PW_HDR_LEN);
+		memcpy(w[i] + PW_HDR_LEN, f[i].data, f[i].dlen);
+		assert_int_equal(pe_input(p.b, 1, w[i], PW_HDR_LEN + f[i].dlen, 0, why,
+					  sizeof(why)), 0);
+	}
+	pe_frame_done(p.a, f[1].ref);	/* the second first */
+	pump(&p, 0);			/* one ACK for both */
+	assert_int_equal(reap(p.a, 1), 0);
+	pe_frame_done(p.a, f[0].ref);
+	assert_int_equal(reap(p.a, 1), 2);
+	assert_ptr_equal(dn[0].ctx, (void *)1);
+	assert_ptr_equal(dn[1].ctx, (void *)2);
 	rm(&p);
 }
 
