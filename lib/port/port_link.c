@@ -853,11 +853,18 @@ XINLINE int tx_xrc(struct xp_link *k, unsigned lo, unsigned hi)
 	return done;
 }
 
-XHOT_INLINE bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t len)
+static bool shm_can_send_now(struct xp_link *k, unsigned prio, size_t len);
+static void shm_send_now(struct xp_link *k, unsigned prio, const struct pe_frame *f);
+
+XHOT_INLINE bool xpl_can_send_now(struct xp_link *k, unsigned prio, size_t len)
 {
 	const struct xp_lane *ln;
 
-	if (k->dead || k->shm || k->nlanes != 2)
+	if (k->dead)
+		return false;
+	if (k->shm)
+		return shm_can_send_now(k, prio, len);
+	if (k->nlanes != 2)
 		return false;
 	ln = &k->lane[prio];
 	return !ln->flush_more && !ln->want_out && ln->posted < ln->lim &&
@@ -868,6 +875,10 @@ XHOT_INLINE void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_
 {
 	struct xp_lane *ln = &k->lane[prio];
 
+	if (k->shm) {
+		shm_send_now(k, prio, f);
+		return;
+	}
 	/* xpl_can_send_now() said the frame goes inline */
 	if (lane_post_small(k, ln, prio, f, ln->lim) == 0)
 		lane_flush(k, ln);
@@ -1392,6 +1403,50 @@ static unsigned shm_min_prio(struct xp_link *k, bool high, uint32_t room, uint32
 	return (high && cap - room >= XP_SHM_LOW_SLOTS) || (bulk && !slot);
 }
 
+/* Whether high priority is in use on the link: sent within the last
+ * XP_HIGH_RECENT_NS (the last progress's clock says when that is long
+ * past; near it, the clock decides). */
+XINLINE bool shm_high_recent(const struct xp_link *k)
+{
+	return (int64_t)(k->h->now - k->high_ns) < (int64_t)XP_HIGH_RECENT_NS &&
+	       xtime_ns() - k->high_ns < XP_HIGH_RECENT_NS;
+}
+
+/* A small frame that xp_send() may put into the mailbox itself: tx_shm()
+ * would send it at once too -- a slot is free, and while high priority is
+ * in use low priority is within its share (pe_send_now() checks that
+ * nothing is queued before it). */
+static bool shm_can_send_now(struct xp_link *k, unsigned prio, size_t len)
+{
+	bool high;
+	uint32_t room;
+
+	if (k->why[0] || PW_HDR_LEN + len > XP_SHM_PACK_FRAME)
+		return false;
+	high = prio == XP_HIGH || shm_high_recent(k);
+	room = shm_room(k, high);
+	return room && prio >= shm_min_prio(k, high, room, k->shm_cap);
+}
+
+/* The frame pe_send_now() made, header and payload straight into a slot
+ * (shm_can_send_now() counted it free). */
+static void shm_send_now(struct xp_link *k, unsigned prio, const struct pe_frame *f)
+{
+	int rc = shmcm_transmit2(k->sc, XP_SHM_FRAME, 0, f->hdr, PW_HDR_LEN, f->data, f->dlen);
+
+	if (rc == -EAGAIN) {	/* the CM thread took a slot meanwhile */
+		memcpy(k->stage, f->hdr, PW_HDR_LEN);
+		if (f->dlen)
+			memcpy(k->stage + PW_HDR_LEN, f->data, f->dlen);
+		rc = shmcm_transmit(k->sc, XP_SHM_FRAME, 0, k->stage, PW_HDR_LEN + f->dlen);
+	}
+	pe_frame_done(k->h->e, f->ref);	/* copied: the user's buffer is free */
+	if (prio == XP_HIGH)
+		k->high_ns = xtime_ns();
+	if (rc < 0)
+		xpl_fail(k, "connection lost");
+}
+
 static int tx_shm(struct xp_link *k)
 {
 	/* the pack being filled: frames of XP_SHM_PACK_FRAME bytes or less
@@ -1414,8 +1469,7 @@ static int tx_shm(struct xp_link *k)
 	 * 001: priorities never block each other).  A bulk flow alone gets
 	 * the whole ring.  The last progress's clock says when the window
 	 * is long past; near it (or from xp_send(), later) the clock decides. */
-	high = (int64_t)(k->h->now - k->high_ns) < (int64_t)XP_HIGH_RECENT_NS &&
-	       xtime_ns() - k->high_ns < XP_HIGH_RECENT_NS;
+	high = shm_high_recent(k);
 	room = shm_room(k, high);
 	cap = k->shm_cap;
 

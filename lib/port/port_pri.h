@@ -211,10 +211,12 @@ int xpl_tx(struct xp_link *k);
 int xpl_tx_prio(struct xp_link *k, unsigned prio);
 /* xp_send's fast path (pe_send_now): whether a message of len bytes and
  * priority prio can go out at once -- an rdma/tcp link whose lane has room,
- * nothing held back, and inline space for it -- and the posting of the
- * frame the engine then gives (xpl_send_now posts it inline: only for a
- * frame xpl_can_send_now allowed). */
-bool xpl_can_send_now(const struct xp_link *k, unsigned prio, size_t len);
+ * nothing held back, and inline space for it; an shm link with a free
+ * slot for a small frame, within low priority's share while high is in
+ * use -- and the sending of the frame the engine then gives (xpl_send_now
+ * posts it inline, or copies it into the slot: only for a frame
+ * xpl_can_send_now allowed). */
+bool xpl_can_send_now(struct xp_link *k, unsigned prio, size_t len);
 void xpl_send_now(struct xp_link *k, unsigned prio, const struct pe_frame *f);
 /* Closes the transport and tells the engine (NODE_UNREACHABLE). */
 void xpl_fail(struct xp_link *k, const char *why);

@@ -100,6 +100,14 @@ static void echo_host(const char *listen, int fd)
 		}
 		if (ev.length >= 4 && !memcmp(ev.buffer, "quit", 4))
 			_exit(0);
+		/* the first byte of each message, in the order they came;
+		 * "ord?" gets them back instead of its echo */
+		static char order[64];
+		static unsigned nord;
+		bool ask = ev.length >= 4 && !memcmp(ev.buffer, "ord?", 4);
+
+		if (!ask && ev.length && nord < sizeof(order))
+			order[nord++] = *(const char *)ev.buffer;
 		if (ev.length >= 4 && !memcmp(ev.buffer, "zzz.", 4))
 			usleep(100000);	/* a reply that comes while the peer sleeps */
 		if (ev.length >= 4 && !memcmp(ev.buffer, "die.", 4)) {
@@ -111,8 +119,8 @@ static void echo_host(const char *listen, int fd)
 			if (bufs[ev.prio][ev.size - 4][k].buf == ev.buffer)
 				b = &bufs[ev.prio][ev.size - 4][k];
 		/* echo back from the same buffer; re-provide it once sent */
-		while (xp_send(p, ev.sender_node, ev.sender_port, ev.prio, ev.buffer, ev.length,
-			       echo_sent, b) == -EAGAIN) {
+		while (xp_send(p, ev.sender_node, ev.sender_port, ev.prio, ask ? order : ev.buffer,
+			       ask ? nord : ev.length, echo_sent, b) == -EAGAIN) {
 			struct xp_event e2;
 
 			if (xp_receive(p, &e2) != 1)
@@ -857,6 +865,51 @@ static void test_shm_reserve(void **s)
 	xp_host_free(h);
 }
 
+/* seed 001: priorities never block each other.  While high priority is
+ * in use on an shm link, a low-priority message does not go into a
+ * mailbox that holds anything -- sent from the main loop (xp_send()'s way
+ * straight into a slot) as from the queue: a high one sent after it
+ * overtakes it.  The peer is stopped meanwhile, so the mailbox holds
+ * whatever went in; it says afterwards in which order it took them. */
+static void test_shm_low_behind_high(void **s)
+{
+	char l[100], err[256], hb[3][16], lb[5][16], ob[16];
+	uint16_t port;
+	pid_t pid;
+	uint32_t node;
+	struct xp_event ev;
+
+	snprintf(l, sizeof(l), "shm://%s-o", mbox_name);
+	pid = spawn(l, &port);
+	struct xp_host *h = client(l, &node, err);
+	struct xp_port *p = xp_open(h, 3, err, sizeof(err));
+
+	ndone = 0;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(xp_provide_receive_buffer(p, hb[i], 4, XP_HIGH), 0);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(xp_provide_receive_buffer(p, lb[i], 4, XP_LOW), 0);
+	assert_int_equal(kill(pid, SIGSTOP), 0);
+	assert_int_equal(send1(p, node, ECHO_PORT, XP_HIGH, "H1", 3, NULL), 0);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(send1(p, node, ECHO_PORT, XP_LOW, "L", 2, NULL), 0);
+	assert_int_equal(send1(p, node, ECHO_PORT, XP_HIGH, "H2", 3, NULL), 0);
+	assert_int_equal(kill(pid, SIGCONT), 0);
+	for (int i = 0; i < 7; i++)
+		assert_int_equal(wait_event(p, &ev, 5 * S), 1);
+	assert_int_equal(xp_provide_receive_buffer(p, ob, 4, XP_LOW), 0);
+	assert_int_equal(send1(p, node, ECHO_PORT, XP_LOW, "ord?", 4, NULL), 0);
+	assert_int_equal(wait_event(p, &ev, 5 * S), 1);
+	assert_ptr_equal(ev.buffer, ob);
+	assert_int_equal(ev.length, 7);
+	assert_memory_equal(ob, "HHLLLLL", 7);
+	wait_done(p, 8, S);
+	assert_int_equal(send1(p, node, ECHO_PORT, XP_LOW, "quit", 4, NULL), 0);
+	assert_int_equal(reap_child(pid), 0);
+	close_port(p);
+	xp_host_free(h);
+}
+
 static int fired[8];
 static unsigned nfired;
 static struct xp_alarm again;
@@ -1067,6 +1120,7 @@ int main(void)
 		cmocka_unit_test(test_clock_after_pause),
 		cmocka_unit_test_teardown(test_shm_echo, teardown),
 		cmocka_unit_test_teardown(test_shm_reserve, teardown),
+		cmocka_unit_test_teardown(test_shm_low_behind_high, teardown),
 		cmocka_unit_test_teardown(test_tcp_echo, teardown),
 		cmocka_unit_test_teardown(test_tcp_bad_frame, teardown),
 		cmocka_unit_test_teardown(test_tcp_sleep_after_spin, teardown),
