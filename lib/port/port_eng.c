@@ -626,8 +626,10 @@ unsigned pe_recv_tokens(const struct pe_eng *e, unsigned port)
  * *f, with the reverse stream's ACK riding along when one is owed (and no
  * NACK, which never waits); the transport holds d until pe_frame_done.
  * Whether it is the message's last fragment. */
-XINLINE bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, uint32_t off,
-			uint32_t chunk, struct pe_frame *f)
+/* The header of d's fragment at off (chunk bytes) into hdr, with the ACK
+ * the stream the other way owes; whether it is the message's last. */
+XINLINE bool frame_hdr(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, uint32_t off,
+		       uint32_t chunk, uint8_t *hdr)
 {
 	struct pe_rxs *r = s->rev;
 	struct pw_hdr h = { .type = PW_DATA, .prio = s->prio, .arg = (uint8_t)pw_size_for_len(d->len),
@@ -652,14 +654,23 @@ XINLINE bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, u
 	}
 	if (off + chunk == d->len)
 		h.flags |= PW_LAST;
-	pw_encode(f->hdr, &h);
+	pw_encode(hdr, &h);
+	return h.flags & PW_LAST;
+}
+
+/* ...as a frame the transport holds until pe_frame_done(). */
+XINLINE bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, uint32_t off,
+			uint32_t chunk, struct pe_frame *f)
+{
+	bool last = frame_hdr(e, s, d, off, chunk, f->hdr);
+
 	f->data = d->buf + off;
 	f->dlen = chunk;
 	f->ref = d;
 	d->refs++;
 	s->node->refs++;
 	e->ports[d->port].refs++;
-	return h.flags & PW_LAST;
+	return last;
 }
 
 /* pe_send up to the point where the message has its seq: *dp, or a
@@ -1045,7 +1056,6 @@ size_t pe_pull_pack(struct pe_eng *e, uint32_t node, unsigned lane, unsigned pri
 	while (s->cur && !s->cur_off) {
 		struct pe_send *d = s->cur;
 		struct pe_rxs *r = s->rev;
-		struct pe_frame f;
 
 		if (!list_empty(&l->ctl) &&
 		    (!r || l->ctl.next != &r->ctl || r->ctl.next != &l->ctl || r->nack_pending))
@@ -1053,11 +1063,12 @@ size_t pe_pull_pack(struct pe_eng *e, uint32_t node, unsigned lane, unsigned pri
 		if (d->len > fr || PW_HDR_LEN + d->len > max_frame ||
 		    used + PW_PACK_LEN + PW_HDR_LEN + d->len > room)
 			break;
-		frame_data(e, s, d, 0, d->len, &f);
-		used += pw_pack_put(b + used, f.hdr, f.data, f.dlen);
-		d->refs--;
-		n->refs--;
-		e->ports[d->port].refs--;
+		/* copied into the pack at once: the transport holds nothing */
+		put_be16(b + used, (uint16_t)(PW_HDR_LEN + d->len));
+		frame_hdr(e, s, d, 0, d->len, b + used + PW_PACK_LEN);
+		if (d->len)
+			memcpy(b + used + PW_PACK_LEN + PW_HDR_LEN, d->buf, d->len);
+		used += PW_PACK_LEN + PW_HDR_LEN + d->len;
 		s->cur = d->next;
 		++*nframes;
 	}
