@@ -415,8 +415,9 @@ XHOT_INLINE int xp_send(struct xp_port *p, uint32_t node, unsigned dst_port, enu
 			xpl_tx_prio(k, (unsigned)prio);
 		return rc;
 	}
-	/* Through the lane's queue (an shm link, a frame too big to go
-	 * inline, frames before it), then out as far as the lane takes. */
+	/* Through the lane's queue (a frame too big to go at once, frames
+	 * before it, no room, a send from a callback), then out as far as
+	 * the lane takes. */
 	rc = pe_send(p->h->e, p->id, node, dst_port, (unsigned)prio, buf, len, cb, ctx);
 	if (rc == 0 && k) {
 		if (p->h->defer_tx)

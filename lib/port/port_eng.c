@@ -388,7 +388,7 @@ XINLINE void finish(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, enum 
 	} else if (st != XP_SEND_DROPPED) {
 		p->st.send_failures++;
 	}
-	/* where done_flush() would take it at once: straight there */
+	/* done_flush() would move it on at once: it goes there directly */
 	if (!d->refs && !s->done.head)
 		sq_push(&p->comp, d);
 	else
@@ -622,12 +622,10 @@ unsigned pe_recv_tokens(const struct pe_eng *e, unsigned port)
 	return port < PW_MAX_PORTS && e->ports[port].open ? e->ports[port].rtok : 0;
 }
 
-/* Fragment [off, off + chunk) of message d of stream s as a DATA frame in
- * *f, with the reverse stream's ACK riding along when one is owed (and no
- * NACK, which never waits); the transport holds d until pe_frame_done.
- * Whether it is the message's last fragment. */
-/* The header of d's fragment at off (chunk bytes) into hdr, with the ACK
- * the stream the other way owes; whether it is the message's last. */
+/* The header of fragment [off, off + chunk) of message d of stream s into
+ * hdr, with the reverse stream's ACK riding along when one is owed (and
+ * no NACK, which never waits).  Whether it is the message's last
+ * fragment. */
 XINLINE bool frame_hdr(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, uint32_t off,
 		       uint32_t chunk, uint8_t *hdr)
 {
@@ -658,7 +656,7 @@ XINLINE bool frame_hdr(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, ui
 	return h.flags & PW_LAST;
 }
 
-/* ...as a frame the transport holds until pe_frame_done(). */
+/* ...as a DATA frame in *f: the transport holds d until pe_frame_done(). */
 XINLINE bool frame_data(struct pe_eng *e, struct pe_txs *s, struct pe_send *d, uint32_t off,
 			uint32_t chunk, struct pe_frame *f)
 {
@@ -1030,8 +1028,8 @@ int pe_pull_prio(struct pe_eng *e, uint32_t node, unsigned lane, unsigned min_pr
  * messages of one small frame each of the stream it would serve next --
  * the only stream of that priority with frames, none of a higher priority
  * on the lane, no abort or control frame owed but the ACK its DATA
- * carries.  Copied into the pack, so held by nobody: the hold
- * frame_data() takes is dropped at once. */
+ * carries.  Copied into the pack, header and payload, so held by
+ * nobody. */
 size_t pe_pull_pack(struct pe_eng *e, uint32_t node, unsigned lane, unsigned prio,
 		    unsigned min_prio, uint32_t max_frame, uint8_t *b, size_t room,
 		    unsigned *nframes)

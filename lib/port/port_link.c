@@ -1413,16 +1413,16 @@ XINLINE bool shm_high_recent(const struct xp_link *k)
 }
 
 /* A small frame that xp_send() may put into the mailbox itself: tx_shm()
- * would send it at once too -- a slot is free, and while high priority is
- * in use low priority is within its share (pe_send_now() checks that
- * nothing is queued before it). */
+ * would send it at once too -- it fits the link's fragment, a slot is
+ * free, and while high priority is in use low priority is within its
+ * share (pe_send_now() checks that nothing is queued before it). */
 static bool shm_can_send_now(struct xp_link *k, unsigned prio, size_t len)
 {
 	bool high;
 	uint32_t room;
 
-	if (k->why[0] || PW_HDR_LEN + len > XP_SHM_PACK_FRAME)
-		return false;
+	if (k->why[0] || len > k->frag || PW_HDR_LEN + len > XP_SHM_PACK_FRAME)
+		return false;	/* more than a packet of the link holds: by reference */
 	high = prio == XP_HIGH || shm_high_recent(k);
 	room = shm_room(k, high);
 	return room && prio >= shm_min_prio(k, high, room, k->shm_cap);
