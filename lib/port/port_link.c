@@ -1421,26 +1421,38 @@ static bool shm_can_send_now(struct xp_link *k, unsigned prio, size_t len)
 	bool high;
 	uint32_t room;
 
+	/* a link that failed is closed by the next progress; a payload
+	 * beyond the link's fragment goes by reference */
 	if (k->why[0] || len > k->frag || PW_HDR_LEN + len > XP_SHM_PACK_FRAME)
-		return false;	/* more than a packet of the link holds: by reference */
+		return false;
 	high = prio == XP_HIGH || shm_high_recent(k);
 	room = shm_room(k, high);
 	return room && prio >= shm_min_prio(k, high, room, k->shm_cap);
 }
 
-/* The frame pe_send_now() made, header and payload straight into a slot
- * (shm_can_send_now() counted it free). */
-static void shm_send_now(struct xp_link *k, unsigned prio, const struct pe_frame *f)
+/* One frame, header and payload straight into a slot the caller counted
+ * free (-EAGAIN only if the CM thread took it meanwhile: then through the
+ * staging copy), given back to the engine: copied, the user's buffer is
+ * free of it.  0, or what shmcm said. */
+static int shm_send_frame(struct xp_link *k, const struct pe_frame *f)
 {
 	int rc = shmcm_transmit2(k->sc, XP_SHM_FRAME, 0, f->hdr, PW_HDR_LEN, f->data, f->dlen);
 
-	if (rc == -EAGAIN) {	/* the CM thread took a slot meanwhile */
+	if (rc == -EAGAIN) {
 		memcpy(k->stage, f->hdr, PW_HDR_LEN);
 		if (f->dlen)
 			memcpy(k->stage + PW_HDR_LEN, f->data, f->dlen);
 		rc = shmcm_transmit(k->sc, XP_SHM_FRAME, 0, k->stage, PW_HDR_LEN + f->dlen);
 	}
-	pe_frame_done(k->h->e, f->ref);	/* copied: the user's buffer is free */
+	pe_frame_done(k->h->e, f->ref);
+	return rc < 0 ? rc : 0;
+}
+
+/* The frame pe_send_now() made (shm_can_send_now() counted its slot). */
+static void shm_send_now(struct xp_link *k, unsigned prio, const struct pe_frame *f)
+{
+	int rc = shm_send_frame(k, f);
+
 	if (prio == XP_HIGH)
 		k->high_ns = xtime_ns();
 	if (rc < 0)
@@ -1539,18 +1551,7 @@ static int tx_shm(struct xp_link *k)
 			done++;
 			continue;
 		}
-		/* header and payload straight into the slot; room was counted,
-		 * so -EAGAIN only if the CM thread took a slot meanwhile */
-		rc = shmcm_transmit2(k->sc, XP_SHM_FRAME, 0, f.hdr, PW_HDR_LEN, f.data, f.dlen);
-		if (rc == -EAGAIN) {
-			memcpy(k->stage, f.hdr, PW_HDR_LEN);
-			if (f.dlen)
-				memcpy(k->stage + PW_HDR_LEN, f.data, f.dlen);
-			rc = shmcm_transmit(k->sc, XP_SHM_FRAME, 0, k->stage, PW_HDR_LEN + f.dlen);
-		}
-		/* copied: the user's buffer is free of this frame */
-		pe_frame_done(k->h->e, f.ref);
-		if (rc < 0) {
+		if (shm_send_frame(k, &f) < 0) {	/* room was counted */
 			xpl_fail(k, "connection lost");
 			break;
 		}
