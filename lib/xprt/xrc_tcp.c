@@ -350,6 +350,13 @@ struct rq_ent {
 	int status;
 };
 
+/* A batch of at most this many bytes goes out by send(2) from one copy:
+ * sendmsg(2) first copies and checks the msghdr and the iovec array,
+ * about 100 ns more per call on a 2-vCPU KVM guest, more than copying a
+ * few hundred bytes costs (an 8-byte message is 48 bytes with its
+ * headers). */
+#define TX_COPY_MAX 512
+
 struct tx_frame {
 	uint32_t sq;		/* SQ slot, or NO_SQ for ACK/NAK/READ_RSP */
 	uint8_t type;
@@ -382,6 +389,7 @@ struct tcp_conn {
 	uint32_t rq_head, rq_fill, rq_tail;
 	/* receive side of the stream */
 	uint8_t *rxbuf;
+	uint8_t txcopy[TX_COPY_MAX];	/* a small batch, one piece (tx_flush_ack) */
 	size_t rx_start, rx_end;
 	bool rx_blocked;		/* parser waits for a receive or a ctl slot */
 	bool in_payload, discard;
@@ -597,7 +605,17 @@ static bool tx_flush_ack(struct tcp_conn *c, bool hold)
 				want += v.iov_len;
 			}
 		}
-		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (want <= TX_COPY_MAX) {
+			size_t o = 0;
+
+			for (size_t i = 0; i < mh.msg_iovlen; i++) {
+				memcpy(c->txcopy + o, iov[i].iov_base, iov[i].iov_len);
+				o += iov[i].iov_len;
+			}
+			n = send(c->fd, c->txcopy, o, MSG_NOSIGNAL | MSG_DONTWAIT);
+		} else {
+			n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		}
 		if (n > 0)
 			budget = (size_t)n < budget ? budget - (size_t)n : 0;
 		if (n < 0) {
@@ -918,7 +936,11 @@ static int rx_read(struct tcp_conn *c)
 		m = c->rx_budget > 64 ? c->rx_budget : 64;	/* room for headers */
 	iov[k++] = (struct iovec){ c->rxbuf + c->rx_end, m };
 	want = direct + m;
-	n = readv(c->fd, iov, k);
+	/* recv(2) when there is one buffer: readv(2) goes through the file
+	 * layer and copies the iovec array in first, about 150 ns more per
+	 * call on a 2-vCPU KVM guest -- paid by every round of a busy poll */
+	n = k == 1 ? recv(c->fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT) :
+		     readv(c->fd, iov, k);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return 0;
 	if (n < 0 && errno == EINTR)
