@@ -353,8 +353,8 @@ struct rq_ent {
 /* A batch of at most this many bytes goes out by send(2) from one copy:
  * sendmsg(2) first copies and checks the msghdr and the iovec array,
  * about 100 ns more per call on a 2-vCPU KVM guest, more than copying a
- * few hundred bytes costs (an 8-byte message is 48 bytes with its
- * headers). */
+ * few hundred bytes costs (an 8-byte port message is 48 bytes with its
+ * port and SEND headers). */
 #define TX_COPY_MAX 512
 
 struct tx_frame {
@@ -389,7 +389,6 @@ struct tcp_conn {
 	uint32_t rq_head, rq_fill, rq_tail;
 	/* receive side of the stream */
 	uint8_t *rxbuf;
-	uint8_t txcopy[TX_COPY_MAX];	/* a small batch, one piece (tx_flush_ack) */
 	size_t rx_start, rx_end;
 	bool rx_blocked;		/* parser waits for a receive or a ctl slot */
 	bool in_payload, discard;
@@ -405,6 +404,7 @@ struct tcp_conn {
 	 * is false from a read that drained the socket until it says so */
 	bool rx_hints, rx_maybe;
 	bool rx_bulk;			/* large payloads: stage little (RX_BULK) */
+	uint8_t txcopy[TX_COPY_MAX];	/* a small batch, one piece (tx_flush_ack) */
 };
 
 static const struct xrc_conn_ops tcp_conn_ops;
@@ -906,7 +906,7 @@ static void rx_parse(struct tcp_conn *c)
 	}
 }
 
-/* One readv: the rest of the current payload straight into its destination
+/* One read: the rest of the current payload straight into its destination
  * when nothing of it is staged, then the staging buffer for what follows.
  * 1: the socket may have more, 0: drained, -1: failed. */
 static int rx_read(struct tcp_conn *c)
