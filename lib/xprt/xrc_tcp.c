@@ -2,8 +2,8 @@
  * socket, framed as in xrc_tcp_wire.h (doc/xrc-tcp-framing.md).
  *
  * Progress is single-threaded and happens inside xrc_poll(); a post only
- * rings the "doorbell" (one sendmsg when nothing was queued before), as a
- * verbs post would.  Payloads go out zero-copy from the caller's sges; the
+ * rings the "doorbell" (one write to the socket when nothing was queued
+ * before), as a verbs post would.  Payloads go out zero-copy from the caller's sges; the
  * buffer is the caller's again at the request's completion.  Incoming bytes
  * are read into a staging buffer and parsed many frames at a time; a payload
  * that starts on an empty staging buffer is read straight into its
