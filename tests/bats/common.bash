@@ -30,6 +30,29 @@ wait_listening() {
 	die "$name did not start: $(cat "$err")"
 }
 
+# unused_tcp_port: a TCP port nothing is bound to on any address, for a
+# server a test starts next.  Taken below the kernel's ephemeral range
+# (net.ipv4.ip_local_port_range), so that no connect() elsewhere -- another
+# test's client, anything on the machine -- can be given it between this
+# check and the server's bind; a port from bind(0) could be.
+unused_tcp_port() {
+	python3 -c '
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for i in range(500):
+    p = random.randrange(10000, lo) if lo > 11000 and i < 499 else 0
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", p))
+        print(s.getsockname()[1])
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+'
+}
+
 # rm_mailboxes PREFIX: the shared-memory mailboxes whose names start with
 # PREFIX, removed (a test's leftovers, for teardown()).
 rm_mailboxes() {

@@ -69,8 +69,8 @@ run_clt() {
 	run_limited 30 rtrs-client "$1" "$RTRS_CLIENT" "${@:2}"
 }
 
-# A TCP port nothing listens on.
+# A TCP port nothing listens on (common.bash).
 free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+	unused_tcp_port
 }
 

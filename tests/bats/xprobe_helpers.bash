@@ -58,7 +58,7 @@ for k in sys.argv[2].split("."): v=v[int(k)] if isinstance(v,list) else v[k]
 print(v if not isinstance(v,bool) else str(v).lower())' "$1" "$2"
 }
 
-# free_tcp_port: a port nothing listens on (bound then released).
+# free_tcp_port: a port nothing listens on (common.bash).
 free_tcp_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+	unused_tcp_port
 }
