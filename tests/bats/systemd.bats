@@ -43,7 +43,7 @@ exec_start() {
 
 @test "rtrs-server@.service: its ExecStart serves the instance's config, status answers, SIGTERM ends it cleanly" {
 	local port cmd i
-	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	port=$(unused_tcp_port)
 	truncate -s 4M "$T/vol1.img"
 	printf 'listen: [tcp://127.0.0.1:%s]\nexports:\n  - vol1=%s\n' "$port" "$T/vol1.img" \
 		>"$T/etc/xprt/rtrs-server/t1.yaml"
@@ -96,7 +96,7 @@ exec_start() {
 
 @test "rtrs-client-map@.service: its ExecStart reads the example config; without a server it fails in one line" {
 	local cmd port
-	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	port=$(unused_tcp_port)
 	sed "s|tcp://10.0.0.1, tcp://10.0.1.1|tcp://127.0.0.1:$port|" \
 		"$BATS_TEST_DIRNAME/../../examples/rtrs-client.yaml" >"$T/etc/xprt/rtrs-client/vol1.yaml"
 	cmd=$(exec_start rtrs-client-map@.service vol1)
