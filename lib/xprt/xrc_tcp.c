@@ -3,14 +3,16 @@
  *
  * Progress is single-threaded and happens inside xrc_poll(); a post only
  * rings the "doorbell" (one write to the socket when nothing was queued
- * before), as a verbs post would.  Payloads go out zero-copy from the caller's sges; the
- * buffer is the caller's again at the request's completion.  Incoming bytes
- * are read into a staging buffer and parsed many frames at a time; a payload
- * that starts on an empty staging buffer is read straight into its
- * destination (receive buffer, registered region, read sges) by the same
- * readv that picks up the next headers.  While payloads are large the
- * staging part of that readv is small (RX_BULK_STAGE), so that little of
- * the next payload is staged and copied.
+ * before), as a verbs post would.  Payloads go out zero-copy from the
+ * caller's sges (a batch of at most TX_COPY_MAX bytes is copied once, for
+ * one send(2)); the buffer is the caller's again at the request's
+ * completion.  Incoming bytes are read into a staging buffer and parsed
+ * many frames at a time; a payload that starts on an empty staging buffer
+ * is read straight into its destination (receive buffer, registered
+ * region, read sges) by the same readv that picks up the next headers
+ * (a read into the staging buffer alone is a recv).  While payloads are
+ * large the staging part of that readv is small (RX_BULK_STAGE), so that
+ * little of the next payload is staged and copied.
  *
  * Flow control is TCP's own: when a SEND (or a write-with-imm) arrives and no
  * receive is posted, the parser stops and the socket is not read until one
