@@ -173,6 +173,12 @@ void xrc_close(struct xrc *c)
 		c->ops->close(c);
 }
 
+void xrc_abort(struct xrc *c)
+{
+	if (c)
+		(c->ops->abort ? c->ops->abort : c->ops->close)(c);
+}
+
 XHOT_INLINE enum xrc_state xrc_state(const struct xrc *c) { return c->state; }
 enum xuri_scheme xrc_scheme(const struct xrc *c) { return c->scheme; }
 const char *xrc_peer(const struct xrc *c) { return c->peer; }

@@ -205,6 +205,10 @@ struct xrc *xrc_connect(const struct xuri *u, const struct xrc_opts *o,
 			const void *priv, size_t privlen, void *rep, size_t *replen,
 			char *err, size_t errlen);
 void xrc_close(struct xrc *c);		/* NULL ok; flushes, frees */
+/* As xrc_close(), but nothing posted goes out any more, as when a QP is
+ * destroyed (tcp: what the socket still holds is dropped, the peer gets
+ * a reset at once instead of the rest and then a FIN). */
+void xrc_abort(struct xrc *c);		/* NULL ok */
 
 enum xrc_state xrc_state(const struct xrc *c);
 enum xuri_scheme xrc_scheme(const struct xrc *c);

@@ -8,6 +8,7 @@
 
 struct xrc_conn_ops {
 	void (*close)(struct xrc *c);
+	void (*abort)(struct xrc *c);	/* NULL: close */
 	/* kind: SEND_PLAIN, SEND_IMM (arg = imm) or SEND_INV (arg = inv_rkey) */
 	int (*post_send)(struct xrc *c, const struct xrc_sge *sg, int nsg, int kind,
 			 uint32_t arg, uint64_t wr_id, unsigned flags);

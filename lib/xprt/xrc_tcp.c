@@ -1181,6 +1181,14 @@ static void tcp_close(struct xrc *xc)
 	free(c);
 }
 
+static void tcp_abort(struct xrc *xc)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	setsockopt(TC(xc)->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	tcp_close(xc);
+}
+
 static int tcp_flush(struct xrc *xc)
 {
 	bool more = tx_flush(TC(xc));
@@ -1225,6 +1233,7 @@ static void tcp_ready(struct xrc *xc, int how)
 
 static const struct xrc_conn_ops tcp_conn_ops = {
 	.close = tcp_close,
+	.abort = tcp_abort,
 	.post_send = tcp_post_send,
 	.post_write = tcp_post_write,
 	.post_read = tcp_post_read,

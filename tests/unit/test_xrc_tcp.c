@@ -529,6 +529,14 @@ static void test_small_partial(void **state)
 	xrc_close(b);
 }
 
+/* n sends of sz bytes each from src, unsignaled, wr_id their index. */
+static void post_sends(struct xrc *a, uint8_t *src, int n, uint32_t sz)
+{
+	for (int i = 0; i < n; i++)
+		assert_int_equal(xrc_post_send(a, &(struct xrc_sge){ src + (size_t)i * sz, sz, NULL },
+					       1, (uint64_t)i, 0), 0);
+}
+
 /* A peer that sent 32 KiB and went: xrc_peer_gone() says so at once,
  * while the connection is still up with its bytes unread.  (Its FIN must
  * have left: one queued behind bytes the receiver has no room for is not
@@ -544,9 +552,7 @@ static void test_peer_gone(void **state)
 
 	(void)state;
 	xc_pair_opts(&a, &b, &o, &o);
-	for (int i = 0; i < N; i++)
-		assert_int_equal(xrc_post_send(a, &(struct xrc_sge){ src + (size_t)i * SZ, SZ,
-					       NULL }, 1, (uint64_t)i, 0), 0);
+	post_sends(a, src, N, SZ);
 	for (int round = 0; round < 200; round++) {	/* b posts no receive */
 		int outq = 1;
 
@@ -565,6 +571,52 @@ static void test_peer_gone(void **state)
 	assert_int_equal(xrc_state(b), XRC_UP);
 	assert_true(xrc_peer_gone(b));
 	free(src);
+	xrc_close(b);
+}
+
+/* xrc_abort drops what the socket still holds for the peer, as a QP that
+ * is destroyed sends nothing more: the peer gets what had reached it and
+ * then the reset, not the rest.  (A close sends the rest, then a FIN.) */
+static void test_abort(void **state)
+{
+	enum { N = 512, SZ = 65536 };
+	struct xrc_opts o = { .sq_depth = N, .rq_depth = 64 };
+	struct xrc *a, *b;
+	uint8_t *src = calloc(N, SZ), *dst = malloc(SZ);
+	struct xrc_wc wc[64];
+	int inq = 0, outq = 0, got = 0;
+
+	(void)state;
+	xc_pair_opts(&a, &b, &o, &o);
+	post_sends(a, src, N, SZ);
+	for (int round = 0; round < 200; round++) {	/* b posts no receive */
+		assert_true(xrc_poll(a, wc, 64) >= 0);
+		assert_int_equal(xrc_poll(b, wc, 64), 0);
+		if (xrc_wait(a, 5 * XTIME_NS_PER_MS) == 0)
+			break;
+	}
+	assert_int_equal(ioctl(xrc_fd(b), FIONREAD, &inq), 0);
+	assert_int_equal(ioctl(xrc_fd(a), SIOCOUTQ, &outq), 0);
+	assert_true(outq > (512 << 10));	/* what a's socket still holds */
+	xrc_abort(a);
+	for (uint64_t end = xtime_ns() + 10 * XTIME_NS_PER_S; xrc_state(b) == XRC_UP;) {
+		struct xrc_sge r = { dst, SZ, NULL };
+		struct xrc_wc w;
+		int n;
+
+		assert_true(xtime_ns() < end);
+		assert_int_equal(xrc_post_recv(b, &r, (uint64_t)got), 0);
+		while ((n = xrc_poll(b, &w, 1)) == 0 && xrc_state(b) == XRC_UP)
+			xrc_wait(b, 5 * XTIME_NS_PER_MS);
+		if (n == 1 && w.status == 0)
+			got++;
+	}
+	/* what b had when a went (its socket, and its own read buffer of
+	 * 256 KiB at most), none of what a's socket held */
+	assert_true((int64_t)got * SZ <= inq + (256 << 10));
+	assert_true(got < N);
+	free(src);
+	free(dst);
 	xrc_close(b);
 }
 
@@ -664,6 +716,7 @@ int main(void)
 		cmocka_unit_test(test_mixed_sizes),
 		cmocka_unit_test_teardown(test_small_partial, short_off),
 		cmocka_unit_test(test_peer_gone),
+		cmocka_unit_test(test_abort),
 		cmocka_unit_test(test_garbage_client),
 		cmocka_unit_test(test_ipv6),
 	};
