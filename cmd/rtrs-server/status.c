@@ -129,6 +129,7 @@ static void sess_nodes(struct rtrs_srv *srv, struct xnode *sl, struct xnode *pl,
 			xnode_set_u64(p, "writes", pi.stats.writes);
 			xnode_set_u64(p, "write_bytes", pi.stats.write_bytes);
 			xnode_set_u64(p, "inflight", pi.stats.inflight);
+			xnode_set_u64(p, "chunk_waits", pi.stats.chunk_waits);
 			xnode_set_u64(p, "recon_cnt", pi.recon_cnt);
 			uuid_str(pi.sess_uuid, u);
 			xnode_set_str(p, "path_uuid", u);

@@ -32,7 +32,10 @@ static void con_epoll(struct rtrs_clt *s, struct clt_con *k, bool add)
 }
 
 /* Closes a path's connections (everything outstanding is flushed inside
- * xrc; nothing of it reaches us) and what was registered for them. */
+ * xrc; nothing of it reaches us) and what was registered for them.  The
+ * close is an abort: what the transport still holds for the server is
+ * dropped, and the server sees the path go before it reads what came in
+ * ahead -- the requests it would find there go elsewhere now. */
 void clt_path_detach(struct clt_path *p)
 {
 	struct rtrs_clt *s = p->s;
@@ -43,7 +46,7 @@ void clt_path_detach(struct clt_path *p)
 
 			if (k->c) {
 				con_epoll(s, k, false);
-				xrc_close(k->c);
+				xrc_abort(k->c);
 			}
 			xrc_dereg(k->rxmr);
 			free(k->rx);

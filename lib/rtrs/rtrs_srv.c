@@ -190,7 +190,7 @@ static void path_teardown(struct srv_path *p)
 		/* answered requests that waited for room are done with */
 		for (struct rtrs_srv_op *op = c->wait; op; op = op->next) {
 			op->waiting = false;
-			op->busy = false;
+			srv_op_done(op);
 		}
 		epoll_ctl(srv->epfd, EPOLL_CTL_DEL, xrc_fd(c->x), NULL);
 		xrc_close(c->x);
@@ -345,7 +345,7 @@ static void on_request(struct rtrs_srv *srv, unsigned li, struct xrc_req *rq)
 	c->wait_tail = &c->wait;
 	srv_con_attached(p, cr.cid, c);
 	{
-		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
 
 		if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, xrc_fd(x), &ev) < 0) {
 			srv_path_close(p, "epoll failed");
@@ -461,17 +461,30 @@ void srv_info_req(struct srv_con *c, const void *buf, uint32_t len)
 
 /* What has something to read: one epoll_wait for the listeners and every
  * connection, where a poll of each would be a read(2) each over tcp.  The
- * set is level-triggered: what arrives after this shows next round. */
+ * set is level-triggered: what arrives after this shows next round.
+ *
+ * A connection the client closed (tcp: its FIN or reset, which the
+ * socket shows while bytes sent before it still wait unread) closes the
+ * path at once, unread bytes and all.  The client closes a path's
+ * connections only when it gives the path up, and then sends what was
+ * in flight on it again on another (rtrs_clt_failover_req): requests
+ * still unread here are copies it no longer waits for.  Read now, after
+ * their copies were answered, they would run in chunks the client has
+ * handed out again. */
 static void srv_ready(struct rtrs_srv *srv)
 {
 	struct epoll_event ev[32];
 	int n = epoll_wait(srv->epfd, ev, 32, 0);
 
 	for (int i = 0; i < n; i++) {
+		struct srv_con *c = ev[i].data.ptr;
+
 		if (ev[i].data.u64 & 1)
 			srv->lsn[ev[i].data.u64 >> 1].ready = true;
-		else if (ev[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))	/* not EPOLLOUT alone */
-			xrc_ready(((struct srv_con *)ev[i].data.ptr)->x);
+		else if (ev[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			srv_path_close(c->path, "connection lost");
+		else if (ev[i].events & EPOLLIN)	/* not EPOLLOUT alone */
+			xrc_ready(c->x);
 	}
 	if (n < 32)
 		return;
@@ -619,6 +632,10 @@ int rtrs_srv_poll(struct rtrs_srv *srv, uint64_t now)
 				srv_io_hb(p, now);
 		}
 	}
+	if (srv->unpark) {
+		srv_io_unpark(srv);
+		work++;
+	}
 	if (srv->reap) {
 		srv->reap = false;
 		for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next) {
@@ -642,7 +659,7 @@ int rtrs_srv_poll(struct rtrs_srv *srv, uint64_t now)
 
 int rtrs_srv_arm(struct rtrs_srv *srv)
 {
-	if (srv->reap)
+	if (srv->reap || srv->unpark)
 		return 1;
 	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next) {
 		for (struct srv_path *p = s->paths; p; p = p->next) {
@@ -668,7 +685,8 @@ int rtrs_srv_arm(struct rtrs_srv *srv)
 				out = xrc_tx_pending(c->x);
 				if (out != c->epoll_out) {
 					struct epoll_event ev = {
-						.events = EPOLLIN | (out ? EPOLLOUT : 0),
+						.events = EPOLLIN | EPOLLRDHUP |
+							  (out ? EPOLLOUT : 0),
 						.data.ptr = c };
 
 					epoll_ctl(srv->epfd, EPOLL_CTL_MOD, xrc_fd(c->x), &ev);

@@ -133,6 +133,9 @@ struct rtrs_srv_stats {
 	uint64_t reads, read_bytes;	/* READ requests, bytes sent to the client */
 	uint64_t writes, write_bytes;	/* WRITE requests, data bytes received */
 	uint32_t inflight;		/* requests the layer above has not answered */
+	uint64_t chunk_waits;		/* requests that waited for their chunk: a
+					 * copy the client failed over while the
+					 * server still worked on the first */
 };
 
 enum rtrs_srv_path_state {

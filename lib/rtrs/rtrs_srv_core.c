@@ -65,7 +65,11 @@ static struct rtrs_srv_sess *sess_new(struct rtrs_srv *srv, const uint8_t uuid[1
 	s->chunks_len = (size_t)srv->o.queue_depth * srv->o.chunk_size;
 	s->chunks = mmap(NULL, s->chunks_len, PROT_READ | PROT_WRITE,
 			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (s->chunks == MAP_FAILED) {
+	s->holder = calloc(srv->o.queue_depth, sizeof(*s->holder));
+	if (s->chunks == MAP_FAILED || !s->holder) {
+		if (s->chunks != MAP_FAILED)
+			munmap(s->chunks, s->chunks_len);
+		free(s->holder);
 		free(s);
 		return NULL;
 	}
@@ -83,6 +87,7 @@ void srv_sess_free(struct rtrs_srv_sess *s)
 	if (*pp)
 		*pp = s->next;
 	munmap(s->chunks, s->chunks_len);
+	free(s->holder);
 	free(s);
 }
 
@@ -326,6 +331,7 @@ bool srv_path_unlink(struct srv_path *p)
 		*pp = p->next;
 	s->npaths--;
 	last = p->established && --s->paths_up == 0;
+	srv_io_forget(p);
 	free(p->con);
 	free(p->ops);
 	free(p);

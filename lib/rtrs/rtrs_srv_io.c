@@ -182,7 +182,7 @@ int srv_io_answer(struct rtrs_srv_op *op, int err)
 	if (p->state == RTRS_SRV_CLOSING) {
 		/* rtrs_srv_resp_rdma: "session is disconnected" -- the client
 		 * reissues it elsewhere */
-		op->busy = false;
+		srv_op_done(op);
 		p->sess->srv->reap = true;
 		return -ENOTCONN;
 	}
@@ -191,7 +191,7 @@ int srv_io_answer(struct rtrs_srv_op *op, int err)
 		return 0;
 	}
 	rc = post_rsp(op);
-	op->busy = false;
+	srv_op_done(op);
 	if (rc < 0) {
 		xlog_info("path %s: posting a response: %s", p->peer, strerror(-rc));
 		srv_path_close(p, "posting a response failed");
@@ -229,10 +229,93 @@ void srv_io_flush_waiting(struct srv_con *c)
 			c->wait_tail = &c->wait;
 		op->waiting = false;
 		rc = post_rsp(op);
-		op->busy = false;
+		srv_op_done(op);
 		if (rc < 0)
 			srv_path_close(p, "posting a response failed");
 	}
+}
+
+/* --- chunks and failover ------------------------------------------------------ */
+
+/* Chunk i is the session's, the same memory under every path (the client's
+ * buffer id i), and the client hands id i out again once it has i's answer
+ * -- or once it has given up on the path the request went on and sent it
+ * again on another (rtrs_clt_failover_req keeps the id).  The server may
+ * still be working on that first copy then: reading into the chunk in an
+ * IO thread, or holding its answer for send-queue room, its path not yet
+ * seen closing.  Run at once, the copy would finish first, the client
+ * would put its next request into chunk i, and the first copy's read or
+ * write would land in that one.  So a request whose chunk another path's
+ * request holds waits (parked) until that one is answered or its path is
+ * freed; a parked request whose own path closes meanwhile is dropped (the
+ * client fails it over again).  The kernel's server runs such a copy at
+ * once. */
+
+void srv_op_done(struct rtrs_srv_op *op)
+{
+	struct rtrs_srv_sess *s = op->path->sess;
+
+	op->busy = false;
+	if (s->holder[op->buf_id] == op) {
+		s->holder[op->buf_id] = NULL;
+		if (s->parked)
+			s->srv->unpark = true;
+	}
+}
+
+static void dispatch(struct rtrs_srv_op *op);
+
+/* A request that holds its chunk: at work now, or after its key's bind. */
+static void op_start(struct rtrs_srv_op *op)
+{
+	struct srv_path *p = op->path;
+
+	op->path->sess->holder[op->buf_id] = op;
+	if (!p->keys)
+		return dispatch(op);
+	*p->bindq_tail = op;
+	p->bindq_tail = &op->next;
+	srv_io_binds(p);
+}
+
+void srv_io_unpark(struct rtrs_srv *srv)
+{
+	srv->unpark = false;
+	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next) {
+		struct rtrs_srv_op **pp = &s->parked;
+
+		while (*pp) {
+			struct rtrs_srv_op *op = *pp;
+			bool live = op->path->state == RTRS_SRV_CONNECTED;
+
+			if (live && s->holder[op->buf_id]) {
+				pp = &op->next;
+				continue;
+			}
+			*pp = op->next;
+			op->next = NULL;
+			if (live)
+				op_start(op);
+			else
+				op->busy = false;
+		}
+	}
+}
+
+void srv_io_forget(struct srv_path *p)
+{
+	struct rtrs_srv_sess *s = p->sess;
+	uint32_t qd = s->srv->o.queue_depth;
+
+	for (struct rtrs_srv_op **pp = &s->parked; *pp;) {
+		if ((*pp)->path == p)
+			*pp = (*pp)->next;
+		else
+			pp = &(*pp)->next;
+	}
+	for (uint32_t i = 0; i < qd; i++)
+		if (s->holder[i] && s->holder[i]->path == p)
+			srv_op_done(s->holder[i]);
 }
 
 /* --- requests --------------------------------------------------------------- */
@@ -243,45 +326,37 @@ static void dispatch(struct rtrs_srv_op *op)
 {
 	struct srv_path *p = op->path;
 	struct rtrs_srv *srv = p->sess->srv;
-	struct rtrs_srv_req r;
-	uint32_t datalen;
 	int rc;
 
 	if (p->state != RTRS_SRV_CONNECTED)
 		return;
-	rc = rtrs_srv_parse_req(chunk_of(p, op->buf_id), srv->o.chunk_size, op->off, &r);
-	if (rc < 0)
-		return srv_path_close(p, rc == -EPROTO ? "unknown request type" :
-				      r.type == RTRS_MSG_READ && r.rd.sg_cnt > 1 ? "READ with sg_cnt > 1" :
-				      rc == -EINVAL ? "usr_len or read length beyond the data" :
-				      "request message beyond the chunk");
-	if (r.type == RTRS_MSG_READ) {
-		op->dir = RTRS_READ;
-		op->rd = r.rd;
-		datalen = r.rd.sg_cnt ? r.rd.desc.len : 0;
+	if (op->dir == RTRS_READ) {
 		p->st.reads++;
-		p->st.read_bytes += datalen;
+		p->st.read_bytes += op->datalen;
 	} else {
-		op->dir = RTRS_WRITE;
-		datalen = r.data_len;
 		p->st.writes++;
-		p->st.write_bytes += datalen;
+		p->st.write_bytes += op->datalen;
 	}
 	p->st.inflight++;
-	rc = srv->ops.rdma_ev(srv->ctx, p->sess, op, op->dir, chunk_of(p, op->buf_id), datalen,
-			      r.usr, r.usr_len);
+	rc = srv->ops.rdma_ev(srv->ctx, p->sess, op, op->dir, chunk_of(p, op->buf_id), op->datalen,
+			      op->usr, op->usr_len);
 	if (rc < 0)
 		srv_io_answer(op, rc);
 }
 
 /* rtrs_srv_rdma_done for IO_REQ.  Every fault closes the path (the
- * kernel's close_sess). */
+ * kernel's close_sess).  The request is read out of the chunk at once:
+ * until it runs (after its key's bind, or parked) a copy of it that the
+ * client sent on a path it gave up may still land in the chunk, the same
+ * bytes but for the READ descriptor's key, which is that path's. */
 static void on_io_req(struct srv_con *c, uint32_t payload)
 {
 	struct srv_path *p = c->path;
 	struct rtrs_srv *srv = p->sess->srv;
 	struct rtrs_srv_op *op;
+	struct rtrs_srv_req r;
 	uint32_t buf_id, off;
+	int rc;
 
 	if (rtrs_io_req_payload_decode(payload, srv->o.queue_depth, srv->o.chunk_size, &buf_id,
 				       &off) < 0)
@@ -291,17 +366,38 @@ static void on_io_req(struct srv_con *c, uint32_t payload)
 	 * the same buffer would overwrite what we are working on */
 	if (op->busy)
 		return srv_path_close(p, "request on a buffer still in use");
+	rc = rtrs_srv_parse_req(chunk_of(p, buf_id), srv->o.chunk_size, off, &r);
+	if (rc < 0)
+		return srv_path_close(p, rc == -EPROTO ? "unknown request type" :
+				      r.type == RTRS_MSG_READ && r.rd.sg_cnt > 1 ? "READ with sg_cnt > 1" :
+				      rc == -EINVAL ? "usr_len or read length beyond the data" :
+				      "request message beyond the chunk");
 	memset(op, 0, sizeof(*op));
 	op->path = p;
 	op->con = c;
 	op->buf_id = buf_id;
 	op->off = off;
+	op->usr = r.usr;
+	op->usr_len = r.usr_len;
+	if (r.type == RTRS_MSG_READ) {
+		op->dir = RTRS_READ;
+		op->rd = r.rd;
+		op->datalen = r.rd.sg_cnt ? r.rd.desc.len : 0;
+	} else {
+		op->dir = RTRS_WRITE;
+		op->datalen = r.data_len;
+	}
 	op->busy = true;
-	if (!p->keys)
-		return dispatch(op);
-	*p->bindq_tail = op;
-	p->bindq_tail = &op->next;
-	srv_io_binds(p);
+	if (p->sess->holder[buf_id]) {
+		struct rtrs_srv_op **pp = &p->sess->parked;
+
+		while (*pp)
+			pp = &(*pp)->next;
+		*pp = op;
+		p->st.chunk_waits++;
+		return;
+	}
+	op_start(op);
 }
 
 bool srv_io_binds_ready(const struct srv_path *p)
@@ -423,7 +519,8 @@ void srv_io_wc(struct srv_con *c, const struct xrc_wc *wc)
 	if (p->state != RTRS_SRV_CONNECTED)
 		return srv_path_close(p, "request before the INFO exchange");
 	if (xrc_post_recv(c->x, &empty, 0) < 0)
-		return srv_path_close(p, "reposting a receive failed");
+		return srv_path_close(p, xrc_state(c->x) == XRC_DOWN ? "connection lost" :
+				      "reposting a receive failed");
 	switch (rtrs_imm_type(wc->imm)) {
 	case RTRS_IO_REQ_IMM:
 		on_io_req(c, rtrs_imm_payload(wc->imm));

@@ -27,10 +27,14 @@ struct srv_path;
 struct rtrs_srv_op {
 	struct srv_path *path;
 	struct srv_con *con;		/* where it arrived, where it is answered */
-	struct rtrs_srv_op *next;	/* in con->wait, or path->bindq/bound */
+	struct rtrs_srv_op *next;	/* in con->wait, path->bindq/bound or
+					 * sess->parked */
 	uint32_t buf_id;
 	uint32_t off;			/* where its message is in the chunk */
 	int dir;			/* RTRS_READ / RTRS_WRITE */
+	uint32_t datalen;		/* the data's length */
+	const uint8_t *usr;		/* the layer above's message, in the chunk */
+	uint16_t usr_len;
 	int err;			/* the answer, once given */
 	bool busy;			/* between arrival and response */
 	bool waiting;			/* answered, queued for send-queue room */
@@ -97,6 +101,11 @@ struct rtrs_srv_sess {
 	char sessname[RTRS_NAME_MAX + 1];
 	uint8_t *chunks;		/* queue_depth * chunk_size, anonymous */
 	size_t chunks_len;
+	/* queue_depth: the request working in chunk i, of whichever path;
+	 * requests that arrived on another path meanwhile wait in parked
+	 * (rtrs_srv_io.c, "Chunks and failover") */
+	struct rtrs_srv_op **holder;
+	struct rtrs_srv_op *parked;
 	struct srv_path *paths;
 	unsigned npaths, paths_up;
 	bool dying;			/* no live path left: not joinable */
@@ -120,6 +129,7 @@ struct rtrs_srv {
 	uint64_t now;
 	uint64_t lsn_ns;		/* listeners last asked regardless */
 	bool reap;			/* a path is closing: tidy up in the loop */
+	bool unpark;			/* a chunk a parked request waits for is free */
 	bool in_poll;			/* inside rtrs_srv_poll: answers are held
 					 * (XRC_MORE) and flushed once per batch */
 	uint64_t rejected, closed;
@@ -178,5 +188,12 @@ void srv_io_hb(struct srv_path *p, uint64_t now);
 int srv_io_bind_all(struct srv_path *p);
 /* Posts a response or queues it; for rtrs_srv_resp and rdma_ev errors. */
 int srv_io_answer(struct rtrs_srv_op *op, int err);
+/* op is done with its chunk (answered, or its path is going): not busy,
+ * the chunk free for a request that waits for it. */
+void srv_op_done(struct rtrs_srv_op *op);
+/* Starts the parked requests whose chunks are free (srv->unpark). */
+void srv_io_unpark(struct rtrs_srv *srv);
+/* Before p's requests are freed: none holds a chunk or waits any more. */
+void srv_io_forget(struct srv_path *p);
 
 #endif

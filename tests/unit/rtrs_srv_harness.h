@@ -42,6 +42,48 @@ struct tsrv {
 /* IO threads of the servers srv_start() makes (0: synchronous IO). */
 static unsigned harness_io_threads;
 
+/* A test may keep requests from the RNBD layer, as an IO thread would
+ * that has not finished yet: when harness_hold says so, the request waits
+ * in harness_held until harness_release() (with s->mu held). */
+struct harness_req {
+	struct rtrs_srv_sess *sess;
+	struct rtrs_srv_op *op;
+	int dir;
+	void *data;
+	uint32_t datalen, usrlen;
+	const void *usr;
+};
+static bool (*harness_hold)(struct rtrs_srv_sess *s, int dir, const void *usr, uint32_t usrlen);
+static struct harness_req harness_held[8];
+static unsigned harness_nheld;
+static int (*harness_rnbd_ev)(void *ctx, struct rtrs_srv_sess *s, struct rtrs_srv_op *op, int dir,
+			      void *data, uint32_t datalen, const void *usr, uint32_t usrlen);
+
+static inline int harness_rdma_ev(void *ctx, struct rtrs_srv_sess *s, struct rtrs_srv_op *op,
+				  int dir, void *data, uint32_t datalen, const void *usr,
+				  uint32_t usrlen)
+{
+	if (harness_hold && harness_nheld < 8 && harness_hold(s, dir, usr, usrlen)) {
+		harness_held[harness_nheld++] =
+			(struct harness_req){ s, op, dir, data, datalen, usrlen, usr };
+		return 0;
+	}
+	return harness_rnbd_ev(ctx, s, op, dir, data, datalen, usr, usrlen);
+}
+
+/* Hands the held requests to the RNBD layer, in arrival order. */
+static inline void harness_release(void *rnbd)
+{
+	for (unsigned i = 0; i < harness_nheld; i++) {
+		struct harness_req *h = &harness_held[i];
+
+		if (harness_rnbd_ev(rnbd, h->sess, h->op, h->dir, h->data, h->datalen, h->usr,
+				    h->usrlen) < 0)
+			rtrs_srv_resp(h->op, -EIO);
+	}
+	harness_nheld = 0;
+}
+
 static inline void *srv_main(void *arg)
 {
 	struct tsrv *s = arg;
@@ -103,6 +145,8 @@ static inline struct tsrv *srv_start(uint32_t qd, uint32_t chunk, bool inval, ui
 	assert_int_equal(rnbd_srv_export(s->rnbd, "rodisk", s->rofile, true, err, sizeof(err)), 0);
 	assert_int_equal(rnbd_srv_set_io_threads(s->rnbd, harness_io_threads, err, sizeof(err)), 0);
 	rnbd_srv_rtrs_ops(&ops);
+	harness_rnbd_ev = ops.rdma_ev;
+	ops.rdma_ev = harness_rdma_ev;
 	s->srv = rtrs_srv_new(&o, &ops, s->rnbd, err, sizeof(err));
 	assert_non_null(s->srv);
 	assert_int_equal(rtrs_srv_listen(s->srv, &u, err, sizeof(err)), 0);

@@ -403,6 +403,24 @@ static void test_heartbeats(void **state)
 	srv_stop(s);
 }
 
+/* A second path of the session name (same paths_uuid as clt_new(s, seed)
+ * gives), two connections through the 127.0.0.2 listener. */
+static struct tclt *second_path(struct tsrv *s, unsigned seed, unsigned uuid_seed, const char *name)
+{
+	struct tclt *t = clt_new(s, seed);
+
+	t->second = true;
+	uuid_fill(t->sess_uuid, uuid_seed);
+	t->cid_num = 2;
+	for (unsigned i = 0; i < 2; i++) {
+		struct rtrs_conn_req r = conn_req(t, i, false);
+
+		assert_int_equal(clt_connect_raw(t, i, NULL, &r), 0);
+	}
+	assert_int_equal(clt_info(t, name), 0);
+	return t;
+}
+
 /* One session over two paths (two listeners, so two address pairs):
  * chunks are the session's, keys the path's; a path going leaves the
  * session and its open device to the other. */
@@ -411,21 +429,12 @@ static void test_multipath(void **state)
 	struct tsrv *s = srv_start(16, 64 << 10, false, 0);
 	uint32_t dev;
 	struct tclt *a = good_session(s, 50, "mp", 4, RNBD_ACCESS_RW, &dev);
-	struct tclt *p2 = clt_new(s, 50);
+	struct tclt *p2 = second_path(s, 50, 999, "mp");
 	struct tclt *other = clt_new(s, 52);
 	struct rtrs_srv_sess *ss;
 	uint8_t pat[4096];
 
 	(void)state;
-	p2->second = true;
-	uuid_fill(p2->sess_uuid, 999);
-	p2->cid_num = 2;
-	for (unsigned i = 0; i < 2; i++) {
-		struct rtrs_conn_req r = conn_req(p2, i, false);
-
-		assert_int_equal(clt_connect_raw(p2, i, NULL, &r), 0);
-	}
-	assert_int_equal(clt_info(p2, "mp"), 0);
 	assert_true(p2->rb[0].rkey != a->rb[0].rkey);
 	/* another session may not take the name */
 	assert_int_equal(clt_connect(other, 1), 0);
@@ -449,6 +458,196 @@ static void test_multipath(void **state)
 	check_io(p2, dev, 200, 11);
 	wait_sessions(s, 1);
 	clt_close(p2);
+	wait_sessions(s, 0);
+	srv_stop(s);
+}
+
+/* The bytes of an RNBD READ of len bytes at sector into the client's
+ * memory at dst (mem and key of client t), as a request message. */
+static uint32_t read_msg(const struct tclt *t, const struct tclt *into, uint32_t dev,
+			 uint64_t sector, uint32_t len, uint32_t dst, uint8_t *b, uint32_t cap)
+{
+	struct rnbd_io m = { .device_id = dev, .sector = sector, .rw = RNBD_OP_READ, .bi_size = len };
+	struct rtrs_rdma_read r = { .usr_len = RNBD_IO_LEN, .sg_cnt = 1,
+				    .desc = { (uintptr_t)(into->mem + dst), into->mr->rkey, len } };
+	int n;
+
+	(void)t;
+	rnbd_io_encode(&m, b);
+	n = rtrs_rdma_read_encode(&r, b + RNBD_IO_LEN, cap - RNBD_IO_LEN);
+	assert_true(n > 0);
+	return RNBD_IO_LEN + (uint32_t)n;
+}
+
+/* A READ posted, its answer not waited for. */
+static void post_read(struct tclt *t, unsigned cid, uint32_t buf_id, uint32_t dev, uint64_t sector,
+		      uint32_t len, uint32_t dst)
+{
+	struct rtrs_req_layout l;
+	uint8_t b[256];
+	uint32_t n = read_msg(t, t, dev, sector, len, dst, b, sizeof(b));
+
+	assert_int_equal(rtrs_read_layout(&t->g, buf_id, len, RNBD_IO_LEN, 1, &l), 0);
+	assert_int_equal(clt_post(t, cid, buf_id, l.wr_off, b, n, l.imm), 0);
+}
+
+static bool hold_next_read;
+
+static bool hold_read(struct rtrs_srv_sess *s, int dir, const void *usr, uint32_t usrlen)
+{
+	(void)s;
+	(void)usr;
+	(void)usrlen;
+	if (dir != RTRS_READ || !hold_next_read)
+		return false;
+	hold_next_read = false;
+	return true;
+}
+
+static uint64_t chunk_waits(struct tsrv *s, unsigned path)
+{
+	struct rtrs_srv_path_info pi;
+
+	pthread_mutex_lock(&s->mu);
+	assert_int_equal(rtrs_srv_path_get(rtrs_srv_sess_next(s->srv, NULL), path, &pi), 0);
+	pthread_mutex_unlock(&s->mu);
+	return pi.stats.chunk_waits;
+}
+
+static void wait_for(struct tsrv *s, bool (*cond)(struct tsrv *), const char *what)
+{
+	uint64_t end = xtime_ns() + TMO;
+
+	while (!cond(s)) {
+		if (xtime_ns() > end)
+			fail_msg("never: %s", what);
+		usleep(1000);
+	}
+}
+
+static bool one_held(struct tsrv *s)
+{
+	bool r;
+
+	pthread_mutex_lock(&s->mu);
+	r = harness_nheld == 1;
+	pthread_mutex_unlock(&s->mu);
+	return r;
+}
+
+static bool a_waits(struct tsrv *s) { return chunk_waits(s, 0) == 1; }
+
+static bool one_path(struct tsrv *s)
+{
+	bool r;
+
+	pthread_mutex_lock(&s->mu);
+	r = rtrs_srv_sess_paths(rtrs_srv_sess_next(s->srv, NULL)) == 1;
+	pthread_mutex_unlock(&s->mu);
+	return r;
+}
+
+/* What a client that gives a path up leaves behind (rtrs_clt_failover_req
+ * sends the path's requests again, same buffer ids, on another path):
+ * - a copy whose first is still at work (here held from the RNBD layer,
+ *   as an IO thread would have it) waits for it, and runs with its own
+ *   message even if the first's bytes land in the chunk again meanwhile;
+ * - requests still unread on connections the client closed never run. */
+static void test_failover_copies(void **state)
+{
+	struct tsrv *s = srv_start(16, 64 << 10, false, 0);
+	uint32_t dev, len = 4096, sector = 64, dst_a = 0, dst_b = 8192, dst_x = 16384;
+	struct tclt *a = good_session(s, 60, "fo", 2, RNBD_ACCESS_RW, &dev);
+	struct tclt *b = second_path(s, 60, 998, "fo");
+	uint8_t pat[4096], msg[256], zero[4096] = { 0 };
+	struct rtrs_req_layout l;
+	struct rtrs_srv_sess *ss;
+	uint32_t n;
+
+	(void)state;
+	for (unsigned i = 0; i < sizeof(pat); i++)
+		pat[i] = (uint8_t)(i * 7 + 3);
+	assert_int_equal(rnbd_io(a, 1, 1, dev, RNBD_OP_WRITE, sector, pat, len, 0), 0);
+
+	/* the first copy, on b, is at work; the second, on a, waits */
+	pthread_mutex_lock(&s->mu);
+	harness_hold = hold_read;
+	hold_next_read = true;
+	pthread_mutex_unlock(&s->mu);
+	post_read(b, 1, 3, dev, sector, len, dst_b);
+	wait_for(s, one_held, "the first copy held");
+	post_read(a, 1, 3, dev, sector, len, dst_a);
+	wait_for(s, a_waits, "the second copy waiting for its chunk");
+	/* the first copy's bytes land again, now naming other memory */
+	n = read_msg(b, b, dev, sector, len, dst_x, msg, sizeof(msg));
+	assert_int_equal(rtrs_read_layout(&b->g, 3, len, RNBD_IO_LEN, 1, &l), 0);
+	{
+		struct xrc_sge sg = { b->mem + MEMSZ / 2, n, b->mr };
+		uint8_t *at;
+
+		memcpy(b->mem + MEMSZ / 2, msg, n);
+		assert_int_equal(xrc_post_write(b->con[1].x, &sg, 1, b->rb[3].addr + l.wr_off,
+						b->rb[3].rkey, false, 0, 0, 0), 0);
+		pthread_mutex_lock(&s->mu);
+		ss = rtrs_srv_sess_next(s->srv, NULL);
+		at = ss->chunks + 3 * (size_t)(64 << 10) + l.wr_off;
+		pthread_mutex_unlock(&s->mu);
+		for (uint64_t end = xtime_ns() + TMO; ; usleep(1000)) {
+			bool landed;
+
+			pthread_mutex_lock(&s->mu);
+			landed = !memcmp(at, msg, n);
+			pthread_mutex_unlock(&s->mu);
+			if (landed)
+				break;
+			if (xtime_ns() > end)
+				fail_msg("the rewrite never landed");
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	harness_hold = NULL;
+	harness_release(s->rnbd);
+	pthread_mutex_unlock(&s->mu);
+	assert_int_equal(clt_rsp(b, 1, 3), 0);
+	assert_memory_equal(b->mem + dst_b, pat, len);
+	assert_int_equal(clt_rsp(a, 1, 3), 0);
+	assert_memory_equal(a->mem + dst_a, pat, len);
+	assert_memory_equal(b->mem + dst_x, zero, len);
+	assert_int_equal(chunk_waits(s, 0), 1);
+	assert_int_equal(chunk_waits(s, 1), 0);
+
+	/* b's client gives up with a write the server has not read: it never runs */
+	memset(pat, 0xee, sizeof(pat));
+	pthread_mutex_lock(&s->mu);
+	{
+		struct rnbd_io m = { .device_id = dev, .sector = sector + 8, .rw = RNBD_OP_WRITE,
+				     .bi_size = len };
+		struct rtrs_rdma_write w = { RNBD_IO_LEN };
+		uint8_t *buf = malloc(len + RNBD_IO_LEN + RTRS_RDMA_WRITE_LEN);
+
+		assert_int_equal(rtrs_write_layout(&b->g, 5, len, RNBD_IO_LEN, &l), 0);
+		memcpy(buf, pat, len);
+		rnbd_io_encode(&m, buf + len);
+		rtrs_rdma_write_encode(&w, buf + len + RNBD_IO_LEN);
+		assert_int_equal(clt_post(b, 1, 5, l.wr_off, buf, l.wr_len, l.imm), 0);
+		free(buf);
+	}
+	/* a FIN behind the write (close(2) with nothing unread: not a
+	 * reset), on its connection only: the path's other one stays */
+	{
+		struct xrc_wc wc[8];
+
+		while (xrc_poll(b->con[1].x, wc, 8) > 0)
+			;
+		xrc_close(b->con[1].x);
+		b->con[1].x = NULL;
+	}
+	pthread_mutex_unlock(&s->mu);
+	wait_for(s, one_path, "the aborted path gone");
+	assert_int_equal(rnbd_io(a, 1, 2, dev, RNBD_OP_READ, sector + 8, NULL, len, dst_a), 0);
+	assert_memory_equal(a->mem + dst_a, zero, len);
+	clt_close(b);
+	clt_close(a);
 	wait_sessions(s, 0);
 	srv_stop(s);
 }
@@ -482,6 +681,7 @@ int main(void)
 		cmocka_unit_test(test_violations_inval),
 		cmocka_unit_test(test_heartbeats),
 		cmocka_unit_test(test_multipath),
+		cmocka_unit_test(test_failover_copies),
 	};
 
 	xlog_init("test_rtrs_srv");	/* XPRT_LOG=info: why paths close */
