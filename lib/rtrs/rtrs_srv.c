@@ -182,6 +182,15 @@ static void path_teardown(struct srv_path *p)
 	struct rtrs_srv *srv = p->sess->srv;
 	uint32_t qd = srv->o.queue_depth;
 
+	/* requests waiting for their chunk's bind never reach the layer above:
+	 * their chunks are free for a copy on another path */
+	for (struct rtrs_srv_op *op = p->bindq; op; op = op->next)
+		srv_op_done(op);
+	for (struct rtrs_srv_op *op = p->bound; op; op = op->next)
+		srv_op_done(op);
+	p->bindq = p->bound = NULL;
+	p->bindq_tail = &p->bindq;
+	p->bound_tail = &p->bound;
 	for (unsigned i = 0; i < p->cid_num; i++) {
 		struct srv_con *c = p->con[i];
 
@@ -465,12 +474,12 @@ void srv_info_req(struct srv_con *c, const void *buf, uint32_t len)
  *
  * A connection the client closed (tcp: its FIN or reset, which the
  * socket shows while bytes sent before it still wait unread) closes the
- * path at once, unread bytes and all.  The client closes a path's
- * connections only when it gives the path up, and then sends what was
- * in flight on it again on another (rtrs_clt_failover_req): requests
- * still unread here are copies it no longer waits for.  Read now, after
- * their copies were answered, they would run in chunks the client has
- * handed out again. */
+ * path at once, unread bytes and all.  A client closes a path's
+ * connections when it gives the path up, and then sends what was in
+ * flight on it again on another (rtrs_clt_failover_req), or when it
+ * closes the session with nothing in flight: requests still unread here
+ * are copies it no longer waits for.  Read now, after their copies were
+ * answered, they would run in chunks the client has handed out again. */
 static void srv_ready(struct rtrs_srv *srv)
 {
 	struct epoll_event ev[32];
@@ -488,14 +497,20 @@ static void srv_ready(struct rtrs_srv *srv)
 	}
 	if (n < 32)
 		return;
-	/* maybe more than were told: everything is read once */
+	/* maybe more than were told: everything is read once, but what the
+	 * client closed (asked one by one, a poll(2) each) */
 	for (unsigned i = 0; i < srv->nlsn; i++)
 		srv->lsn[i].ready = true;
 	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next)
 		for (struct srv_path *p = s->paths; p; p = p->next)
-			for (unsigned i = 0; i < p->cid_num; i++)
-				if (p->con[i])
-					xrc_ready(p->con[i]->x);
+			for (unsigned i = 0; i < p->cid_num && p->state != RTRS_SRV_CLOSING; i++) {
+				struct srv_con *c = p->con[i];
+
+				if (c && xrc_peer_gone(c->x))
+					srv_path_close(p, "connection lost");
+				else if (c)
+					xrc_ready(c->x);
+			}
 }
 
 /* Listeners whose fd showed readable; all of them now and then, for the

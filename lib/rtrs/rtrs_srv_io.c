@@ -4,8 +4,8 @@
  * always_invalidate, heartbeats.  See rtrs_srv.h and seed 002.
  *
  * Keys (always_invalidate).  A request's chunk gets a new key (a memory
- * window bind) before the request is looked at, as the kernel invalidates
- * on arrival.  The binds go to connection 0 and only when its send queue
+ * window bind) before the request runs, as the kernel invalidates on
+ * arrival (its message is read out when it arrives, see on_io_req).  The binds go to connection 0 and only when its send queue
  * is empty, in batches; the requests are dispatched when the batch's last
  * bind completes.  Why not on the connection the request came in on, next
  * to its response: rxe (Linux 6.1) re-executes the local work requests
@@ -320,8 +320,9 @@ void srv_io_forget(struct srv_path *p)
 
 /* --- requests --------------------------------------------------------------- */
 
-/* process_io_req / process_read / process_write for a request whose chunk
- * is safe from the client (bound anew, or always_invalidate off). */
+/* process_io_req / process_read / process_write for a request read out at
+ * arrival whose chunk is safe from the client (bound anew, or
+ * always_invalidate off) and no other path's request holds. */
 static void dispatch(struct rtrs_srv_op *op)
 {
 	struct srv_path *p = op->path;
@@ -345,10 +346,12 @@ static void dispatch(struct rtrs_srv_op *op)
 }
 
 /* rtrs_srv_rdma_done for IO_REQ.  Every fault closes the path (the
- * kernel's close_sess).  The request is read out of the chunk at once:
- * until it runs (after its key's bind, or parked) a copy of it that the
- * client sent on a path it gave up may still land in the chunk, the same
- * bytes but for the READ descriptor's key, which is that path's. */
+ * kernel's close_sess).  The request's rtrs message is read out of the
+ * chunk at once: until it runs (after its key's bind, or parked) a copy
+ * of it that the client sent on a path it gave up may still land in the
+ * chunk -- the same bytes but for the READ descriptor's key, which is
+ * that path's.  The layer above's message and a WRITE's data stay in the
+ * chunk, read when the request runs: a copy carries the same. */
 static void on_io_req(struct srv_con *c, uint32_t payload)
 {
 	struct srv_path *p = c->path;

@@ -36,7 +36,9 @@ struct rtrs_srv_op {
 	const uint8_t *usr;		/* the layer above's message, in the chunk */
 	uint16_t usr_len;
 	int err;			/* the answer, once given */
-	bool busy;			/* between arrival and response */
+	bool busy;			/* between arrival and response (or
+					 * until dropped, parked on a path
+					 * that closed) */
 	bool waiting;			/* answered, queued for send-queue room */
 	struct rtrs_rdma_read rd;	/* READ: flags, sg_cnt, the client's buffer */
 };

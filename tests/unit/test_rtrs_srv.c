@@ -578,6 +578,12 @@ static void test_failover_copies(void **state)
 	wait_for(s, one_held, "the first copy held");
 	post_read(a, 1, 3, dev, sector, len, dst_a);
 	wait_for(s, a_waits, "the second copy waiting for its chunk");
+	{
+		struct xrc_wc wc;
+
+		xrc_wait(a->con[1].x, 20 * XTIME_NS_PER_MS);
+		assert_int_equal(xrc_poll(a->con[1].x, &wc, 1), 0);	/* no answer yet */
+	}
 	/* the first copy's bytes land again, now naming other memory */
 	n = read_msg(b, b, dev, sector, len, dst_x, msg, sizeof(msg));
 	assert_int_equal(rtrs_read_layout(&b->g, 3, len, RNBD_IO_LEN, 1, &l), 0);
@@ -641,6 +647,17 @@ static void test_failover_copies(void **state)
 			;
 		xrc_close(b->con[1].x);
 		b->con[1].x = NULL;
+	}
+	/* the FIN is in the server's socket before the server looks */
+	for (uint64_t end = xtime_ns() + TMO; ; usleep(1000)) {
+		struct srv_path *p = rtrs_srv_sess_next(s->srv, NULL)->paths;
+
+		while (p && p->listener != 1)
+			p = p->next;
+		assert_non_null(p);
+		if (xrc_peer_gone(p->con[1]->x))
+			break;
+		assert_true(xtime_ns() < end);
 	}
 	pthread_mutex_unlock(&s->mu);
 	wait_for(s, one_path, "the aborted path gone");
