@@ -462,17 +462,16 @@ static void test_multipath(void **state)
 	srv_stop(s);
 }
 
-/* The bytes of an RNBD READ of len bytes at sector into the client's
- * memory at dst (mem and key of client t), as a request message. */
-static uint32_t read_msg(const struct tclt *t, const struct tclt *into, uint32_t dev,
-			 uint64_t sector, uint32_t len, uint32_t dst, uint8_t *b, uint32_t cap)
+/* The bytes of an RNBD READ of len bytes at sector into client into's
+ * memory at dst (under its key), as a request message. */
+static uint32_t read_msg(const struct tclt *into, uint32_t dev, uint64_t sector, uint32_t len,
+			 uint32_t dst, uint8_t *b, uint32_t cap)
 {
 	struct rnbd_io m = { .device_id = dev, .sector = sector, .rw = RNBD_OP_READ, .bi_size = len };
 	struct rtrs_rdma_read r = { .usr_len = RNBD_IO_LEN, .sg_cnt = 1,
 				    .desc = { (uintptr_t)(into->mem + dst), into->mr->rkey, len } };
 	int n;
 
-	(void)t;
 	rnbd_io_encode(&m, b);
 	n = rtrs_rdma_read_encode(&r, b + RNBD_IO_LEN, cap - RNBD_IO_LEN);
 	assert_true(n > 0);
@@ -485,7 +484,7 @@ static void post_read(struct tclt *t, unsigned cid, uint32_t buf_id, uint32_t de
 {
 	struct rtrs_req_layout l;
 	uint8_t b[256];
-	uint32_t n = read_msg(t, t, dev, sector, len, dst, b, sizeof(b));
+	uint32_t n = read_msg(t, dev, sector, len, dst, b, sizeof(b));
 
 	assert_int_equal(rtrs_read_layout(&t->g, buf_id, len, RNBD_IO_LEN, 1, &l), 0);
 	assert_int_equal(clt_post(t, cid, buf_id, l.wr_off, b, n, l.imm), 0);
@@ -585,7 +584,7 @@ static void test_failover_copies(void **state)
 		assert_int_equal(xrc_poll(a->con[1].x, &wc, 1), 0);	/* no answer yet */
 	}
 	/* the first copy's bytes land again, now naming other memory */
-	n = read_msg(b, b, dev, sector, len, dst_x, msg, sizeof(msg));
+	n = read_msg(b, dev, sector, len, dst_x, msg, sizeof(msg));
 	assert_int_equal(rtrs_read_layout(&b->g, 3, len, RNBD_IO_LEN, 1, &l), 0);
 	{
 		struct xrc_sge sg = { b->mem + MEMSZ / 2, n, b->mr };
