@@ -5,9 +5,10 @@
  *
  * Keys (always_invalidate).  A request's chunk gets a new key (a memory
  * window bind) before the request runs, as the kernel invalidates on
- * arrival (its message is read out when it arrives, see on_io_req).  The binds go to connection 0 and only when its send queue
- * is empty, in batches; the requests are dispatched when the batch's last
- * bind completes.  Why not on the connection the request came in on, next
+ * arrival (its message is read out when it arrives, see on_io_req).  The
+ * binds go to connection 0 and only when its send queue is empty, in
+ * batches; the requests are dispatched when the batch's last bind
+ * completes.  Why not on the connection the request came in on, next
  * to its response: rxe (Linux 6.1) re-executes the local work requests
  * (binds) that sit between the oldest unacknowledged request and the end
  * of the queue when it retransmits, and a window bind is not idempotent --
@@ -270,7 +271,7 @@ static void op_start(struct rtrs_srv_op *op)
 {
 	struct srv_path *p = op->path;
 
-	op->path->sess->holder[op->buf_id] = op;
+	p->sess->holder[op->buf_id] = op;
 	if (!p->keys)
 		return dispatch(op);
 	*p->bindq_tail = op;
