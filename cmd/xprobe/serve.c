@@ -350,13 +350,18 @@ static int open_ports(struct server *s, char *err, size_t errlen)
 			return -1;
 		xp_port_set_user(s->port[i], s);
 	}
-	/* Control messages are tiny and come at either priority. */
-	for (int prio = 0; prio < 2; prio++)
-		if (ensure_buffers(s, PROBE_PORT_CTL, prio, xp_min_size_for_length(PROBE_CTL_LEN),
-				   32)) {
+	/* Control messages are tiny and come at either priority; a message
+	 * of another size class is refused at its sender (GM's "send
+	 * rejected", what `xprobe ping --port 2 -s SIZE` shows). */
+	for (int prio = 0; prio < 2; prio++) {
+		unsigned size = xp_min_size_for_length(PROBE_CTL_LEN);
+
+		if (ensure_buffers(s, PROBE_PORT_CTL, prio, size, 32)) {
 			snprintf(err, errlen, "out of memory for control buffers");
 			return -1;
 		}
+		xp_set_acceptable_sizes(s->port[PROBE_PORT_CTL], (enum xp_prio)prio, 1ull << size);
+	}
 	return 0;
 }
 
@@ -435,16 +440,22 @@ static int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
 	struct xspin sp;
 	int rc;
 
+	/* whether the progress before a sleep brought something: its events
+	 * are served before the next progress, whose transmit would send
+	 * their ACKs alone, ahead of the replies that would carry them */
+	bool fresh = false;
+
 	xspin_init(&sp, spin_ns, xtime_ns());
 	while (!cli_stop_requested) {
 		int work = 0;
 
 		if (s->h) {
-			rc = xp_host_progress(s->h);
+			rc = fresh ? 0 : xp_host_progress(s->h);
 			if (rc < 0) {
 				fail("serve", "%s", strerror(-rc));
 				return EXIT_FAIL;
 			}
+			fresh = false;
 			work += rc + serve_ports(s) + vt_server_poll(s->vt);
 			for (int fd; (fd = vt_server_new_fd(s->vt)) >= 0;)
 				xp_host_add_fd(s->h, fd);
@@ -455,8 +466,10 @@ static int serve_loop(struct server *s, int epfd, uint64_t spin_ns)
 			continue;
 		/* Progress inside one port's xp_receive() may have queued
 		 * events for a port drained before it, or frames to send. */
-		if (s->h && xp_host_progress(s->h) > 0)
+		if (s->h && xp_host_progress(s->h) > 0) {
+			fresh = true;
 			continue;
+		}
 		if (s->h && (xp_port_pending(s->port[0]) || xp_port_pending(s->port[1]) ||
 			     xp_port_pending(s->port[2]) || vt_server_arm(s->vt)))
 			continue;
