@@ -31,6 +31,7 @@
 #include "core/parse.h"
 #include "core/xtime.h"
 #include "nbd/nbd_srv.h"
+#include "rtrs/rtrs_hb.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -184,6 +185,34 @@ static int knbd_disconnect(struct knbd *n, int index, char *err, size_t errlen)
 	rc = nl_send_sync(n->sk, msg);
 	if (rc < 0) {
 		snprintf(err, errlen, "disconnect /dev/nbd%d: %s", index, nl_geterror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* A new request timeout for a connected device (0: none).  0, or -1
+ * with the reason in err.  The kernel takes it at once, without a word
+ * on the device's sockets, so the serving loop may wait for the answer. */
+static int knbd_set_timeout(struct knbd *n, int index, const char *backend, uint64_t timeout_s,
+			    char *err, size_t errlen)
+{
+	struct nl_msg *msg = nlmsg_alloc();
+	int rc;
+
+	if (!msg || !genlmsg_put(msg, NL_AUTO_PORT, NL_AUTO_SEQ, n->family, 0, 0,
+				 NBD_CMD_RECONFIGURE, 0) ||
+	    nla_put_u32(msg, NBD_ATTR_INDEX, (uint32_t)index) ||
+	    /* the kernel wants the one it was connected with */
+	    nla_put_string(msg, NBD_ATTR_BACKEND_IDENTIFIER, backend) ||
+	    nla_put_u64(msg, NBD_ATTR_TIMEOUT, timeout_s)) {
+		nlmsg_free(msg);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	rc = nl_send_sync(n->sk, msg);
+	if (rc < 0) {
+		snprintf(err, errlen, "/dev/nbd%d: a new request timeout: %s", index,
+			 nl_geterror(rc));
 		return -1;
 	}
 	return 0;
@@ -540,13 +569,18 @@ static int map_opts(int argc, char **argv, struct map_opts *o)
 /* The kernel times a request out after this (NBD_ATTR_TIMEOUT): later
  * than our own bound with every path down, so that the failure it sees is
  * ours (EIO), not a dead connection. */
-static uint64_t kernel_timeout_s(const struct sess_opts *o)
+static uint64_t kernel_timeout_s(const struct sess_opts *o, uint64_t down_ns)
 {
-	uint64_t d = o->ro.down_timeout_ns;
+	/* Our EIO must come first.  A request whose path went silent waits
+	 * for the heartbeats to give the path up (rtrs_hb_detect_ns() after
+	 * the last word from the server, which is not later than the
+	 * request's start), then for the down-timeout; 30 s more cover its
+	 * own transfer and a loaded machine. */
+	uint64_t hb = rtrs_hb_detect_ns(o->ro.hb_interval_ms, o->ro.hb_missed_max);
 
-	if (d == RTRS_CLT_FOREVER)
+	if (down_ns == RTRS_CLT_FOREVER)
 		return 0;
-	return d / 1000000000ull + 30;
+	return (down_ns + hb + 999999999ull) / 1000000000ull + 30;
 }
 
 /* systemd's Type=notify: READY=1 on $NOTIFY_SOCKET once the device is
@@ -671,8 +705,10 @@ static int map_serve(struct map_opts *o, int status_fd)
 	struct knbd nl = { 0 };
 	int pair[MAX_NBD_CONNS][2], kfds[MAX_NBD_CONNS], index, rc = EXIT_FAIL;
 	char err[512], backend[RTRS_NAME_MAX + RNBD_NAME_MAX + 32], peer[32];
+	char ident[RTRS_NAME_MAX + RNBD_NAME_MAX + 32];	/* the kernel's backend identifier */
 	bool asked = false;
-	uint64_t asked_ns = 0;
+	uint64_t asked_ns = 0, down_ns = o->so.ro.down_timeout_ns;
+	unsigned said = 0;
 	/* static: a thread the kernel never answers outlives this frame */
 	static struct unmap_job job = { .index = -1 };
 	pthread_t tid;
@@ -715,9 +751,9 @@ static int map_serve(struct map_opts *o, int status_fd)
 		}
 		kfds[i] = pair[i][1];
 	}
-	snprintf(backend, sizeof(backend), BACKEND_PREFIX "%s/%s", o->so.session, o->so.device);
+	snprintf(ident, sizeof(ident), BACKEND_PREFIX "%s/%s", o->so.session, o->so.device);
 	index = knbd_connect(&nl, &(struct nbd_connect){ o->index, nbdx_export(x),
-						       kernel_timeout_s(&o->so), backend, kfds,
+						       kernel_timeout_s(&o->so, down_ns), ident, kfds,
 						       o->nconns }, err, sizeof(err));
 	for (unsigned i = 0; i < o->nconns; i++)
 		close(kfds[i]);	/* the kernel holds its own references */
@@ -733,7 +769,7 @@ static int map_serve(struct map_opts *o, int status_fd)
 	snprintf(backend, sizeof(backend), "/dev/nbd%d", index);
 	mapped(backend, status_fd);
 	rc = EXIT_OK;
-	knbd_close(&nl);	/* unmap opens its own */
+	/* kept for new timeouts; unmap opens its own */
 	/* until the kernel closes every socket: unmap, or our own stop */
 	while (nbdx_nconns(x) > 0) {
 		if (sess_run(&ss, 1000000000ull) == -EINTR) {
@@ -752,6 +788,17 @@ static int map_serve(struct map_opts *o, int status_fd)
 			asked_ns = xtime_ns();
 		}
 		nbdx_after_round(x);
+		/* `rtrs-client set --down-timeout`: the kernel waits as long
+		 * as our EIO now may take (tried again next round if refused) */
+		if (rtrs_clt_down_timeout(ss.clt) != down_ns && !asked) {
+			uint64_t d = rtrs_clt_down_timeout(ss.clt);
+
+			if (knbd_set_timeout(&nl, index, ident, kernel_timeout_s(&o->so, d), err,
+					     sizeof(err)) == 0)
+				down_ns = d;
+			else if (!said++)
+				fprintf(stderr, PROG " map: %s\n", err);
+		}
 		if (asked && atomic_load(&job.state) < 0) {
 			fprintf(stderr, PROG " map: %s\n", job.err);
 			asked = false;	/* a second signal tries again */

@@ -13,6 +13,13 @@ void rtrs_hb_init(struct rtrs_hb *hb, uint32_t interval_ms, uint32_t missed_max,
 	hb->next_ns = now + hb->interval_ns;
 }
 
+uint64_t rtrs_hb_detect_ns(uint32_t interval_ms, uint32_t missed_max)
+{
+	uint64_t i = (uint64_t)(interval_ms ? interval_ms : RTRS_HB_INTERVAL_MS) * 1000000ull;
+
+	return ((missed_max ? missed_max : RTRS_HB_MISSED_MAX) + 2ull) * i;
+}
+
 void rtrs_hb_acked(struct rtrs_hb *hb, uint64_t now)
 {
 	hb->missed = 0;

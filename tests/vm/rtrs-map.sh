@@ -56,6 +56,8 @@ PATHS=(-p tcp://127.0.0.1:1300 -p "tcp://$XPRT_VM_IP:1300")
 check "map prints the device" eval "\"$CLT\" map -s m1 ${PATHS[*]} -d d1 >$T/dev" || bail
 DEV=$(cat "$T/dev") NBD=${DEV#/dev/}
 echo "# mapped $DEV"
+check "the kernel's request timeout is 125 s (60 + 35 + 30)" \
+	eval "[ \$(cat /sys/block/$NBD/queue/io_timeout) = 125000 ]"
 check "$DEV is a block device of the export's size" \
 	eval "[ -b $DEV ] && [ \$(blockdev --getsize64 $DEV) = $((MB << 20)) ]"
 check "list-mapped -o json names it, its session, export and paths" eval \
@@ -131,6 +133,14 @@ check "the device is let go" wait_for 50 no_pid "$NBD"
 check "map m4 with --down-timeout 2" eval \
 	"\"$CLT\" map -s m4 -p tcp://127.0.0.1:1300 -d d1 --down-timeout 2 --reconnect-delay 200 --hb-interval 200 --hb-missed 2 >$T/dev4"
 DEV=$(cat "$T/dev4") NBD=${DEV#/dev/}
+# the kernel's request timeout: down-timeout 2 s + heartbeats 0.2 s x (2 + 2),
+# rounded up, + 30 s; `set --down-timeout` sets it again
+io_timeout() { [ "$(cat "/sys/block/$NBD/queue/io_timeout")" = "$1" ]; }
+check "the kernel's request timeout is 33 s" io_timeout 33000
+check "set --down-timeout 10" "$CLT" set -s m4 --down-timeout 10
+check "... makes it 41 s" wait_for 30 io_timeout 41000
+check "set --down-timeout 2" "$CLT" set -s m4 --down-timeout 2
+check "... makes it 33 s again" wait_for 30 io_timeout 33000
 server_dies "$DEV" m4 40
 PID=$(cat "/sys/block/$NBD/pid")
 check "unmap $DEV" "$CLT" unmap "$DEV"
