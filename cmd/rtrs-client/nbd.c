@@ -385,6 +385,10 @@ static void submit(struct nreq *r)
 	uint32_t rf = r->flags & NBD_CMD_FLAG_FUA ? RNBD_F_FUA : 0;
 	int rc;
 
+	/* "do not punch a hole": the block layer's REQ_NOUNMAP */
+	if (op == RNBD_OP_WRITE_ZEROES && (r->flags & NBD_CMD_FLAG_NO_HOLE))
+		rf |= RNBD_F_NOUNMAP;
+
 	rc = rnbd_clt_submit(s->ss->dev, op, rf, op == RNBD_OP_FLUSH ? 0 : r->off,
 			     op == RNBD_OP_READ || op == RNBD_OP_WRITE ? r->buf : NULL,
 			     op == RNBD_OP_FLUSH ? 0 : r->len, req_done, r);

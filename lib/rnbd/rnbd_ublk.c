@@ -96,6 +96,8 @@ int rnbd_ublk_req(const struct ublksrv_io_desc *iod, uint64_t dev_sectors, uint3
 		return -EINVAL;
 	if (fl & (UBLK_IO_F_FUA >> 8))
 		r->flags |= RNBD_F_FUA;
+	if (r->op == RNBD_OP_WRITE_ZEROES && (fl & (UBLK_IO_F_NOUNMAP >> 8)))
+		r->flags |= RNBD_F_NOUNMAP;
 	r->off = start << SECTOR_SHIFT;
 	r->len = n << SECTOR_SHIFT;
 	return 0;

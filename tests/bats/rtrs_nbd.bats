@@ -109,6 +109,26 @@ disk() {
 	[[ $output == *"Content mismatch at offset 12288"* ]]
 }
 
+@test "flush, FUA writes, trims and write-zeroes with and without NO_HOLE reach the file; reads match a model" {
+	need fio
+	local port seed
+	port=$(free_port)
+	head -c 12M /dev/urandom >"$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	seed=${NBD_SEED:-$RANDOM}
+	echo "# seed $seed" >&3
+	run_limited 120 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 ops "$seed"
+	[[ $output =~ write\ [1-9].*fua\ [1-9].*zeroes\ [1-9].*no_hole\ [1-9].*trim\ [1-9].*flush\ [1-9].*read\ [1-9] ]]
+	# a trim of the first 8 MiB makes a hole in the file: zeros, fewer blocks
+	fio --name=trim --ioengine=nbd --uri="$NBD_URI" --rw=trim --bs=1M --size=8M \
+		--output="$T/fio.out" || die "fio trim: $(cat "$T/fio.out")"
+	cmp <(head -c 8M "$T/disk.img") <(head -c 8M /dev/zero)
+	(( $(stat -c %b "$T/disk.img") * 512 <= (5 << 20) ))
+	# the last 4 MiB, untouched, still hold their random bytes
+	[ "$(tail -c 4M "$T/disk.img" | tr -d '\0' | wc -c)" -gt 4000000 ]
+}
+
 @test "two clients at once: fio writers on the two halves verify every block, nbdinfo in between" {
 	need fio nbdinfo
 	local port a b
