@@ -46,6 +46,7 @@ struct ping_result {
 	/* --port: sends the receiving port refused, and the first status */
 	uint64_t failed;
 	enum xp_status first_failure;
+	uint32_t inl;		/* verbs test: inline up to this */
 };
 
 static void print_reply(const struct ping_opts *o, const char *target, uint64_t seq,
@@ -88,6 +89,7 @@ static int report(const struct ping_opts *o, struct ping_result *r)
 		if (o->vt.op) {
 			xnode_set_str(m, "op", vt_op_name(o->vt.op));
 			xnode_set_u64(m, "imm", o->vt.imm);
+			xnode_set_u64(m, "inline", r->inl);
 		} else {
 			xnode_set_str(m, "prio", o->co.prio == XP_HIGH ? "high" : "low");
 		}
@@ -416,10 +418,11 @@ static int ping_vt(const struct ping_opts *o, const struct xuri *u, struct ping_
 	snprintf(target, sizeof(target), "%s", vt_target(c));
 	r->target = target;
 	r->transport = xuri_scheme_name(u->scheme);
+	r->inl = vt_inline(c);
 	if (o->co.fmt == XFMT_TEXT && !o->co.quiet)
 		printf("PING %s (%s): %llu bytes, %s%s, inline up to %u bytes\n", target,
 		       r->transport, (unsigned long long)o->size, vt_op_title(o->vt.op),
-		       o->vt.imm ? " with immediate" : "", vt_inline(c));
+		       o->vt.imm ? " with immediate" : "", r->inl);
 	r->start_ns = xtime_ns();
 	for (uint64_t seq = 1 - o->warmup; !o->count || (int64_t)seq <= (int64_t)o->count; seq++) {
 		bool counted = (int64_t)seq > 0;

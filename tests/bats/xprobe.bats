@@ -126,6 +126,12 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 		run_xprobe 1 ping "$u" --port 1 -s 100 -c 1 -W 300ms
 		[[ $stderr == "xprobe ping: $u: port 1: send timed out (receiver provided no buffer)" ]] ||
 			die "$stderr"
+		# the control port accepts only its messages' size class
+		run_xprobe 1 ping "$u" --port 2 -s 1000 -c 2 -i 0
+		[[ ${lines[1]} == "1000 bytes to $u port 2: seq=1 send rejected (size not acceptable at the receiver)" ]] ||
+			die "$output"
+		[[ $stderr == "xprobe ping: $u: port 2: send rejected (size not acceptable at the receiver)" ]] ||
+			die "$stderr"
 		# the control port has buffers for its 40-byte messages
 		run_xprobe 0 ping "$u" --port 2 -s 40 -c 3 -i 0
 		[[ ${lines[0]} == "PING $u port 2 ("*"): 40 bytes, low priority; the answer is the send's completion" ]] ||
@@ -322,10 +328,35 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	grep -q "server received" "$BATS_TEST_TMPDIR/p.out" || die "$(cat "$BATS_TEST_TMPDIR/p.out")"
 }
 
+# cpu_s CMD...: runs CMD, prints the CPU seconds (user + system) it used
+cpu_s() {
+	python3 -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("%.0f" % ((r.ru_utime + r.ru_stime) * 1000))' "$@"
+}
+# ticks PID: the CPU time a process has used so far, in clock ticks
+ticks() {
+	awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
 @test "ping --spin 0 sleeps instead of polling, and --spin is checked" {
-	start_server tcp://127.0.0.1:0
+	local ms t0 t1 hz
+	hz=$(getconf CLK_TCK)
+	start_server --spin 0 tcp://127.0.0.1:0
 	run_xprobe 0 ping "${URIS[0]}" -c 5 -i 0 --spin 0 -q
 	[[ $output == *"5 sent, 5 received"* ]]
+	# 20 pings 50 ms apart: sleeping ends use a few ms of CPU in that
+	# second, a spinning client all of it
+	t0=$(ticks "$SRV_PID")
+	ms=$(cpu_s "$XPROBE" ping "${URIS[0]}" -c 20 -i 50ms --spin 0 -q)
+	t1=$(ticks "$SRV_PID")
+	echo "# --spin 0: client $ms ms, server $(( (t1 - t0) * 1000 / hz )) ms of CPU" >&3
+	(( ms < 300 )) || die "the sleeping client used $ms ms of CPU"
+	(( (t1 - t0) * 1000 / hz < 300 )) || die "the sleeping server used $(( (t1 - t0) * 1000 / hz )) ms"
+	ms=$(cpu_s "$XPROBE" ping "${URIS[0]}" -c 20 -i 50ms --spin 1s -q)
+	echo "# --spin 1s: client $ms ms of CPU" >&3
+	(( ms > 600 )) || die "the spinning client used only $ms ms of CPU"
 	run_xprobe 2 ping "${URIS[0]}" --spin 2s
 	[[ $stderr == "xprobe ping: --spin: '2s'"* ]]
 	run_xprobe 2 serve --spin forever tcp://127.0.0.1:0
@@ -573,6 +604,11 @@ PY
 	run_xprobe 0 ping "${URIS[0]}" --op write --inline 0 -s 16 -c 3 -i 0
 	[[ ${lines[0]} == "PING ${URIS[0]} (tcp): 16 bytes, RDMA write, inline up to 0 bytes" ]] ||
 		die "${lines[0]}"
+	# json: the same, for ping and bw
+	run_xprobe 0 ping "${URIS[0]}" --op write --inline 32 -s 16 -c 3 -i 0 -o json
+	[ "$(json_get "$output" inline)" = 32 ] || die "$output"
+	run_xprobe 0 bw "${URIS[0]}" --op write --inline 0 -s 16 -T 0.2 -o json
+	[ "$(json_get "$output" inline)" = 0 ] || die "$output"
 	run_xprobe 0 bw "${URIS[0]}" --op send --imm -s 1 -T 0.2
 	[[ ${lines[0]} == "BW ${URIS[0]} (tcp): 1-byte send with immediate, 16 in flight, inline up to 64 bytes" ]] ||
 		die "${lines[0]}"

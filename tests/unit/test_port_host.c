@@ -323,6 +323,27 @@ static void legacy_sends(struct xp_port *p, uint32_t node, const uint8_t *out, u
 	assert_int_equal(ev.prio, XP_HIGH);
 	assert_ptr_equal(ev.buffer, out);
 	assert_int_equal(xp_num_send_tokens(p), 8);
+	xp_resume_sending(p, XP_HIGH, node, 11);
+	/* ...and so is a send the receiver provides no buffer for (class 19)
+	 * within the send timeout; the stream goes on once resumed */
+	assert_int_equal(xp_send_no_callback(p, node, ECHO_PORT, XP_LOW, out, 270000), 0);
+	assert_int_equal(wait_event(p, &ev, 5 * S), 1);
+	assert_int_equal(ev.type, XP_FAILED_SEND_EVENT);
+	assert_int_equal(ev.status, XP_SEND_TIMED_OUT);
+	assert_int_equal(ev.length, 270000);
+	assert_int_equal(xp_num_send_tokens(p), 8);
+	xp_resume_sending(p, XP_LOW, node, ECHO_PORT);
+	assert_int_equal(xp_provide_receive_buffer(p, in, 7, XP_LOW), 0);
+	assert_int_equal(xp_send_no_callback(p, node, ECHO_PORT, XP_LOW, out + 2, 90), 0);
+	for (int n = 0; n < 2; n++) {
+		assert_int_equal(wait_event(p, &ev, 5 * S), 1);
+		if (ev.type == XP_RECV_EVENT) {
+			assert_ptr_equal(ev.buffer, in);
+			assert_memory_equal(in, out + 2, 90);
+		} else {
+			assert_int_equal(ev.type, XP_SENT_EVENT);
+		}
+	}
 }
 
 /* DMA memory: sends from it and from registered memory arrive intact, and
