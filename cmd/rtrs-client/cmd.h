@@ -55,6 +55,9 @@ struct sess_opts {
 	char session_buf[RTRS_NAME_MAX + 1];	/* names taken from the config */
 	char device_buf[RNBD_NAME_MAX + 1];
 	bool quiet, progress, progress_set, verbose;
+	/* a read-only export is opened read-only when --access was not
+	 * given (nbd and map serve it read-only, as rbd-nbd a snapshot) */
+	bool ro_fallback;
 };
 
 /* getopt_long codes of the shared long options (above the ASCII range) */

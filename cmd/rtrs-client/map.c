@@ -662,6 +662,7 @@ static int map_serve_ublk(struct map_opts *o, int status_fd)
 	}
 	close(fd);
 	cli_stop_handlers();
+	o->so.ro_fallback = true;
 	if ((rc = sess_open(&ss, "map", &o->so))) {
 		report(status_fd, "!");	/* printed already */
 		return rc;
@@ -718,6 +719,7 @@ static int map_serve(struct map_opts *o, int status_fd)
 		return fail("map", "%s", err);
 	}
 	cli_stop_handlers();
+	o->so.ro_fallback = true;
 	if ((rc = sess_open(&ss, "map", &o->so))) {
 		report(status_fd, "!");	/* printed already */
 		goto out_nl;

@@ -1308,6 +1308,7 @@ int cmd_nbd(int argc, char **argv)
 		o.sock[o.nsock++] = defpath;
 	}
 	cli_stop_handlers();
+	o.so.ro_fallback = true;
 	if ((rc = sess_open(&ss, "nbd", &o.so)))
 		return rc;
 	if (!(x = nbdx_open(&ss))) {

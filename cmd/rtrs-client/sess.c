@@ -419,6 +419,15 @@ int sess_open(struct sess *ss, const char *cmd, struct sess_opts *o)
 	if (o->device) {
 		ss->dev = rnbd_clt_open(ss->clt, o->device, o->access, o->ro.timeout_ns, err,
 					sizeof(err));
+		if (!ss->dev && errno == EROFS && o->ro_fallback && !o->access_set &&
+		    o->access == RNBD_ACCESS_RW) {
+			o->access = RNBD_ACCESS_RO;
+			if (!o->quiet)
+				fprintf(stderr, PROG " %s: device %s is a read-only export: "
+					"serving it read-only\n", cmd, o->device);
+			ss->dev = rnbd_clt_open(ss->clt, o->device, o->access, o->ro.timeout_ns,
+						err, sizeof(err));
+		}
 		if (!ss->dev) {
 			rc = errno;
 			if (rc == ENOTCONN)

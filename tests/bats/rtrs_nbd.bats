@@ -287,6 +287,26 @@ good 0"
 	cmp "$T/back" "$T/orig"
 }
 
+@test "an export the server keeps read-only is served read-only without --access; --access rw is refused" {
+	need nbdinfo nbdcopy
+	local port
+	port=$(free_port)
+	head -c 4M /dev/urandom >"$T/disk.img"
+	cp "$T/disk.img" "$T/orig"
+	start_server "$port" -e "d1=$T/disk.img:ro"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	[ "$(cat "$T/nbd-n1.err")" = "rtrs-client nbd: device d1 is a read-only export: serving it read-only" ]
+	[ "$(nbd_info 'e["is_read_only"], e["can_trim"], e["can_zero"]')" = "True False False" ]
+	run_limited 20 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 write-ro
+	expect_output "write 1 read 0"
+	run_limited 60 nbdcopy 0 nbdcopy "$NBD_URI" "$T/back"
+	cmp "$T/back" "$T/orig"
+	cmp "$T/disk.img" "$T/orig"
+	# asked for explicitly, a writable mapping is not quietly made read-only
+	run_clt 1 nbd -s n2 -p "tcp://127.0.0.1:$port" -d d1 --access rw --socket "$T/n2.sock"
+	expect_stderr_line "rtrs-client nbd: device d1: read-only export"
+}
+
 @test "the server killed: NBD IO fails after --down-timeout instead of hanging, and works again once it is back" {
 	need nbdcopy
 	local port t0 secs rc=0
