@@ -332,6 +332,44 @@ good 0"
 	cmp "$T/out" "$T/disk.img"
 }
 
+@test "the only cable pulled (silence, no reset): NBD IO fails within heartbeats + --down-timeout, and works again once it is back" {
+	need nbdcopy
+	netns_available || skip "no network namespaces here (needs root and iproute2)"
+	command -v nft >/dev/null || skip "nft missing: scripts/install-deps"
+	local a t0 secs rc=0 i hb=(--hb-interval 200 --hb-missed 2)
+	netns_setup 1
+	a=$(netns_addr 0 2)
+	head -c 8M /dev/urandom >"$T/disk.img"
+	netns_srv_bg "$RTRS_SERVER" -l "tcp://0.0.0.0:1234" -e "d1=$T/disk.img" --ctl "$T/srv.sock" \
+		"${hb[@]}" >"$SRV_OUT" 2>"$SRV_ERR"
+	BG_PIDS+=($!)
+	for i in $(seq 1 100); do grep -q '^listening ' "$SRV_OUT" && break; sleep 0.05; done
+	# the unix socket is a file: reachable from outside the namespace
+	netns_cli_bg "$RTRS_CLIENT" nbd -s n1 -p "tcp://$a" -d d1 --socket "$T/n1.sock" \
+		--down-timeout 2 --reconnect-delay 200 "${hb[@]}" >"$T/nbd.out" 2>"$T/nbd.err"
+	NBD_PID=$!
+	BG_PIDS+=($NBD_PID)
+	for i in $(seq 1 200); do [ -s "$T/nbd.out" ] && break; sleep 0.05; done
+	NBD_URI=$(head -1 "$T/nbd.out")
+	[ -n "$NBD_URI" ] || die "rtrs-client nbd did not start: $(cat "$T/nbd.err")"
+	run_limited 60 nbdcopy 0 nbdcopy "$NBD_URI" "$T/out"
+	cmp "$T/out" "$T/disk.img"
+	netns_cut 0
+	# 4 heartbeat intervals of 0.2 s to give the path up, then 2 s
+	t0=$(date +%s.%N)
+	timeout 60 nbdcopy "$NBD_URI" "$T/out" 2>"$T/copy.err" || rc=$?
+	secs=$(python3 -c "import sys,time; print(time.time() - float(sys.argv[1]))" "$t0")
+	echo "# EIO after $secs s" >&3
+	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || die "nbdcopy exited $rc after $secs s"
+	grep -q "Input/output error" "$T/copy.err" || die "$(cat "$T/copy.err")"
+	python3 -c 'import sys; s = float(sys.argv[1]); assert 2 <= s < 15, s' "$secs"
+	kill -0 "$NBD_PID"
+	netns_restore 0
+	wait_status n1 'j["paths"][0]["state"] == "connected"'
+	run_limited 60 nbdcopy 0 nbdcopy "$NBD_URI" "$T/out"
+	cmp "$T/out" "$T/disk.img"
+}
+
 @test "one of two paths cut under fio with verify: no error, the path comes back" {
 	need fio
 	local port rc=0
