@@ -191,8 +191,7 @@ static int knbd_disconnect(struct knbd *n, int index, char *err, size_t errlen)
 }
 
 /* A new request timeout for a connected device (0: none).  0, or -1
- * with the reason in err.  The kernel takes it at once, without a word
- * on the device's sockets, so the serving loop may wait for the answer. */
+ * with the reason in err.  Not from the serving loop (timeout_thread). */
 static int knbd_set_timeout(struct knbd *n, int index, const char *backend, uint64_t timeout_s,
 			    char *err, size_t errlen)
 {
@@ -242,6 +241,35 @@ static void *unmap_thread(void *arg)
 	}
 	knbd_close(&n);
 	atomic_store(&j->state, 1);
+	return NULL;
+}
+
+/* A new request timeout goes on a thread of its own too: the kernel's nbd
+ * commands take locks (generic netlink's, the device's config_lock) that
+ * an NBD_CMD_DISCONNECT from another process (rtrs-client unmap,
+ * nbd-client -d) holds while it sends on the device's sockets -- which
+ * only our loop drains. */
+struct timeout_job {
+	int index;
+	char ident[RTRS_NAME_MAX + RNBD_NAME_MAX + 32];	/* the backend identifier */
+	uint64_t timeout_s;
+	atomic_int state;		/* 0 running, 1 done, -1 failed */
+	char err[512];
+};
+
+static void *timeout_thread(void *arg)
+{
+	struct timeout_job *j = arg;
+	struct knbd n = { 0 };
+	int rc;
+
+	rc = knbd_open(&n, j->err, sizeof(j->err));
+	if (!rc)
+		rc = knbd_set_timeout(&n, j->index, j->ident, j->timeout_s, j->err,
+				      sizeof(j->err));
+	if (n.sk)
+		knbd_close(&n);
+	atomic_store(&j->state, rc ? -1 : 1);
 	return NULL;
 }
 
@@ -566,21 +594,26 @@ static int map_opts(int argc, char **argv, struct map_opts *o)
 	return sess_opts_finish("map", &o->so, true);
 }
 
-/* The kernel times a request out after this (NBD_ATTR_TIMEOUT): later
- * than our own bound with every path down, so that the failure it sees is
- * ours (EIO), not a dead connection. */
+/* The kernel times a request out after this (NBD_ATTR_TIMEOUT; 0: never):
+ * later than our own bound with every path down, so that the failure it
+ * sees is ours (EIO), not a dead connection. */
 static uint64_t kernel_timeout_s(const struct sess_opts *o, uint64_t down_ns)
 {
-	/* Our EIO must come first.  A request whose path went silent waits
-	 * for the heartbeats to give the path up (rtrs_hb_detect_ns() after
-	 * the last word from the server, which is not later than the
-	 * request's start), then for the down-timeout; 30 s more cover its
-	 * own transfer and a loaded machine. */
+	/* A path that goes silent is given up rtrs_hb_detect_ns() after the
+	 * last word from the server at most, and a request waits for a path
+	 * the down-timeout from then; 30 s more cover the request's own
+	 * transfer, a loaded machine, and a path heard from a little after
+	 * the request started (a second path given up in turn can still take
+	 * longer). */
 	uint64_t hb = rtrs_hb_detect_ns(o->ro.hb_interval_ms, o->ro.hb_missed_max);
+	uint64_t t;
 
 	if (down_ns == RTRS_CLT_FOREVER)
 		return 0;
-	return (down_ns + hb + 999999999ull) / 1000000000ull + 30;
+	t = (down_ns + hb + 999999999ull) / 1000000000ull + 30;
+	/* the kernel keeps it in jiffies in 32 bits: past ~49 days (HZ 1000)
+	 * it would wrap to a short one */
+	return t > UINT32_MAX / 1000 ? 0 : t;
 }
 
 /* systemd's Type=notify: READY=1 on $NOTIFY_SOCKET once the device is
@@ -709,10 +742,11 @@ static int map_serve(struct map_opts *o, int status_fd)
 	char ident[RTRS_NAME_MAX + RNBD_NAME_MAX + 32];	/* the kernel's backend identifier */
 	bool asked = false;
 	uint64_t asked_ns = 0, down_ns = o->so.ro.down_timeout_ns;
-	unsigned said = 0;
 	/* static: a thread the kernel never answers outlives this frame */
 	static struct unmap_job job = { .index = -1 };
-	pthread_t tid;
+	static struct timeout_job tjob;
+	bool tjob_running = false;
+	pthread_t tid, ttid;
 
 	if (knbd_open(&nl, err, sizeof(err))) {
 		report(status_fd, "!%s", err);
@@ -771,7 +805,7 @@ static int map_serve(struct map_opts *o, int status_fd)
 	snprintf(backend, sizeof(backend), "/dev/nbd%d", index);
 	mapped(backend, status_fd);
 	rc = EXIT_OK;
-	/* kept for new timeouts; unmap opens its own */
+	knbd_close(&nl);	/* unmap and new timeouts open their own */
 	/* until the kernel closes every socket: unmap, or our own stop */
 	while (nbdx_nconns(x) > 0) {
 		if (sess_run(&ss, 1000000000ull) == -EINTR) {
@@ -791,15 +825,24 @@ static int map_serve(struct map_opts *o, int status_fd)
 		}
 		nbdx_after_round(x);
 		/* `rtrs-client set --down-timeout`: the kernel waits as long
-		 * as our EIO now may take (tried again next round if refused) */
-		if (rtrs_clt_down_timeout(ss.clt) != down_ns && !asked) {
-			uint64_t d = rtrs_clt_down_timeout(ss.clt);
-
-			if (knbd_set_timeout(&nl, index, ident, kernel_timeout_s(&o->so, d), err,
-					     sizeof(err)) == 0)
-				down_ns = d;
-			else if (!said++)
-				fprintf(stderr, PROG " map: %s\n", err);
+		 * as our EIO now may take (once per new value) */
+		if (tjob_running && atomic_load(&tjob.state) != 0) {
+			pthread_join(ttid, NULL);
+			tjob_running = false;
+			if (atomic_load(&tjob.state) < 0)
+				fprintf(stderr, PROG " map: %s\n", tjob.err);
+		}
+		if (!tjob_running && !asked && rtrs_clt_down_timeout(ss.clt) != down_ns) {
+			down_ns = rtrs_clt_down_timeout(ss.clt);
+			tjob.index = index;
+			snprintf(tjob.ident, sizeof(tjob.ident), "%s", ident);
+			tjob.timeout_s = kernel_timeout_s(&o->so, down_ns);
+			atomic_store(&tjob.state, 0);
+			if ((errno = pthread_create(&ttid, NULL, timeout_thread, &tjob)))
+				fprintf(stderr, PROG " map: a new request timeout: %s\n",
+					strerror(errno));
+			else
+				tjob_running = true;
 		}
 		if (asked && atomic_load(&job.state) < 0) {
 			fprintf(stderr, PROG " map: %s\n", job.err);
@@ -819,6 +862,12 @@ static int map_serve(struct map_opts *o, int status_fd)
 			pthread_join(tid, NULL);
 		else
 			pthread_detach(tid);
+	}
+	if (tjob_running) {
+		if (atomic_load(&tjob.state) != 0)
+			pthread_join(ttid, NULL);
+		else
+			pthread_detach(ttid);
 	}
 	if (o->so.verbose)
 		fprintf(stderr, PROG " map: /dev/nbd%d unmapped\n", index);

@@ -43,7 +43,8 @@ enum rtrs_hb_action rtrs_hb_tick(struct rtrs_hb *hb, uint64_t now);
 static inline uint64_t rtrs_hb_next(const struct rtrs_hb *hb) { return hb->next_ns; }
 /* The longest a silent peer goes unnoticed: the last thing heard just
  * after a tick, then missed_max + 2 ticks until one finds the count
- * above missed_max (35 s with the defaults).  Same 0 defaults as init. */
+ * above missed_max (35 s with the defaults).  Same 0 defaults as init;
+ * no overflow within the options' limits (an hour, 1000 beats). */
 uint64_t rtrs_hb_detect_ns(uint32_t interval_ms, uint32_t missed_max);
 
 #endif
