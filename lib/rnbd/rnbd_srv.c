@@ -490,14 +490,21 @@ static int discard(struct export *e, uint64_t off, uint64_t len)
 }
 
 /* WRITE_ZEROES (op 5 from linux 6.8), or with data linux 6.1's WRITE_SAME:
- * the given block repeated over the range. */
-static int write_zeroes(struct export *e, uint64_t off, uint64_t len, const uint8_t *pat,
-			uint32_t patlen)
+ * the given block repeated over the range.  On a file, as the kernel's
+ * loop driver does (lo_fallocate): a hole punched unless RNBD_F_NOUNMAP
+ * (REQ_NOUNMAP) asks for the range to stay allocated, then zeroed in
+ * place. */
+static int write_zeroes(struct export *e, uint32_t fl, uint64_t off, uint64_t len,
+			const uint8_t *pat, uint32_t patlen)
 {
 	static const uint8_t zeros[ZERO_BUF];
 	int rc;
 
 	if (!patlen) {
+		if (!e->blockdev && !(fl & RNBD_F_NOUNMAP) && e->c.discard &&
+		    fallocate(e->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+			      (off_t)len) == 0)
+			return 0;
 		if (e->blockdev) {
 			uint64_t range[2] = { off, len };
 
@@ -549,7 +556,7 @@ static int io_run(struct export *e, uint32_t op, uint32_t fl, uint8_t *data, uin
 	case RNBD_OP_DISCARD:
 		return discard(e, off, len);
 	case RNBD_OP_WRITE_ZEROES:
-		rc = write_zeroes(e, off, len, data, datalen);
+		rc = write_zeroes(e, fl, off, len, data, datalen);
 		break;
 	default:
 		return -EOPNOTSUPP;

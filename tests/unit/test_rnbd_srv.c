@@ -12,6 +12,7 @@
 
 #include "rtrs_srv_harness.h"
 
+#include <sys/stat.h>
 #include <sys/time.h>
 
 #include "rnbd/rnbd_clt.h"
@@ -116,6 +117,33 @@ static void test_rnbd_rules(void **state)
 
 		assert_memory_equal(a->mem, z, 2048);
 		assert_memory_equal(a->mem + 2048, buf, 2048);
+	}
+	/* on a file, write-zeroes punches a hole unless NOUNMAP keeps the
+	 * range allocated (the loop driver's rule) */
+	{
+		int fd = open(s->file, O_RDWR);
+		uint8_t z[4096] = { 0 };
+
+		assert_true(fd >= 0);
+		if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, DEV_SIZE, 4096) == 0) {
+			assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE, 64, buf, 4096, 0), 0);
+			assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE, 72, buf, 4096, 0), 0);
+			struct stat st0, st1;
+
+			assert_int_equal(fstat(fd, &st0), 0);
+			assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE_ZEROES, 64, NULL, 4096, 0), 0);
+			assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE_ZEROES | RNBD_F_NOUNMAP, 72,
+						 NULL, 4096, 0), 0);
+			/* one 4 KiB block let go, the other kept (zeroed: an
+			 * unwritten extent, which SEEK_DATA calls a hole) */
+			assert_int_equal(fstat(fd, &st1), 0);
+			assert_int_equal(st0.st_blocks - st1.st_blocks, 8);
+			assert_int_equal(rnbd_io(a, 1, 4, dev, RNBD_OP_READ, 64, NULL, 4096, 0), 0);
+			assert_memory_equal(a->mem, z, 4096);
+			assert_int_equal(rnbd_io(a, 1, 4, dev, RNBD_OP_READ, 72, NULL, 4096, 0), 0);
+			assert_memory_equal(a->mem, z, 4096);
+		}
+		close(fd);
 	}
 	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_SECURE_ERASE, 0, NULL, 4096, 0), -EOPNOTSUPP);
 	assert_int_equal(rnbd_io(a, 1, 3, dev, RNBD_OP_WRITE_ZEROES, 0, NULL, 100, 0), -EINVAL);
