@@ -341,7 +341,7 @@ ticks() {
 }
 
 @test "ping --spin 0 sleeps instead of polling, and --spin is checked" {
-	local ms t0 t1 hz
+	local ms ms0 t0 t1 hz
 	hz=$(getconf CLK_TCK)
 	start_server --spin 0 tcp://127.0.0.1:0
 	run_xprobe 0 ping "${URIS[0]}" -c 5 -i 0 --spin 0 -q
@@ -349,14 +349,14 @@ ticks() {
 	# 20 pings 50 ms apart: sleeping ends use a few ms of CPU in that
 	# second, a spinning client all of it
 	t0=$(ticks "$SRV_PID")
-	ms=$(cpu_s "$XPROBE" ping "${URIS[0]}" -c 20 -i 50ms --spin 0 -q)
+	ms0=$(cpu_s "$XPROBE" ping "${URIS[0]}" -c 20 -i 50ms --spin 0 -q)
 	t1=$(ticks "$SRV_PID")
-	echo "# --spin 0: client $ms ms, server $(( (t1 - t0) * 1000 / hz )) ms of CPU" >&3
-	(( ms < 300 )) || die "the sleeping client used $ms ms of CPU"
+	echo "# --spin 0: client $ms0 ms, server $(( (t1 - t0) * 1000 / hz )) ms of CPU" >&3
+	(( ms0 < 300 )) || die "the sleeping client used $ms0 ms of CPU"
 	(( (t1 - t0) * 1000 / hz < 300 )) || die "the sleeping server used $(( (t1 - t0) * 1000 / hz )) ms"
 	ms=$(cpu_s "$XPROBE" ping "${URIS[0]}" -c 20 -i 50ms --spin 1s -q)
 	echo "# --spin 1s: client $ms ms of CPU" >&3
-	(( ms > 600 )) || die "the spinning client used only $ms ms of CPU"
+	(( ms > 400 && ms > 4 * ms0 )) || die "the spinning client used only $ms ms of CPU ($ms0 asleep)"
 	run_xprobe 2 ping "${URIS[0]}" --spin 2s
 	[[ $stderr == "xprobe ping: --spin: '2s'"* ]]
 	run_xprobe 2 serve --spin forever tcp://127.0.0.1:0
