@@ -191,7 +191,7 @@ static int knbd_disconnect(struct knbd *n, int index, char *err, size_t errlen)
 }
 
 /* A new request timeout for a connected device (0: none).  0, or -1
- * with the reason in err.  Not from the serving loop (timeout_thread). */
+ * with the reason in err.  Not from the serving loop (knbd_thread). */
 static int knbd_set_timeout(struct knbd *n, int index, const char *backend, uint64_t timeout_s,
 			    char *err, size_t errlen)
 {
@@ -217,56 +217,33 @@ static int knbd_set_timeout(struct knbd *n, int index, const char *backend, uint
 	return 0;
 }
 
-/* NBD_CMD_DISCONNECT from the serving process itself runs on a thread of
- * its own: the kernel sends NBD_CMD_DISC down each socket with a blocking
- * send before it answers, and the only reader of those sockets is our
- * loop, which must go on while it does. */
-struct unmap_job {
+/* The serving process's own nbd commands run on threads of their own:
+ * NBD_CMD_DISCONNECT (our unmap) sends NBD_CMD_DISC down each socket with
+ * a blocking send before the kernel answers, and a new request timeout
+ * (NBD_CMD_RECONFIGURE) waits for locks (generic netlink's, the device's
+ * config_lock) that a disconnect from another process (rtrs-client unmap,
+ * nbd-client -d) holds while it sends on them -- and the only reader of
+ * those sockets is our loop, which must go on meanwhile. */
+struct knbd_job {
 	int index;
-	atomic_int state;		/* 0 running, 1 done, -1 failed */
-	char err[512];
-};
-
-static void *unmap_thread(void *arg)
-{
-	struct unmap_job *j = arg;
-	struct knbd n = { 0 };
-
-	if (knbd_open(&n, j->err, sizeof(j->err)) || knbd_disconnect(&n, j->index, j->err,
-								      sizeof(j->err))) {
-		if (n.sk)
-			knbd_close(&n);
-		atomic_store(&j->state, -1);
-		return NULL;
-	}
-	knbd_close(&n);
-	atomic_store(&j->state, 1);
-	return NULL;
-}
-
-/* A new request timeout goes on a thread of its own too: the kernel's nbd
- * commands take locks (generic netlink's, the device's config_lock) that
- * an NBD_CMD_DISCONNECT from another process (rtrs-client unmap,
- * nbd-client -d) holds while it sends on the device's sockets -- which
- * only our loop drains. */
-struct timeout_job {
-	int index;
+	bool set_timeout;		/* else disconnect */
 	char ident[RTRS_NAME_MAX + RNBD_NAME_MAX + 32];	/* the backend identifier */
 	uint64_t timeout_s;
 	atomic_int state;		/* 0 running, 1 done, -1 failed */
 	char err[512];
 };
 
-static void *timeout_thread(void *arg)
+static void *knbd_thread(void *arg)
 {
-	struct timeout_job *j = arg;
+	struct knbd_job *j = arg;
 	struct knbd n = { 0 };
 	int rc;
 
 	rc = knbd_open(&n, j->err, sizeof(j->err));
 	if (!rc)
-		rc = knbd_set_timeout(&n, j->index, j->ident, j->timeout_s, j->err,
-				      sizeof(j->err));
+		rc = j->set_timeout ? knbd_set_timeout(&n, j->index, j->ident, j->timeout_s,
+						       j->err, sizeof(j->err))
+				    : knbd_disconnect(&n, j->index, j->err, sizeof(j->err));
 	if (n.sk)
 		knbd_close(&n);
 	atomic_store(&j->state, rc ? -1 : 1);
@@ -743,8 +720,7 @@ static int map_serve(struct map_opts *o, int status_fd)
 	bool asked = false;
 	uint64_t asked_ns = 0, down_ns = o->so.ro.down_timeout_ns;
 	/* static: a thread the kernel never answers outlives this frame */
-	static struct unmap_job job = { .index = -1 };
-	static struct timeout_job tjob;
+	static struct knbd_job job = { .index = -1 }, tjob = { .set_timeout = true };
 	bool tjob_running = false;
 	pthread_t tid, ttid;
 
@@ -816,7 +792,7 @@ static int map_serve(struct map_opts *o, int status_fd)
 			if (asked)
 				break;
 			job.index = index;
-			if ((errno = pthread_create(&tid, NULL, unmap_thread, &job))) {
+			if ((errno = pthread_create(&tid, NULL, knbd_thread, &job))) {
 				fprintf(stderr, PROG " map: unmap: %s\n", strerror(errno));
 				break;
 			}
@@ -838,7 +814,7 @@ static int map_serve(struct map_opts *o, int status_fd)
 			snprintf(tjob.ident, sizeof(tjob.ident), "%s", ident);
 			tjob.timeout_s = kernel_timeout_s(&o->so, down_ns);
 			atomic_store(&tjob.state, 0);
-			if ((errno = pthread_create(&ttid, NULL, timeout_thread, &tjob)))
+			if ((errno = pthread_create(&ttid, NULL, knbd_thread, &tjob)))
 				fprintf(stderr, PROG " map: a new request timeout: %s\n",
 					strerror(errno));
 			else
