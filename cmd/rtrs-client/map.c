@@ -45,6 +45,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -52,6 +53,7 @@
 #include <sys/un.h>
 #include <stddef.h>
 #include <sys/wait.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #define BACKEND_PREFIX	"rtrs-client:"
@@ -637,18 +639,55 @@ static void report(int fd, const char *fmt, ...)
 		return;
 }
 
+/* Standard error of a detached serving process, line by line to syslog
+ * (daemon facility): what it says later -- every path down, connected
+ * again -- is not lost with the terminal. */
+static void *log_thread(void *arg)
+{
+	FILE *f = fdopen((int)(intptr_t)arg, "r");
+	char line[1024];
+
+	if (!f)
+		return NULL;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (line[0])
+			syslog(LOG_NOTICE, "%s", line);
+	}
+	fclose(f);
+	return NULL;
+}
+
+static void stderr_to_syslog(void)
+{
+	int p[2], fd = -1;
+	pthread_t t;
+
+	openlog(PROG, LOG_PID, LOG_DAEMON);
+	if (pipe2(p, O_CLOEXEC) == 0) {
+		if (pthread_create(&t, NULL, log_thread, (void *)(intptr_t)p[0]) == 0) {
+			pthread_detach(t);
+			fd = p[1];
+		} else {
+			close(p[0]);
+			close(p[1]);
+		}
+	}
+	if (fd < 0)
+		fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		dup2(fd, STDERR_FILENO);
+		close(fd);
+	}
+}
+
 /* Detached (status_fd >= 0): the parent is told the device, standard
- * error goes (--foreground keeps it). */
+ * error goes to syslog (--foreground keeps it). */
 static void mapped(const char *dev, int status_fd)
 {
 	report(status_fd, "%s", dev);
 	if (status_fd >= 0) {
-		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-
-		if (null >= 0) {
-			dup2(null, STDERR_FILENO);
-			close(null);
-		}
+		stderr_to_syslog();
 		close(status_fd);
 	} else
 		printf("%s\n", dev);	/* --foreground */

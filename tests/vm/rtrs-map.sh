@@ -26,7 +26,9 @@ SRV_PID=
 . tests/vm/tap.sh
 # shellcheck source=map-lib.sh
 . tests/vm/map-lib.sh
+LOGP=
 finish() {
+	[ -n "$LOGP" ] && kill "$LOGP" 2>/dev/null && rm -f /dev/log
 	umount "$T/mnt" 2>/dev/null
 	for d in /sys/block/nbd*; do
 		[ -e "$d/pid" ] && "$CLT" unmap --force "/dev/${d##*/}" 2>/dev/null
@@ -130,6 +132,18 @@ check "unmap $DEV" "$CLT" unmap "$DEV"
 check "the device is let go" wait_for 50 no_pid "$NBD"
 
 # --- the server dies: IO errors, not a hang; it comes back ----------------------
+# a detached map says what happens to syslog: nothing listens on /dev/log
+# in the VM, so this does
+if [ ! -e /dev/log ]; then
+	python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("/dev/log")
+f = open(sys.argv[1], "ab", buffering=0)
+while True:
+    f.write(s.recv(4096) + b"\n")' "$T/syslog" &
+	LOGP=$!
+	wait_for 50 test -S /dev/log
+fi
 check "map m4 with --down-timeout 2" eval \
 	"\"$CLT\" map -s m4 -p tcp://127.0.0.1:1300 -d d1 --down-timeout 2 --reconnect-delay 200 --hb-interval 200 --hb-missed 2 >$T/dev4"
 DEV=$(cat "$T/dev4") NBD=${DEV#/dev/}
@@ -142,6 +156,12 @@ check "... makes it 41 s" wait_for 30 io_timeout 41000
 check "set --down-timeout 2" "$CLT" set -s m4 --down-timeout 2
 check "... makes it 33 s again" wait_for 30 io_timeout 33000
 server_dies "$DEV" m4 40
+if [ -n "$LOGP" ]; then
+	check "syslog has the detached map's 'all paths down'" \
+		grep -q "rtrs-client\[[0-9]*\]: rtrs-client map: all paths to m4 are down" "$T/syslog"
+	check "... and 'connected again'" \
+		wait_for 50 grep -q "rtrs-client map: session m4 is connected again" "$T/syslog"
+fi
 PID=$(cat "/sys/block/$NBD/pid")
 check "unmap $DEV" "$CLT" unmap "$DEV"
 check "its process ends" wait_for 50 gone "$PID"
