@@ -1054,8 +1054,56 @@ int cmd_unmap(int argc, char **argv)
 
 /* --- list-mapped ---------------------------------------------------------- */
 
+/* The control socket of process pid, whatever --ctl it was given: the
+ * listening unix socket with a path among its fds (/proc/net/unix, by
+ * inode).  0, or -1. */
+static int ctl_path_of(pid_t pid, char *path, size_t len)
+{
+	char name[64], link[64], line[600];
+	unsigned long ino[64];
+	unsigned n = 0;
+	struct dirent *d;
+	DIR *dir;
+	FILE *f;
+	int rc = -1;
+
+	snprintf(name, sizeof(name), "/proc/%d/fd", (int)pid);
+	if (pid <= 0 || !(dir = opendir(name)))
+		return -1;
+	while ((d = readdir(dir)) && n < 64) {
+		char fd[80];
+		ssize_t k;
+
+		snprintf(fd, sizeof(fd), "%s/%s", name, d->d_name);
+		k = readlink(fd, link, sizeof(link) - 1);
+		if (k > 0 && (link[k] = 0, sscanf(link, "socket:[%lu]", &ino[n]) == 1))
+			n++;
+	}
+	closedir(dir);
+	if (!n || !(f = fopen("/proc/net/unix", "re")))
+		return -1;
+	/* Num RefCount Protocol Flags Type St Inode Path; __SO_ACCEPTCON
+	 * (0x10000) in Flags: listening */
+	while (rc && fgets(line, sizeof(line), f)) {
+		unsigned long flags, inode;
+		char sock[512];
+
+		if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %511s", &flags, &inode, sock) != 3 ||
+		    !(flags & 0x10000) || sock[0] != '/')
+			continue;
+		for (unsigned i = 0; i < n; i++)
+			if (ino[i] == inode && strlen(sock) < len) {
+				memcpy(path, sock, strlen(sock) + 1);
+				rc = 0;
+				break;
+			}
+	}
+	fclose(f);
+	return rc;
+}
+
 /* The paths' state of a running session: "2/2 connected", or why not. */
-static void session_state(const char *session, struct xnode *e)
+static void session_state(const char *session, pid_t pid, struct xnode *e)
 {
 	char path[256], err[300], *text = NULL;
 	size_t len = 0;
@@ -1073,6 +1121,11 @@ static void session_state(const char *session, struct xnode *e)
 		rc = xctl_call(path, 3, av, out, err, sizeof(err));
 	if (out && rc != 0) {
 		snprintf(path, sizeof(path), "/run/xprt/" PROG "-%s.sock", session);
+		rewind(out);
+		rc = xctl_call(path, 3, av, out, err, sizeof(err));
+	}
+	/* else wherever its process listens (--ctl) */
+	if (out && rc != 0 && ctl_path_of(pid, path, sizeof(path)) == 0) {
 		rewind(out);
 		rc = xctl_call(path, 3, av, out, err, sizeof(err));
 	}
@@ -1145,7 +1198,7 @@ int cmd_list_mapped(int argc, char **argv)
 		xnode_set_str(e, "export", all[i].device);
 		xnode_set_u64(e, "size", all[i].size);
 		xnode_set_i64(e, "pid", all[i].pid);
-		session_state(all[i].session, e);
+		session_state(all[i].session, all[i].pid, e);
 	}
 	free(all);
 	xemit(stdout, root, f);

@@ -166,6 +166,15 @@ PID=$(cat "/sys/block/$NBD/pid")
 check "unmap $DEV" "$CLT" unmap "$DEV"
 check "its process ends" wait_for 50 gone "$PID"
 
+# --- a map with a control socket of its own: list-mapped finds it all the same --
+check "map m8 --ctl $T/m8.sock" eval \
+	"\"$CLT\" map -s m8 -p tcp://127.0.0.1:1300 -d d1 --access ro --ctl $T/m8.sock >$T/dev8"
+DEV=$(cat "$T/dev8") NBD=${DEV#/dev/}
+check "list-mapped shows its paths through that socket" eval \
+	"\"$CLT\" list-mapped -o json >$T/l8.json && jtrue $T/l8.json '[m[\"state\"] for m in d[\"mapped\"] if m[\"session\"] == \"m8\"] == [\"1/1 paths connected\"]'"
+check "unmap $DEV" "$CLT" unmap "$DEV"
+check "the device is let go" wait_for 50 no_pid "$NBD"
+
 # --- the serving process killed: the kernel fails IO; unmap cleans up ------------
 check "map m5" eval "\"$CLT\" map -s m5 -p tcp://127.0.0.1:1300 -d d1 >$T/dev5"
 DEV=$(cat "$T/dev5") NBD=${DEV#/dev/}
