@@ -6,7 +6,8 @@
 # writes and verifies while one of the two paths is cut and restored; the
 # server is killed (IO fails after --down-timeout, it does not hang) and
 # comes back; SIGTERM and unmap let go of the device and leave nothing
-# behind; a mounted device is not unmapped without --force.
+# behind; a mounted device is not unmapped without --force; nbd-client
+# attaches a device to `rtrs-client nbd`'s export.
 #
 #   make tools && tests/vm/xprt-vm -l nbd -- tests/vm/rtrs-map.sh
 #
@@ -165,6 +166,25 @@ fi
 PID=$(cat "/sys/block/$NBD/pid")
 check "unmap $DEV" "$CLT" unmap "$DEV"
 check "its process ends" wait_for 50 gone "$PID"
+
+# --- nbd-client (the NBD project's own) on rtrs-client nbd's export -------------
+if command -v nbd-client >/dev/null; then
+	"$CLT" nbd -s n9 -p tcp://127.0.0.1:1300 -d d1 --access ro --socket "$T/n9.sock" \
+		>"$T/n9.out" 2>"$T/n9.err" &
+	NP9=$!
+	wait_for 100 test -s "$T/n9.out"
+	check "nbd-client attaches /dev/nbd9 to the export over its unix socket" \
+		nbd-client -N d1 -unix "$T/n9.sock" /dev/nbd9
+	check "/dev/nbd9 reads the file byte for byte" eval \
+		"cmp <(dd if=/dev/nbd9 bs=1M count=16 iflag=direct status=none) <(head -c 16M $T/disk.img)"
+	check "... and is read-only" eval "[ \$(blockdev --getro /dev/nbd9) = 1 ]"
+	check "nbd-client -d detaches it" nbd-client -d /dev/nbd9
+	check "the export's process serves on" kill -0 "$NP9"
+	kill "$NP9"
+	check "and ends on SIGTERM" wait "$NP9"
+else
+	notok "nbd-client is not installed (scripts/install-deps)"
+fi
 
 # --- a map with a control socket of its own: list-mapped finds it all the same --
 check "map m8 --ctl $T/m8.sock" eval \
