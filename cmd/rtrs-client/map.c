@@ -641,14 +641,22 @@ static void report(int fd, const char *fmt, ...)
 
 /* Standard error of a detached serving process, line by line to syslog
  * (daemon facility): what it says later -- every path down, connected
- * again -- is not lost with the terminal. */
+ * again -- is not lost with the terminal.  The pipe's writing end does
+ * not block: a syslog that stops reading (its disk on this very device,
+ * say) costs lines, never the loop that serves the kernel. */
+static pthread_t log_tid;
+static bool log_running;
+
 static void *log_thread(void *arg)
 {
-	FILE *f = fdopen((int)(intptr_t)arg, "r");
+	int fd = (int)(intptr_t)arg;
+	FILE *f = fdopen(fd, "r");
 	char line[1024];
 
-	if (!f)
+	if (!f) {
+		close(fd);
 		return NULL;
+	}
 	while (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = 0;
 		if (line[0])
@@ -660,13 +668,18 @@ static void *log_thread(void *arg)
 
 static void stderr_to_syslog(void)
 {
+	sigset_t all, old;
 	int p[2], fd = -1;
-	pthread_t t;
 
 	openlog(PROG, LOG_PID, LOG_DAEMON);
 	if (pipe2(p, O_CLOEXEC) == 0) {
-		if (pthread_create(&t, NULL, log_thread, (void *)(intptr_t)p[0]) == 0) {
-			pthread_detach(t);
+		/* signals are the serving loop's: none interrupts the reader */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		log_running = fcntl(p[1], F_SETFL, O_NONBLOCK) == 0 &&
+			      pthread_create(&log_tid, NULL, log_thread, (void *)(intptr_t)p[0]) == 0;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (log_running) {
 			fd = p[1];
 		} else {
 			close(p[0]);
@@ -679,6 +692,25 @@ static void stderr_to_syslog(void)
 		dup2(fd, STDERR_FILENO);
 		close(fd);
 	}
+}
+
+/* Before the detached process ends: the last lines reach syslog (a
+ * second at most, should syslog itself be stuck). */
+static void stderr_done(void)
+{
+	struct timespec ts;
+	int null;
+
+	if (!log_running)
+		return;
+	if ((null = open("/dev/null", O_WRONLY | O_CLOEXEC)) >= 0) {
+		dup2(null, STDERR_FILENO);	/* the reader sees the end */
+		close(null);
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 1;
+	pthread_timedjoin_np(log_tid, NULL, &ts);
+	log_running = false;
 }
 
 /* Detached (status_fd >= 0): the parent is told the device, standard
@@ -848,16 +880,17 @@ static int map_serve(struct map_opts *o, int status_fd)
 				fprintf(stderr, PROG " map: %s\n", tjob.err);
 		}
 		if (!tjob_running && !asked && rtrs_clt_down_timeout(ss.clt) != down_ns) {
-			down_ns = rtrs_clt_down_timeout(ss.clt);
+			uint64_t d = rtrs_clt_down_timeout(ss.clt);
+
 			tjob.index = index;
 			snprintf(tjob.ident, sizeof(tjob.ident), "%s", ident);
-			tjob.timeout_s = kernel_timeout_s(&o->so, down_ns);
+			tjob.timeout_s = kernel_timeout_s(&o->so, d);
 			atomic_store(&tjob.state, 0);
-			if ((errno = pthread_create(&ttid, NULL, knbd_thread, &tjob)))
-				fprintf(stderr, PROG " map: a new request timeout: %s\n",
-					strerror(errno));
-			else
+			/* no thread now: the next round tries again */
+			if (pthread_create(&ttid, NULL, knbd_thread, &tjob) == 0) {
 				tjob_running = true;
+				down_ns = d;
+			}
 		}
 		if (asked && atomic_load(&job.state) < 0) {
 			fprintf(stderr, PROG " map: %s\n", job.err);
@@ -932,7 +965,9 @@ int cmd_map(int argc, char **argv)
 			dup2(null, STDIN_FILENO);
 			dup2(null, STDOUT_FILENO);
 		}
-		_exit(o.ublk ? map_serve_ublk(&o, p[1]) : map_serve(&o, p[1]));
+		rc = o.ublk ? map_serve_ublk(&o, p[1]) : map_serve(&o, p[1]);
+		stderr_done();
+		_exit(rc);
 	}
 	close(p[1]);
 	while ((n = read(p[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0 ||
@@ -1055,50 +1090,63 @@ int cmd_unmap(int argc, char **argv)
 /* --- list-mapped ---------------------------------------------------------- */
 
 /* The control socket of process pid, whatever --ctl it was given: the
- * listening unix socket with a path among its fds (/proc/net/unix, by
- * inode).  0, or -1. */
+ * listening unix socket with a path among its fds (/proc/net/unix, then
+ * the fds by inode; a session has a socket per connection besides).  0,
+ * or -1 (none, or /proc/PID/fd not ours to read). */
 static int ctl_path_of(pid_t pid, char *path, size_t len)
 {
+	struct lsock { unsigned long ino; char path[108]; } *l = NULL, *m;
 	char name[64], link[64], line[600];
-	unsigned long ino[64];
-	unsigned n = 0;
+	unsigned n = 0, cap = 0;
 	struct dirent *d;
-	DIR *dir;
+	DIR *dir = NULL;
 	FILE *f;
 	int rc = -1;
 
-	snprintf(name, sizeof(name), "/proc/%d/fd", (int)pid);
-	if (pid <= 0 || !(dir = opendir(name)))
-		return -1;
-	while ((d = readdir(dir)) && n < 64) {
-		char fd[80];
-		ssize_t k;
-
-		snprintf(fd, sizeof(fd), "%s/%s", name, d->d_name);
-		k = readlink(fd, link, sizeof(link) - 1);
-		if (k > 0 && (link[k] = 0, sscanf(link, "socket:[%lu]", &ino[n]) == 1))
-			n++;
-	}
-	closedir(dir);
-	if (!n || !(f = fopen("/proc/net/unix", "re")))
+	if (pid <= 0 || !(f = fopen("/proc/net/unix", "re")))
 		return -1;
 	/* Num RefCount Protocol Flags Type St Inode Path; __SO_ACCEPTCON
 	 * (0x10000) in Flags: listening */
-	while (rc && fgets(line, sizeof(line), f)) {
+	while (fgets(line, sizeof(line), f)) {
 		unsigned long flags, inode;
 		char sock[512];
 
 		if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %511s", &flags, &inode, sock) != 3 ||
-		    !(flags & 0x10000) || sock[0] != '/')
+		    !(flags & 0x10000) || sock[0] != '/' || strlen(sock) >= sizeof(l->path))
+			continue;
+		if (n == cap) {
+			if (!(m = realloc(l, (cap = cap ? 2 * cap : 32) * sizeof(*l))))
+				break;
+			l = m;
+		}
+		l[n].ino = inode;
+		memcpy(l[n].path, sock, strlen(sock) + 1);
+		n++;
+	}
+	fclose(f);
+	snprintf(name, sizeof(name), "/proc/%d/fd", (int)pid);
+	if (!n || !(dir = opendir(name))) {
+		free(l);
+		return -1;
+	}
+	while (rc && (d = readdir(dir))) {
+		char fd[80];
+		unsigned long ino;
+		ssize_t k;
+
+		snprintf(fd, sizeof(fd), "%s/%s", name, d->d_name);
+		k = readlink(fd, link, sizeof(link) - 1);
+		if (k <= 0 || (link[k] = 0, sscanf(link, "socket:[%lu]", &ino) != 1))
 			continue;
 		for (unsigned i = 0; i < n; i++)
-			if (ino[i] == inode && strlen(sock) < len) {
-				memcpy(path, sock, strlen(sock) + 1);
+			if (l[i].ino == ino && strlen(l[i].path) < len) {
+				memcpy(path, l[i].path, strlen(l[i].path) + 1);
 				rc = 0;
 				break;
 			}
 	}
-	fclose(f);
+	closedir(dir);
+	free(l);
 	return rc;
 }
 
@@ -1114,18 +1162,19 @@ static void session_state(const char *session, pid_t pid, struct xnode *e)
 	unsigned up = 0, all = 0;
 	int rc;
 
-	/* the caller's own runtime directory, else where the systemd unit
-	 * (rtrs-client-map@.service) puts it */
+	/* where its process listens (whatever --ctl said); else, where
+	 * /proc/PID/fd is not ours to read, the caller's own runtime
+	 * directory, then where the systemd unit (rtrs-client-map@.service)
+	 * puts it */
 	rc = -1;
-	if (out && ctl_path_for(session, NULL, path, sizeof(path)) == 0)
+	if (out && ctl_path_of(pid, path, sizeof(path)) == 0)
 		rc = xctl_call(path, 3, av, out, err, sizeof(err));
-	if (out && rc != 0) {
-		snprintf(path, sizeof(path), "/run/xprt/" PROG "-%s.sock", session);
+	if (out && rc != 0 && ctl_path_for(session, NULL, path, sizeof(path)) == 0) {
 		rewind(out);
 		rc = xctl_call(path, 3, av, out, err, sizeof(err));
 	}
-	/* else wherever its process listens (--ctl) */
-	if (out && rc != 0 && ctl_path_of(pid, path, sizeof(path)) == 0) {
+	if (out && rc != 0) {
+		snprintf(path, sizeof(path), "/run/xprt/" PROG "-%s.sock", session);
 		rewind(out);
 		rc = xctl_call(path, 3, av, out, err, sizeof(err));
 	}

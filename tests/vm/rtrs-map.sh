@@ -143,7 +143,7 @@ f = open(sys.argv[1], "ab", buffering=0)
 while True:
     f.write(s.recv(4096) + b"\n")' "$T/syslog" &
 	LOGP=$!
-	wait_for 50 test -S /dev/log
+	check "a listener on /dev/log" wait_for 50 test -S /dev/log
 fi
 check "map m4 with --down-timeout 2" eval \
 	"\"$CLT\" map -s m4 -p tcp://127.0.0.1:1300 -d d1 --down-timeout 2 --reconnect-delay 200 --hb-interval 200 --hb-missed 2 >$T/dev4"
@@ -159,7 +159,7 @@ check "... makes it 33 s again" wait_for 30 io_timeout 33000
 server_dies "$DEV" m4 40
 if [ -n "$LOGP" ]; then
 	check "syslog has the detached map's 'all paths down'" \
-		grep -q "rtrs-client\[[0-9]*\]: rtrs-client map: all paths to m4 are down" "$T/syslog"
+		wait_for 50 grep -q "rtrs-client\[[0-9]*\]: rtrs-client map: all paths to m4 are down" "$T/syslog"
 	check "... and 'connected again'" \
 		wait_for 50 grep -q "rtrs-client map: session m4 is connected again" "$T/syslog"
 fi
