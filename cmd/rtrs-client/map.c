@@ -677,7 +677,8 @@ static void stderr_to_syslog(void)
 		sigfillset(&all);
 		pthread_sigmask(SIG_SETMASK, &all, &old);
 		log_running = fcntl(p[1], F_SETFL, O_NONBLOCK) == 0 &&
-			      pthread_create(&log_tid, NULL, log_thread, (void *)(intptr_t)p[0]) == 0;
+			      pthread_create(&log_tid, NULL, log_thread,
+					     (void *)(intptr_t)p[0]) == 0;
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		if (log_running) {
 			fd = p[1];
@@ -836,8 +837,8 @@ static int map_serve(struct map_opts *o, int status_fd)
 	}
 	snprintf(ident, sizeof(ident), BACKEND_PREFIX "%s/%s", o->so.session, o->so.device);
 	index = knbd_connect(&nl, &(struct nbd_connect){ o->index, nbdx_export(x),
-						       kernel_timeout_s(&o->so, down_ns), ident, kfds,
-						       o->nconns }, err, sizeof(err));
+						       kernel_timeout_s(&o->so, down_ns), ident,
+						       kfds, o->nconns }, err, sizeof(err));
 	for (unsigned i = 0; i < o->nconns; i++)
 		close(kfds[i]);	/* the kernel holds its own references */
 	if (index < 0) {
