@@ -84,12 +84,15 @@ static void rx_ref(struct shmcm_conn *c, const struct shmcm_pkt *p)
 		struct iovec local = { dst, len };
 		struct iovec remote = { (void *)(uintptr_t)p->u.addr, len };
 		ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+		int err = n < 0 ? errno : 0;
 
 		ok = n == (ssize_t)len;
-		if (!ok)
+		/* a peer that died meanwhile (ESRCH) is the connection's news,
+		 * told once by whoever notices the death */
+		if (!ok && err != ESRCH)
 			xlog_ratelimited(XLOG_WARN, "%s: pulling a %u-byte message from pid %d: %s",
 					 c->mb->name, len, (int)pid,
-					 n < 0 ? strerror(errno) : "short copy");
+					 n < 0 ? strerror(err) : "short copy");
 	}
 	/* The outcome first, then the count that publishes it. */
 	uint32_t n = atomic_load_explicit(&c->me->rndv_done, memory_order_relaxed);
