@@ -266,6 +266,7 @@ static const char *peer_view(enum shmcm_reason r)
 	case SHMCM_R_TIMEOUT: return "it heard nothing from us within the connection timeout";
 	case SHMCM_R_INTERNAL: return "its deferred queue overflowed";
 	case SHMCM_R_PEER_REQ: return "it saw a new connection request from our side";
+	case SHMCM_R_RX_LOST: return "it dropped some of our data";
 	default: return shmcm_reason_str(r);
 	}
 }
@@ -285,6 +286,8 @@ static const char *down_view(struct pipe_end *pe, enum shmcm_reason r)
 	}
 	if (r == SHMCM_R_INTERNAL)
 		return "reset: our deferred queue overflowed (the peer did not keep up; see create -d)";
+	if (r == SHMCM_R_RX_LOST)
+		return "reset: we dropped part of the peer's data (said above; our output ends before it)";
 	return shmcm_reason_str(r);
 }
 
@@ -487,6 +490,9 @@ struct input {
 	uint8_t *buf;
 	size_t have;
 	bool direct;		/* stream mode, wait flow: read into the slots */
+	bool tx_gone;		/* a send found the connection going down:
+				 * nothing more is read (the record that failed
+				 * stays in buf) until the loop sees it down */
 };
 
 /* Readable standard input into the connection.  0 to go on (end of input
@@ -552,6 +558,8 @@ static int pump_input(struct pipe_end *pe, struct input *in, struct outcome *o)
 		fprintf(stderr, "mkshmcon: sending: %s\n", strerror(-trc));
 		goto failed;
 	}
+	if (trc == -ENOTCONN)
+		in->tx_gone = true;
 	return 0;
 failed:
 	o->failed = true;
@@ -638,7 +646,7 @@ static void run_connection(struct pipe_end *pe, const struct connect_opts *co,
 			tsp = &ts;
 			ns_to_timeout(tx_done_at + co->linger_ns - now, tsp);
 		}
-		nfd = up && o->input_open ? 2 : 1;
+		nfd = up && o->input_open && !in->tx_gone ? 2 : 1;
 		if (ppoll(pfd, (nfds_t)nfd, tsp, NULL) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -712,8 +720,12 @@ int cmd_connect(int argc, char **argv)
 	pe.wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pe.abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pe.quit_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	in.buf = malloc(IN_CHUNK + MAX_MSG + 4);
-	if (pe.sfd < 0 || pe.wake_efd < 0 || pe.abort_efd < 0 || pe.quit_efd < 0 || !in.buf) {
+	/* a record (-M) may straddle reads; an end that sends nothing reads
+	 * no input */
+	if (co.dir != DIR_RECV_ONLY)
+		in.buf = malloc(pe.message ? IN_CHUNK + MAX_MSG + 4 : IN_CHUNK);
+	if (pe.sfd < 0 || pe.wake_efd < 0 || pe.abort_efd < 0 || pe.quit_efd < 0 ||
+	    (co.dir != DIR_RECV_ONLY && !in.buf)) {
 		fprintf(stderr, "mkshmcon: setup: %s\n", strerror(errno));
 		goto out;
 	}

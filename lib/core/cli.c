@@ -1,11 +1,30 @@
 /* Usage errors of the tools; see cli.h. */
 #include "core/cli.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+void cli_std_fds(void)
+{
+	for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; fd++) {
+		int n;
+
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		/* the lowest free number: fd itself */
+		n = open("/dev/null", (fd == STDIN_FILENO ? O_WRONLY : O_RDONLY) | O_NOCTTY);
+		if (n > fd) {
+			dup2(n, fd);
+			close(n);
+		}
+	}
+}
 
 int cli_vusage_error(const char *prog, const char *cmd, const char *fmt, va_list ap)
 {
@@ -70,6 +89,7 @@ void cli_usage(const struct cli_tool *t, FILE *f, const char *name)
 int cli_main(const struct cli_tool *t, int argc, char **argv)
 {
 	opterr = 0;	/* one line of our own instead of getopt's */
+	cli_std_fds();
 	if (argc < 2) {
 		cli_usage(t, stderr, NULL);
 		return EXIT_USAGE;

@@ -40,6 +40,13 @@ int cli_parse_fmt(const char *prog, const char *cmd, const char *arg, enum xfmt 
 extern volatile sig_atomic_t cli_stop_requested;
 void cli_stop_handlers(void);
 
+/* A standard stream that is closed (prog <&-, >&-) gets /dev/null opened
+ * the wrong way round in its place: using it fails with EBADF, told as any
+ * failure of that stream, and what the tool opens next (a socket, an
+ * epoll, a signalfd) does not take its number, to be read as input or
+ * written with output.  cli_main() does it first. */
+void cli_std_fds(void);
+
 /* Raises the soft limit on open files to the hard one, as servers that
  * hold many connections do (each RTRS connection takes several
  * descriptors); best effort. */

@@ -308,6 +308,10 @@ static void handle_job(struct shmcm_conn *c, struct job *j)
 				 SHMCM_R_CLOSED;
 		cm_event(c, &ev);
 		break;
+	case JOB_RX_LOST:
+		ev.type = SHMCM_EV_RX_LOST;
+		cm_event(c, &ev);
+		break;
 	case JOB_INTERNAL:
 		ev.type = SHMCM_EV_INTERNAL;
 		cm_event(c, &ev);

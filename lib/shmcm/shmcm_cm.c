@@ -186,6 +186,13 @@ void shmcm_cm_handle(struct shmcm_cm *cm, const struct shmcm_cm_ev *ev,
 		else if (cm->state == SHMCM_CONNECTING)
 			cm->resend_req = true;	/* seed's FIXME: start over */
 		return;
+	case SHMCM_EV_RX_LOST:
+		/* Nothing after the gap may reach the user as if it
+		 * followed what came before: the connection ends, and the
+		 * peer learns it from the reset. */
+		if (cm->state == SHMCM_CONNECTED)
+			become_disconnected(cm, out, SHMCM_R_RX_LOST, true);
+		return;
 	case SHMCM_EV_PEER_GONE:
 		if (cm->state == SHMCM_CONNECTED)
 			become_disconnected(cm, out, SHMCM_R_PEER_GONE, false);
@@ -215,6 +222,7 @@ const char *shmcm_reason_str(enum shmcm_reason r)
 	case SHMCM_R_PEER_GONE: return "peer process died";
 	case SHMCM_R_INTERNAL: return "deferred queue overflow";
 	case SHMCM_R_CLOSED: return "closed after both ends finished";
+	case SHMCM_R_RX_LOST: return "dropped data of the peer";
 	}
 	return "unknown";
 }

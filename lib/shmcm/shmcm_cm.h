@@ -60,6 +60,7 @@ enum shmcm_cm_event {
 	SHMCM_EV_CON_PKT,	/* a CON packet from the peer (con_type, cno) */
 	SHMCM_EV_TICK,		/* the connection timer */
 	SHMCM_EV_INTERNAL,	/* internal error (e.g. deferred queue full) */
+	SHMCM_EV_RX_LOST,	/* we dropped user data of the peer (malformed, no memory) */
 	SHMCM_EV_PEER_GONE,	/* the peer process is known to be dead */
 	SHMCM_EV_SHUTDOWN,	/* shutdown down-call: no more user data from us */
 };
@@ -73,6 +74,7 @@ enum shmcm_reason {
 	SHMCM_R_PEER_GONE,	/* peer process died */
 	SHMCM_R_INTERNAL,	/* internal error, e.g. deferred queue overflow */
 	SHMCM_R_CLOSED,		/* closed after both directions ended (CON_FIN both ways) */
+	SHMCM_R_RX_LOST,	/* we dropped user data of the peer: the stream has a gap */
 };
 
 struct shmcm_cm_ev {

@@ -28,6 +28,7 @@ enum job_op {
 	JOB_PEER_CHECK,
 	JOB_DESTROY,
 	JOB_SHUTDOWN,
+	JOB_RX_LOST,
 };
 
 struct job {

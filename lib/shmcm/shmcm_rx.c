@@ -19,6 +19,17 @@ static void delivered(struct shmcm_conn *c)
 	atomic_store_explicit(&c->me->deliv_pkts, ++c->rx_deliv, memory_order_release);
 }
 
+/* User data of the peer dropped (malformed, after its CON_FIN, no memory to
+ * reassemble it): what follows would reach the user as if nothing were
+ * missing, so nothing more of this generation is delivered or counted
+ * (the peer's count stays short) and the connection is reset, once. */
+static void rx_lost(struct shmcm_conn *c)
+{
+	c->recv_bad++;
+	if (!atomic_exchange(&c->rx_hold, true))
+		shmcm_job_async(c, JOB_RX_LOST);
+}
+
 void shmcm_publish_rx_stats(struct shmcm_conn *c)
 {
 	atomic_store_explicit(&c->me->rndv_msgs, c->rndv_msgs, memory_order_relaxed);
@@ -128,7 +139,7 @@ static void rx_udata(struct shmcm_conn *c, const struct shmcm_pkt *p)
 	}
 	if (atomic_load_explicit(&c->rx_fin, memory_order_relaxed)) {
 		/* the peer said it had ended its data: a broken peer */
-		c->recv_bad++;
+		rx_lost(c);
 		xlog_ratelimited(XLOG_WARN, "%s: dropped user data sent after CON_FIN",
 				 c->mb->name);
 		return;
@@ -148,7 +159,7 @@ static void rx_udata(struct shmcm_conn *c, const struct shmcm_pkt *p)
 	} else if (rc == 0) {
 		delivered(c);	/* a fragment, kept until its message ends */
 	} else {
-		c->recv_bad++;
+		rx_lost(c);
 		xlog_ratelimited(XLOG_WARN, "%s: dropped fragment of message %u: %s",
 				 c->mb->name, p->u.msgid, strerror(-rc));
 	}
@@ -172,7 +183,7 @@ static unsigned rx_run(struct shmcm_conn *c, unsigned max)
 			n++;
 			c->recv_pkts++;
 			if (rc < 0) {
-				c->recv_bad++;
+				rx_lost(c);
 				xlog_ratelimited(XLOG_WARN, "%s: dropped packet: %s",
 						 c->mb->name, shmcm_decode_strerror(rc));
 				continue;

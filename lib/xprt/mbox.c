@@ -194,7 +194,32 @@ static int validate(const struct mbox_hdr *h, uint64_t st_size, const char *name
 	return 0;
 }
 
-/* Maps an existing mailbox; -ENOENT when there is none. */
+/* A mailbox is its owner's alone (mode 0600): an object open to others, or
+ * one another user made -- perhaps first, under the name we were about to
+ * create -- could be read or written by them.  Root may use another user's
+ * mailbox, but not re-create one (`mine`: it must be ours).  0, or -EACCES
+ * with err set. */
+static int check_owner(int fd, const char *name, bool mine, char *err, size_t errlen)
+{
+	struct stat st;
+	uid_t me = geteuid();
+
+	if (fstat(fd, &st) < 0) {
+		int rc = -errno;
+
+		xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
+		return rc;
+	}
+	if (!(st.st_mode & 077) && (st.st_uid == me || (!mine && me == 0)))
+		return 0;
+	xerr(err, errlen, "connection '%s': its mailbox belongs to uid %u with mode %04o, "
+	     "not to us alone: not used (its owner or root can remove it: mkshmcon rm %s)",
+	     name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), name);
+	return -EACCES;
+}
+
+/* Maps an existing mailbox; -ENOENT when there is none.  check: one to
+ * use (validated, and ours: check_owner). */
 static int map_existing(const char *name, struct mbox **out, bool check,
 			char *err, size_t errlen)
 {
@@ -214,6 +239,8 @@ static int map_existing(const char *name, struct mbox **out, bool check,
 			xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
 		return rc;
 	}
+	if (check && (rc = check_owner(fd, name, false, err, errlen)) < 0)
+		goto out_close;
 	if (fstat(fd, &st) < 0) {
 		rc = -errno;
 		xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
@@ -316,6 +343,13 @@ static int format_fd(int fd, const struct mbox_cfg *c, const char *name,
 		     name, total, strerror(-rc));
 		return rc;
 	}
+	/* Its pages now: a /dev/shm too small for it is told here, not by a
+	 * SIGBUS to both ends when the rings first reach the missing pages. */
+	if ((rc = posix_fallocate(fd, 0, (off_t)total)) != 0) {
+		xerr(err, errlen, "connection '%s': cannot reserve %" PRIu64 " bytes for the mailbox "
+		     "in /dev/shm: %s", name, total, strerror(rc));
+		return -rc;
+	}
 	p = mmap(NULL, sizeof(struct mbox_hdr), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		rc = -errno;
@@ -367,7 +401,9 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 			     "cannot re-create connection '%s': %s", name, strerror(-rc));
 			return rc;
 		}
-		rc = format_fd(fd, c, name, err, errlen);
+		rc = check_owner(fd, name, true, err, errlen);
+		if (rc == 0)
+			rc = format_fd(fd, c, name, err, errlen);
 		close(fd);
 		if (rc == 0)
 			*replaced = true;
@@ -375,6 +411,8 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 	}
 	if (rc < 0)
 		return rc;
+	if ((rc = check_owner(old->fd, name, true, err, errlen)) < 0)
+		goto out;
 	if (old->size >= sizeof(struct mbox_hdr) &&
 	    atomic_load((_Atomic uint32_t *)&old->h->magic) == MBOX_MAGIC) {
 		rc = validate(old->h, old->size, name, err, errlen);

@@ -194,6 +194,41 @@ Try 'mkshmcon create --help'."
 	[ "$(json_get "d['slots'], d['mtu'], d['a']['state'], d['a']['attaches'], d['a']['cno']")" = "(4, 512, 'free', 0, 0)" ]
 }
 
+@test "create, connect: a mailbox another user made or opened to others is not used" {
+	local f=/dev/shm/xprt-shmcm-$CONN
+	# the name taken first by another user, open to all: what we would
+	# write there, that user could read
+	python3 -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+os.fchown(fd, 65534, 65534)
+os.fchmod(fd, 0o666)' "$f" 2>/dev/null || skip "needs root to make an object of another user"
+	local why="its mailbox belongs to uid 65534 with mode 0666, not to us alone: not used (its owner or root can remove it: mkshmcon rm $CONN)"
+	run_tool 1 create "$CONN"
+	expect_stderr_line "mkshmcon: connection '$CONN': $why"
+	[ "$(stat -c '%u %a %s' "$f")" = "65534 666 0" ]
+	run_tool 1 connect "$CONN" -x a </dev/null
+	expect_stderr_line "mkshmcon: connection '$CONN': $why"
+	# ours but open to others: not used either; ours again once it is not
+	chown 0:0 "$f"
+	run_tool 1 create "$CONN"
+	expect_stderr_line "mkshmcon: connection '$CONN': its mailbox belongs to uid 0 with mode 0666, not to us alone: not used (its owner or root can remove it: mkshmcon rm $CONN)"
+	run_tool 0 rm "$CONN"
+	[ ! -e "$f" ]
+	run_tool 0 create -q "$CONN"
+	[ "$(stat -c '%u %a' "$f")" = "0 600" ]
+}
+
+@test "create: a /dev/shm too small for the mailbox is told at create, not by SIGBUS later" {
+	private_shm || skip "needs a mount namespace (unshare -m) for a small /dev/shm"
+	run --separate-stderr timeout 30 unshare -m sh -c \
+		'mount -t tmpfs -o size=8m tmpfs /dev/shm || exit 99; "$1" create big -n 1024 -m 64k; echo "rc=$?"; ls /dev/shm' \
+		sh "$MKSHMCON"
+	[ "$status" -eq 0 ] || die "status $status: $stderr"
+	expect_output "rc=1"
+	expect_stderr "mkshmcon: connection 'big': cannot reserve 134352896 bytes for the mailbox in /dev/shm: No space left on device"
+}
+
 @test "create: refused while a side is in use by a live process" {
 	create_conn "$CONN"
 	# a's input never ends, so the pair stays connected
@@ -1003,6 +1038,24 @@ $try"
 	cmp -n 100 "$t/in" "$t/b.out"
 }
 
+@test "connect: a closed stdin or stdout is an error of that stream, not a descriptor taken by something else" {
+	local t=$BATS_TEST_TMPDIR
+	create_conn "$CONN"
+	# without a guard, the signalfd took fd 0 (a signal was read as input)
+	# or fd 1 (the peer's data went into it)
+	start_end B "$CONN" b /dev/null -d
+	run_limited 15 mkshmcon 1 sh -c 'exec "$1" connect "$2" -x a <&-' sh "$MKSHMCON" "$CONN"
+	expect_stderr "mkshmcon: reading stdin: Bad file descriptor"
+	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER") $NOT_ENDED_RE $(msg_re "(0 bytes sent, 0 received)")"
+
+	printf 'hello\n' >"$t/in"
+	start_end A "$CONN" a "$t/in"
+	run_limited 15 mkshmcon 1 sh -c 'exec "$1" connect "$2" -x b -d >&-' sh "$MKSHMCON" "$CONN"
+	line_matches "$stderr" "$(msg_re "mkshmcon: connection '$CONN': writing to stdout: Bad file descriptor; reset") $NOT_ENDED_RE $(msg_re "(0 bytes sent, 0 received)")" ||
+		die "b: $stderr"
+	expect_end_match A 1 "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER") before (our input ended|the peer had all our input)( and before (the peer's|its) data ended)? $(msg_re "(6 bytes sent, 0 received)")"
+}
+
 # --------------------------------------------------------- deferred queue
 
 @test "connect --flow defer: overflow with defq_max 0 resets the connection" {
@@ -1427,6 +1480,40 @@ with open(sys.argv[1], "wb") as f:
 	run_tool 0 status "$CONN" -o json
 	[ "$(json_get "d['b']['cma'], d['b']['cma_msgs']")" = "(False, 0)" ]
 	[ "$(json_get "d['a']['sent_pkts'] > 600")" = "True" ]
+}
+
+@test "connect: a record the receiver cannot reassemble (no memory) resets; its output ends before it" {
+	local t=$BATS_TEST_TMPDIR real=$MKSHMCON
+	create_conn "$CONN"
+	python3 -c '
+import os, struct, sys
+with open(sys.argv[1], "wb") as f:
+    for d in (b"first\n", os.urandom(60 << 20), b"last\n"):
+        f.write(struct.pack(">I", len(d)) + d)' "$t/recs"
+	# b cannot get 60 MiB more: an address-space limit about 33 MB above
+	# what it maps at start (31 MB, most of it thread stacks), or under
+	# ASan (which reserves terabytes of shadow) its allocation cap
+	if ldd "$real" 2>/dev/null | grep -q libasan; then
+		printf '#!/bin/sh\nASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1:max_allocation_size_mb=32 exec "%s" "$@"\n' \
+			"$real" >"$t/limited"
+	else
+		printf '#!/bin/sh\nulimit -v 64000 && exec "%s" "$@"\n' "$real" >"$t/limited"
+	fi
+	chmod +x "$t/limited"
+	MKSHMCON=$t/limited start_end B "$CONN" b /dev/null -d -M --no-cma
+	start_end A "$CONN" a "$t/recs" -M --no-cma
+	wait_end B
+	[ "$END_RC" -eq 1 ] || die "b exited $END_RC: $END_ERR"
+	[[ $END_ERR == *"dropped fragment of message 1: No buffer space available"* ]] || die "b: $END_ERR"
+	line_matches "$(tail -n 1 <<<"$END_ERR")" \
+		"$(msg_re "mkshmcon: connection '$CONN' reset: we dropped part of the peer's data (said above; our output ends before it) ")$NOT_ENDED_RE \([0-9]+ bytes sent, [0-9]+ received\)" ||
+		die "b: $END_ERR"
+	# an exact prefix: the first record, nothing of or after the lost one
+	cmp "$(end_out B)" <(head -c 10 "$t/recs")
+	# a: the reset comes while it sends the record, or after
+	expect_end_match A 1 "$(msg_re "mkshmcon: connection '$CONN' reset by the peer (it dropped some of our data) before ")(our input ended|the peer had all our input) \([0-9]+ bytes sent, 0 received\)"
+	run_tool 0 status "$CONN" -o json
+	[ "$(json_get "d['b']['recv_bad'] >= 1, d['b']['last_disconnect']")" = "(True, 'dropped data of the peer')" ]
 }
 
 # ------------------------------------------------- signals under back-pressure

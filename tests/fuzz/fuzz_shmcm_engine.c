@@ -39,6 +39,9 @@ static void check_out(const struct shmcm_cm *cm, const struct shmcm_cm_out *o)
 		assert(cm->state == SHMCM_CONNECTED && cm->fin_rcvd && !o->disconnected);
 	if (o->disconnected && o->reason == SHMCM_R_CLOSED)
 		assert(cm->fin_sent && cm->fin_rcvd);
+	/* a lost packet resets: the peer must hear of it */
+	if (o->disconnected && o->reason == SHMCM_R_RX_LOST)
+		assert(o->nsend == 1 && o->send[0].con_type == SHMCM_CON_RST);
 }
 
 /* One event into the state machine; the deliver gate follows its output
@@ -83,14 +86,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		n -= 2;
 		if (ctl) {
 			/* 1: tick, 2: down-call (connect, disconnect,
-			 * shutdown), 3: internal/peer gone */
+			 * shutdown), 3: internal/peer gone/data lost */
 			ev = (struct shmcm_cm_ev){ .type = SHMCM_EV_TICK,
 						   .peer_activity = len & 1, .tx_idle = len & 2 };
 			if (ctl == 2)
 				ev.type = len & 8 ? SHMCM_EV_SHUTDOWN :
 					  len & 4 ? SHMCM_EV_DISCONNECT : SHMCM_EV_CONNECT;
 			else if (ctl == 3)
-				ev.type = len & 4 ? SHMCM_EV_INTERNAL : SHMCM_EV_PEER_GONE;
+				ev.type = len & 8 ? SHMCM_EV_RX_LOST :
+					  len & 4 ? SHMCM_EV_INTERNAL : SHMCM_EV_PEER_GONE;
 			feed(&cm, &ev, &r, &deliver);
 			continue;
 		}

@@ -341,6 +341,31 @@ static void test_peer_gone(void **s)
 	assert_int_equal(cm.state, SHMCM_CONNECTING);
 }
 
+/* User data of the peer dropped by us: a connected end resets (the peer
+ * must learn that its data did not all arrive); otherwise nothing. */
+static void test_rx_lost(void **s)
+{
+	struct shmcm_cm cm;
+	struct shmcm_cm_out o;
+
+	connected(&cm, 3, 7);
+	o = ev(&cm, SHMCM_EV_RX_LOST);
+	assert_int_equal(o.nsend, 1);
+	assert_int_equal(o.send[0].con_type, SHMCM_CON_RST);
+	assert_int_equal(o.send[0].cno, 3);
+	assert_true(o.disconnected && o.disable_deliver && o.disable_tx);
+	assert_int_equal(o.reason, SHMCM_R_RX_LOST);
+	assert_int_equal(cm.state, SHMCM_DISCONNECTED);
+	o = ev(&cm, SHMCM_EV_RX_LOST);
+	assert_nothing(&o);
+
+	shmcm_cm_init(&cm, 0);
+	ev(&cm, SHMCM_EV_CONNECT);
+	o = ev(&cm, SHMCM_EV_RX_LOST);
+	assert_nothing(&o);
+	assert_int_equal(cm.state, SHMCM_CONNECTING);
+}
+
 /* Reconnect: each connect uses a new generation; cno wraps at 16 bits. */
 static void test_reconnect_generation(void **s)
 {
@@ -523,6 +548,7 @@ int main(void)
 		cmocka_unit_test(test_fin_received),
 		cmocka_unit_test(test_fin_both_then_close),
 		cmocka_unit_test(test_fin_reset_by_reconnect),
+		cmocka_unit_test(test_rx_lost),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
