@@ -93,6 +93,11 @@ static void on_note(void *p, enum ibc_note n, const char *peer, const char *deta
 		/* the output is whole all the same; only the cache stops */
 		fprintf(stderr, PROG ": --cache %s; the rest is not cached\n", detail);
 		break;
+	case IBC_NOTE_CACHE_ORIGIN:
+		/* replacing it would destroy the origin; it is whole anyway */
+		fprintf(stderr, PROG ": --cache %s is the origin itself: read from, not cached into\n",
+			detail);
+		break;
 	}
 }
 

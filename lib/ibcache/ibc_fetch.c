@@ -331,8 +331,8 @@ static int cache_dir(const char *root, const char *rel, char *name, size_t namel
  * generation's name on another generation's bytes. */
 static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage)
 {
-	char tmp[NAME_MAX + 1], gen[24];
-	struct stat st;
+	char tmp[NAME_MAX + 1], gen[24], det[2 * IBC_PATH_MAX + 8];
+	struct stat st, ost;
 	uint64_t g;
 	bool xa;
 	int fd, rc;
@@ -352,6 +352,18 @@ static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage
 	if (f->cache_dfd < 0) {
 		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(-f->cache_dfd));
 		return f->cache_dfd;
+	}
+	/* The origin may be the very file the cache would hold (--origin
+	 * DIR/FILE, or a hard link to it).  Without the generation tag it
+	 * looks like another generation's copy, and the new sparse file
+	 * renamed over it would destroy the only whole copy.  It is whole
+	 * already: it is read as the local copy, and nothing is written. */
+	if (f->origin_fd >= 0 && fstat(f->origin_fd, &ost) == 0 &&
+	    fstatat(f->cache_dfd, f->cache_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    st.st_dev == ost.st_dev && st.st_ino == ost.st_ino) {
+		snprintf(det, sizeof(det), "%s/%s", f->o.cache, f->path);
+		note(f, -1, IBC_NOTE_CACHE_ORIGIN, det);
+		return 0;
 	}
 	/* (O_NONBLOCK: a FIFO or a device under that name is not waited on) */
 	fd = openat(f->cache_dfd, f->cache_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -500,9 +512,10 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	if (o->cache) {
 		if (open_cache(f, err, errlen, usage))
 			goto fail;
-		/* the pages it has are read from it first */
+		/* the pages it has are read from it first (the origin
+		 * itself when the cache's file is the origin) */
 		if (f->local_fd < 0) {
-			f->local_fd = dup(f->cache_fd);
+			f->local_fd = dup(f->caching ? f->cache_fd : f->origin_fd);
 			f->local_size = f->size;
 			if (f->local_fd < 0)
 				goto nomem;

@@ -27,7 +27,8 @@
  * exporting DIR answers for them; pages not there yet are holes.  A copy
  * of another generation is replaced by a new file renamed over it, never
  * rewritten in place.  The cache is also the local copy (unless one is
- * given).  With a cache, the peer that is this host (its address is
+ * given).  A cache whose file is the origin itself (the same inode) is
+ * left alone: read as the local copy, never replaced.  With a cache, the peer that is this host (its address is
  * local) is not asked, and the blocks whose rendezvous home it is are
  * fetched first: the others then find them at their home. */
 #ifndef XPRT_IBCACHE_IBC_FETCH_H
@@ -68,6 +69,7 @@ enum ibc_note {
 	IBC_NOTE_ERROR,		/* it answered an error: detail */
 	IBC_NOTE_LOCAL_STALE,	/* --local has another generation: not used */
 	IBC_NOTE_CACHE,		/* the cache could not take a write: detail; not written to again */
+	IBC_NOTE_CACHE_ORIGIN,	/* the cache's file (detail) is the origin: read, not written */
 };
 typedef void (*ibc_note_fn)(void *ctx, enum ibc_note n, const char *peer, const char *detail);
 /* Writes all of buf; 0 or -errno. */

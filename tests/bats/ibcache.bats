@@ -422,6 +422,31 @@ xattr_gen() { python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.ib
 	[ "$(ls "$out")" = target ]
 }
 
+@test "--cache whose file is the origin itself (or a hard link to it): left whole, read as the local copy" {
+	local C=$BATS_TEST_TMPDIR/cache
+	mkdir -p "$C"
+	head -c 100000 /dev/urandom >"$C/x"
+	cp -p "$C/x" "$BATS_TEST_TMPDIR/x.orig"
+	# no generation tag: it looked like another generation's copy, and an
+	# empty sparse file was renamed over it
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 --origin "$C/x" --cache "$C" x --length 4096
+	slice "$BATS_TEST_TMPDIR/x.orig" 0 4096 >"$BATS_TEST_TMPDIR/want"
+	same "$BATS_TEST_TMPDIR/o" "$BATS_TEST_TMPDIR/want"
+	same "$C/x" "$BATS_TEST_TMPDIR/x.orig"
+	expect_stderr_line "ibcache-fetch: --cache $C/x is the origin itself: read from, not cached into"
+	[ "$(stat_of local_pages)" -eq 1 ] && [ "$(stat_of cached_pages)" -eq 0 ] || die "$STATS"
+	# the same file under another name
+	mkdata h 50000
+	ln "$ORG/h" "$C/h"
+	cp -p "$ORG/h" "$BATS_TEST_TMPDIR/h.orig"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 --origin "$ORG/h" --cache "$C" h
+	expect_stderr_line "ibcache-fetch: --cache $C/h is the origin itself: read from, not cached into"
+	same "$BATS_TEST_TMPDIR/o" "$BATS_TEST_TMPDIR/h.orig"
+	same "$ORG/h" "$BATS_TEST_TMPDIR/h.orig"
+	[ "$(stat -c %h "$ORG/h")" -eq 2 ] || die "the link in the cache was replaced"
+	[ "$(ls -A "$C")" = "$(printf 'h\nx')" ] || die "left in the cache: $(ls -A "$C")"
+}
+
 @test "--cache on a full file system: the output is whole, exit 0, the cache holds no wrong page" {
 	mkdata f $((2 * 1048576))
 	start_serve udp://127.0.0.1:0
