@@ -89,6 +89,9 @@ static void on_note(void *p, enum ibc_note n, const char *peer, const char *deta
 		fprintf(stderr, PROG ": --local %s: another generation than the origin's; not used\n",
 			detail);
 		break;
+	case IBC_NOTE_LOCAL_SIZE:
+		fprintf(stderr, PROG ": --local %s; not used\n", detail);
+		break;
 	case IBC_NOTE_CACHE:
 		/* the output is whole all the same; only the cache stops */
 		fprintf(stderr, PROG ": --cache %s; the rest is not cached\n", detail);

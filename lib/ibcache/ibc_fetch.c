@@ -170,8 +170,10 @@ static int open_copy(const char *path, struct stat *st, char *err, size_t errlen
 }
 
 /* The copies, the generation and the size. */
-static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_t errlen)
+static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_t errlen,
+		       bool *usage)
 {
+	char det[IBC_PATH_MAX + 64];
 	struct stat st;
 	uint64_t g;
 	bool xa;
@@ -190,6 +192,15 @@ static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_
 			f->have_gen = true;
 		}
 	}
+	if (f->o.size_set) {
+		if (f->size >= 0 && (uint64_t)f->size != f->o.size) {
+			xerr(err, errlen, "--size %llu: %s has %lld bytes",
+			     (unsigned long long)f->o.size, origin, (long long)f->size);
+			*usage = true;
+			return -EINVAL;
+		}
+		f->size = (int64_t)f->o.size;
+	}
 	if (!f->o.local)
 		return 0;
 	if ((f->local_fd = open_copy(f->o.local, &st, err, errlen)) < 0)
@@ -199,9 +210,15 @@ static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_
 	if (rc || (f->have_gen && g != f->gen)) {
 		/* another generation's bytes must not go out as this one's */
 		note(f, -1, IBC_NOTE_LOCAL_STALE, f->o.local);
-		close(f->local_fd);
-		f->local_fd = -1;
-		return 0;
+		goto unused;
+	}
+	if (f->size >= 0 && f->local_size != f->size) {
+		/* the same tag on another size: a copy cut short (its last
+		 * page would read as zeros) or one the tag lies about */
+		snprintf(det, sizeof(det), "%s: %lld bytes where the file has %lld", f->o.local,
+			 (long long)f->local_size, (long long)f->size);
+		note(f, -1, IBC_NOTE_LOCAL_SIZE, det);
+		goto unused;
 	}
 	if (!f->have_gen) {
 		f->gen = g;
@@ -209,6 +226,10 @@ static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_
 	}
 	if (f->size < 0)
 		f->size = f->local_size;
+	return 0;
+unused:
+	close(f->local_fd);
+	f->local_fd = -1;
 	return 0;
 }
 
@@ -490,17 +511,8 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	f->have_gen = o->gen_set;
 	f->gen = o->gen;
 	np = dir ? ibc_dir_find(dir, f->path, idx, &origin) : 0;
-	if (open_copies(f, o->origin ? o->origin : origin, err, errlen))
+	if (open_copies(f, o->origin ? o->origin : origin, err, errlen, usage))
 		goto fail;
-	if (o->size_set) {
-		if (f->size >= 0 && (uint64_t)f->size != o->size) {
-			xerr(err, errlen, "--size %llu: %s has %lld bytes", (unsigned long long)o->size,
-			     o->origin ? o->origin : o->local ? o->local : "the origin", (long long)f->size);
-			*usage = true;
-			goto fail;
-		}
-		f->size = (int64_t)o->size;
-	}
 	if (np && !f->have_gen) {
 		xerr(err, errlen,
 		     "peers need the generation of %s: give --origin, --local or --gen", f->path);

@@ -68,6 +68,7 @@ enum ibc_note {
 	IBC_NOTE_STALE,		/* its copy has another generation */
 	IBC_NOTE_ERROR,		/* it answered an error: detail */
 	IBC_NOTE_LOCAL_STALE,	/* --local has another generation: not used */
+	IBC_NOTE_LOCAL_SIZE,	/* --local has another size than the file's (detail): not used */
 	IBC_NOTE_CACHE,		/* the cache could not take a write: detail; not written to again */
 	IBC_NOTE_CACHE_ORIGIN,	/* the cache's file (detail) is the origin: read, not written */
 };

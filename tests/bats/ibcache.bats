@@ -153,6 +153,23 @@ S=$IBCACHE_SERVE
 	same "$BATS_TEST_TMPDIR/o" "$ORG/l"
 }
 
+@test "--local of the same generation tag but another size: not used, never zeros for the bytes it lacks" {
+	head -c 100000 /dev/urandom >"$ORG/z"
+	head -c 50000 "$ORG/z" >"$BATS_TEST_TMPDIR/short"
+	python3 -c 'import os,sys
+for p in sys.argv[1:]: os.setxattr(p, "user.ibcache.gen", b"77")' "$ORG/z" "$BATS_TEST_TMPDIR/short" ||
+		skip "no user xattrs on this file system"
+	# cut short: its page 12 would read as zeros from byte 50000 on
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 --origin "$ORG/z" --local "$BATS_TEST_TMPDIR/short" z
+	same "$BATS_TEST_TMPDIR/o" "$ORG/z"
+	[ "$(stat_of local_pages)" -eq 0 ] && [ "$(stat_of origin_pages)" -eq 25 ] || die "$STATS"
+	expect_stderr_line "ibcache-fetch: --local $BATS_TEST_TMPDIR/short: 50000 bytes where the file has 100000; not used"
+	# longer than --size says, without an origin: not used either
+	run_tool 1 "$F" --local "$BATS_TEST_TMPDIR/short" --gen 77 --size 40000 z
+	[[ ${stderr_lines[0]} == "ibcache-fetch: --local $BATS_TEST_TMPDIR/short: 50000 bytes where the file has 40000; not used" &&
+		${stderr_lines[1]} == "ibcache-fetch: page 0 of z: in no peer's cache nor the local copy, and no --origin given" ]] || die "$stderr"
+}
+
 @test "stale generation: never stale data, the origin instead; user.ibcache.gen tags match" {
 	mkdata g 100000
 	start_serve udp://127.0.0.1:0
