@@ -42,6 +42,8 @@ struct ibc_fetch {
 	bool have_gen;
 	int64_t size;			/* -1: unknown */
 	int origin_fd, local_fd;
+	const char *origin_name;	/* --origin, or the directory's (dir_origin) */
+	char *dir_origin;
 	int64_t local_size;
 	/* --cache: DIR/FILE open for writing (cache_fd), its directory and
 	 * name (to remove it when a write went wrong) */
@@ -511,7 +513,10 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	f->have_gen = o->gen_set;
 	f->gen = o->gen;
 	np = dir ? ibc_dir_find(dir, f->path, idx, &origin) : 0;
-	if (open_copies(f, o->origin ? o->origin : origin, err, errlen, usage))
+	f->dir_origin = origin;
+	origin = NULL;
+	f->origin_name = o->origin ? o->origin : f->dir_origin;
+	if (open_copies(f, f->origin_name, err, errlen, usage))
 		goto fail;
 	if (np && !f->have_gen) {
 		xerr(err, errlen,
@@ -580,6 +585,7 @@ void ibc_fetch_free(struct ibc_fetch *f)
 		close(f->cache_fd);
 	if (f->cache_dfd >= 0)
 		close(f->cache_dfd);
+	free(f->dir_origin);
 	free(f->buf);
 	free(f->pg);
 	free(f->state);
@@ -601,9 +607,25 @@ static uint8_t *page_buf(struct ibc_fetch *f, uint32_t i)
 	return f->buf + (size_t)i * f->psize;
 }
 
-/* Pages of the local copy: runs of data, holes skipped with SEEK_DATA. */
-static int fill_local(struct ibc_fetch *f, uint32_t n)
+/* A copy that could not be read.  One that ends before the size it had
+ * when the fetch began was cut meanwhile: its missing bytes would have
+ * gone out as zeros under this generation's name. */
+static int read_failed(char *err, size_t errlen, const char *name, int rc, int64_t size)
 {
+	if (rc == -ENODATA)
+		xerr(err, errlen, "%s: file shrank during the fetch (%lld bytes expected)", name,
+		     (long long)size);
+	else
+		xerr(err, errlen, "%s: read: %s", name, strerror(-rc));
+	return rc;
+}
+
+/* Pages of the local copy: runs of data, holes skipped with SEEK_DATA. */
+static int fill_local(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
+{
+	const char *name = f->o.local ? f->o.local : f->caching ? "the cache" : f->origin_name;
+	int rc;
+
 	for (uint32_t i = 0; i < n;) {
 		uint32_t run = 1;
 		int64_t held;
@@ -613,10 +635,10 @@ static int fill_local(struct ibc_fetch *f, uint32_t n)
 		held = ibc_pages_held(f->local_fd, (uint64_t)f->local_size, f->psize, f->pg[i], run,
 				      false);
 		if (held < 0)
-			return (int)held;
-		if (held && ibc_pages_read(f->local_fd, (uint64_t)f->local_size, f->psize, f->pg[i],
-					   (uint64_t)held, page_buf(f, i)))
-			return -EIO;
+			return read_failed(err, errlen, name, (int)held, f->local_size);
+		if (held && (rc = ibc_pages_read(f->local_fd, (uint64_t)f->local_size, f->psize,
+						 f->pg[i], (uint64_t)held, page_buf(f, i))))
+			return read_failed(err, errlen, name, rc, f->local_size);
 		for (int64_t k = 0; k < held; k++) {
 			f->state[i + k] = P_DONE;
 			f->fromloc[i + k] = 1;
@@ -838,6 +860,8 @@ static int fill_peers(struct ibc_fetch *f, uint32_t n)
 
 static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 {
+	int rc;
+
 	for (uint32_t i = 0; i < n;) {
 		uint32_t run = 1;
 
@@ -853,12 +877,11 @@ static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen
 		}
 		while (i + run < n && f->state[i + run] != P_DONE && f->pg[i + run] == f->pg[i] + run)
 			run++;
-		if (ibc_pages_read(f->origin_fd, (uint64_t)f->size, f->psize, f->pg[i], run,
-				   page_buf(f, i))) {
-			xerr(err, errlen,
-			     "%s: read: %s", f->o.origin ? f->o.origin : "origin", strerror(errno));
-			return -EIO;
-		}
+		/* (a failed chunk is not cached: the cache never holds
+		 * what the origin did not give) */
+		if ((rc = ibc_pages_read(f->origin_fd, (uint64_t)f->size, f->psize, f->pg[i], run,
+					 page_buf(f, i))))
+			return read_failed(err, errlen, f->origin_name, rc, f->size);
 		f->st.origin_pages += run;
 		i += run;
 	}
@@ -968,10 +991,8 @@ static int fill(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 		f->state[i] = P_NEED;
 		f->fromloc[i] = 0;
 	}
-	if (f->local_fd >= 0 && (rc = fill_local(f, n))) {
-		xerr(err, errlen, "%s: %s", f->o.local ? f->o.local : "the cache", strerror(-rc));
+	if (f->local_fd >= 0 && (rc = fill_local(f, n, err, errlen)))
 		return rc;
-	}
 	if (f->npeers && (rc = fill_peers(f, n))) {
 		xerr(err, errlen, "%s", strerror(-rc));
 		return rc;

@@ -217,8 +217,10 @@ int ibc_pages_read(int fd, uint64_t size, uint32_t psize, uint64_t first, uint64
 			continue;
 		if (r < 0)
 			return -errno;
+		/* cut meanwhile: what the size promised is not there, and
+		 * zeros must not go out as its bytes */
 		if (r == 0)
-			break;		/* truncated meanwhile: zeros */
+			return -ENODATA;
 		got += (uint64_t)r;
 	}
 	memset(buf + got, 0, want - got);
@@ -618,9 +620,13 @@ int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf
 
 		if (held < 0)
 			return -EIO;
-		if (held && ibc_pages_read(e->fd, (uint64_t)e->st.st_size, q->psize, p->index,
-					   (uint64_t)held, buf + (size_t)total * q->psize))
-			return -EIO;
+		if (held && (rc = ibc_pages_read(e->fd, (uint64_t)e->st.st_size, q->psize, p->index,
+						 (uint64_t)held, buf + (size_t)total * q->psize))) {
+			/* cut since its size was taken: no longer the
+			 * generation asked for, and looked at afresh next time */
+			e->gen_ok = false;
+			return rc == -ENODATA ? -ESTALE : -EIO;
+		}
 		total += (uint32_t)held;
 		if ((uint64_t)held < p->count)
 			break;

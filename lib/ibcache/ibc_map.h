@@ -58,7 +58,8 @@ int ibc_gen_fd(int fd, const struct stat *st, uint64_t *gen, bool *xattr);
 int64_t ibc_pages_held(int fd, uint64_t size, uint32_t psize, uint64_t first, uint64_t count,
 		       bool resident_only);
 /* Reads count pages from `first` into buf (count * psize bytes), zeros
- * past the size.  0 or -errno. */
+ * past the size.  0 or -errno; -ENODATA when the file ends before the
+ * size (cut meanwhile: the bytes are not there, and no zeros stand in). */
 int ibc_pages_read(int fd, uint64_t size, uint32_t psize, uint64_t first, uint64_t count,
 		   uint8_t *buf);
 

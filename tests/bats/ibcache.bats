@@ -464,6 +464,32 @@ xattr_gen() { python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.ib
 	[ "$(ls -A "$C")" = "$(printf 'h\nx')" ] || die "left in the cache: $(ls -A "$C")"
 }
 
+@test "an origin cut while it is read: one line, exit 1, no zeros for the missing bytes, none of them cached" {
+	local C=$BATS_TEST_TMPDIR/cache T=$BATS_TEST_TMPDIR i
+	mkdir -p "$C"
+	head -c $((20 << 20)) /dev/urandom >"$ORG/big"	# two chunks of 16 MiB
+	# the reader takes the first bytes (so the fetch has the origin's size
+	# and its first chunk), then waits while the origin is cut to 1 MiB
+	{ rc=0; "$F" --origin "$ORG/big" --cache "$C" big 2>"$T/err" || rc=$?; echo $rc >"$T/rc"; } |
+		python3 -c 'import os, sys, time
+first = sys.stdin.buffer.read(4096)
+open(sys.argv[1], "w").close()
+while not os.path.exists(sys.argv[2]): time.sleep(0.01)
+sys.stdout.buffer.write(first + sys.stdin.buffer.read())' "$T/started" "$T/go" >"$T/o" &
+	BG_PIDS+=($!)
+	for i in $(seq 1000); do [ -e "$T/started" ] && break; sleep 0.01; done
+	[ -e "$T/started" ] || die "the fetch wrote nothing"
+	truncate -s 1M "$ORG/big"
+	touch "$T/go"
+	wait $!
+	[ "$(cat "$T/rc")" -eq 1 ] || die "exit $(cat "$T/rc"): $(cat "$T/err")"
+	[ "$(cat "$T/err")" = "ibcache-fetch: $ORG/big: file shrank during the fetch (20971520 bytes expected)" ] ||
+		die "stderr: $(cat "$T/err")"
+	# the first chunk, read whole, went out and into the cache; nothing after
+	[ "$(stat -c %s "$T/o")" -eq $((16 << 20)) ] || die "output: $(stat -c %s "$T/o") bytes"
+	[ "$(data_pages "$C/big")" = "0-4095" ] || die "cached pages: $(data_pages "$C/big")"
+}
+
 @test "--cache on a full file system: the output is whole, exit 0, the cache holds no wrong page" {
 	mkdata f $((2 * 1048576))
 	start_serve udp://127.0.0.1:0

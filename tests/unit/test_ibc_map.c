@@ -232,6 +232,24 @@ static void test_read_zero_tail(void **s)
 	close(fd);
 }
 
+/* A file cut below the size its reader took: an error, never zeros for
+ * the bytes that are gone (fetch: the origin shrank; serve: the copy) */
+static void test_read_cut(void **s)
+{
+	uint8_t buf[5 * PS];
+	int fd;
+
+	mkfile("cut", 3 * PS, 4);
+	fd = open_rel("cut");
+	assert_int_equal(ibc_pages_read(fd, 5 * PS, PS, 0, 5, buf), -ENODATA);
+	assert_int_equal(ibc_pages_read(fd, 5 * PS, PS, 3, 2, buf), -ENODATA);
+	assert_int_equal(ibc_pages_read(fd, 3 * PS + 10, PS, 3, 1, buf), -ENODATA);
+	/* what is still there reads as before */
+	assert_int_equal(ibc_pages_read(fd, 5 * PS, PS, 1, 2, buf), 0);
+	assert_int_equal(buf[0], (uint8_t)(4 + PS * 7 + 1));
+	close(fd);
+}
+
 static struct gfcc_req req_for(const char *rel, uint64_t gen, uint64_t first, uint32_t n)
 {
 	struct gfcc_req q = { .cmd = GFCC_CMD_READ_REQ, .psize = PS, .qkey = 5, .id = 1 };
@@ -352,6 +370,7 @@ int main(void)
 		cmocka_unit_test(test_held),
 		cmocka_unit_test(test_resident),
 		cmocka_unit_test(test_read_zero_tail),
+		cmocka_unit_test(test_read_cut),
 		cmocka_unit_test(test_export),
 		cmocka_unit_test(test_export_replaced),
 		cmocka_unit_test(test_export_missing_root),
