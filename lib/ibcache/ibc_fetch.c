@@ -448,8 +448,18 @@ fail:
 static int set_range(struct ibc_fetch *f, char *err, size_t errlen, bool *usage)
 {
 	const struct ibc_fetch_opts *o = &f->o;
+	/* every page's byte offset goes on the wire as an off_t (gfcc_obj's
+	 * int64): pages [0, lim) */
+	uint64_t lim = (uint64_t)INT64_MAX / f->psize;
 
 	if (o->pages) {
+		if (o->pages[o->npages - 1] >= lim) {
+			xerr(err, errlen, "--pages: page %llu ends past byte %llu (the end of the last "
+			     "whole page below 2^63)", (unsigned long long)o->pages[o->npages - 1],
+			     (unsigned long long)(lim * f->psize));
+			*usage = true;
+			return -EINVAL;
+		}
 		if (f->size >= 0 && o->pages[o->npages - 1] >= ((uint64_t)f->size + f->psize - 1) / f->psize) {
 			xerr(err, errlen,
 			     "--pages: page %llu is past the end of %s (%lld bytes, %llu pages)",
@@ -469,16 +479,19 @@ static int set_range(struct ibc_fetch *f, char *err, size_t errlen, bool *usage)
 		return -EINVAL;
 	}
 	f->off = o->offset;
-	if (o->length_set && o->offset > UINT64_MAX - o->length) {
-		xerr(err, errlen, "--offset + --length overflow");
-		*usage = true;
-		return -EINVAL;
-	}
-	f->end = o->length_set ? o->offset + o->length : (uint64_t)f->size;
+	f->end = !o->length_set ? (uint64_t)f->size
+		 : o->offset > UINT64_MAX - o->length ? UINT64_MAX : o->offset + o->length;
 	if (f->size >= 0 && f->end > (uint64_t)f->size)
 		f->end = (uint64_t)f->size;	/* like read(2): up to the end */
 	if (f->off > f->end)
 		f->off = f->end;
+	if (f->end > f->off && (f->end - 1) / f->psize >= lim) {
+		xerr(err, errlen, "--offset + --length: the range ends at byte %llu, past %llu "
+		     "(the end of the last whole page below 2^63)", (unsigned long long)f->end,
+		     (unsigned long long)(lim * f->psize));
+		*usage = true;
+		return -EINVAL;
+	}
 	f->npages = f->end > f->off ? (f->end - 1) / f->psize - f->off / f->psize + 1 : 0;
 	return 0;
 }

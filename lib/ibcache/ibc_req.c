@@ -342,6 +342,7 @@ static struct ent *ent_open(struct ibc_req *q, struct kind *k)
 		goto fail_errno;
 	}
 	e->watched = true;
+	err[0] = 0;	/* the "out of memory" preset above is for the early returns */
 	return e;
 fail_errno:
 	rc = errno ? errno : EIO;

@@ -31,6 +31,13 @@ S=$IBCACHE_SERVE
 	expect_stderr_match "a peer is udp://"
 	run_tool 2 "$F" -p udp://127.0.0.1 x --length 5
 	expect_stderr_line "ibcache-fetch: peers need the generation of x: give --origin, --local or --gen"
+	# a range whose last page would end at 2^63 or past: no off_t on the wire
+	run_tool 2 "$F" -p udp://127.0.0.1:9 --gen 1 x --offset 9223372036854775000 --length 100
+	expect_stderr_line "ibcache-fetch: --offset + --length: the range ends at byte 9223372036854775100, past 9223372036854771712 (the end of the last whole page below 2^63)"
+	run_tool 2 "$F" --gen 1 x --offset 9223372036854775807 --length 9223372036854775807
+	expect_stderr_match "^ibcache-fetch: --offset \+ --length: the range ends at byte 18446744073709551614, past"
+	run_tool 2 "$F" --gen 1 x --page-size 64k --pages 140737488355327
+	expect_stderr_line "ibcache-fetch: --pages: page 140737488355327 ends past byte 9223372036854710272 (the end of the last whole page below 2^63)"
 	run_tool 2 "$S"
 	expect_stderr_line "ibcache-serve: no export given (-e ROOT)"
 	run_tool 2 "$S" -e "$EXP" -l tcp://127.0.0.1:0

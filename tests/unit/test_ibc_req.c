@@ -243,6 +243,24 @@ static void test_blocks_stale(void **s_)
 	resp_stop(st);
 }
 
+/* A request the wire cannot carry (a page whose byte offset is no off_t)
+ * is refused as such: the endpoint it got says nothing of memory. */
+static void test_bad_request_error(void **s_)
+{
+	struct responder *st = srv_start();
+	struct bufs b;
+	int peer;
+	struct ibc_req *q = req_new(st, 1, 2000 * MS, &peer);
+
+	bufs_init(&b, (uint64_t)INT64_MAX / PS, 1, 1);
+	assert_int_equal(ibc_req_submit(q, peer, INO, GEN, b.pg, 1, b.dst, 1), -EINVAL);
+	assert_string_equal(ibc_req_error(q), "");
+	assert_int_equal(ibc_req_inflight(q), 0);
+	bufs_check_free(&b, NULL, 1);
+	ibc_req_free(q);
+	resp_stop(st);
+}
+
 /* Under loss, byte-exact: every page checked, every byte (the placed
  * receive puts datagrams where their segment goes, and moves the ones
  * that came in another's place). */
@@ -297,6 +315,7 @@ int main(void)
 		cmocka_unit_test(test_reap_and_strays),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_blocks_stale),
+		cmocka_unit_test(test_bad_request_error),
 		cmocka_unit_test(test_lossy),
 	};
 
