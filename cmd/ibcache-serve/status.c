@@ -70,7 +70,13 @@ int cmd_status(int argc, char **argv)
 		return fail("status: %s", err);
 	}
 	if (rc == 0) {
-		fwrite(buf, 1, len, stdout);
+		/* exit 0 says the counters were written: a full disk or a
+		 * closed pipe is a failure like any other */
+		if (fwrite(buf, 1, len, stdout) != len || fflush(stdout) == EOF) {
+			rc = errno;
+			free(buf);
+			return fail("status: writing output: %s", strerror(rc));
+		}
 	} else {
 		while (len && buf[len - 1] == '\n')
 			buf[--len] = 0;

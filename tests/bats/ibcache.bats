@@ -287,6 +287,10 @@ for p in sys.argv[1:]: os.setxattr(p, "user.ibcache.gen", b"41")' "$ORG/g" "$EXP
 	run_tool 0 "$S" status --ctl "$SRV_CTL" -o json
 	[ "$(json_val "$output" replies)" -ge 1 ]
 	[ "$(json_val "$output" listeners.0.uri)" = "${URIS[0]}" ]
+	# output that cannot be written: exit 1, one line
+	run --separate-stderr timeout 60 sh -c '"$0" status --ctl "$1" >/dev/full' "$S" "$SRV_CTL"
+	[ "$status" -eq 1 ] || die "status to /dev/full: exit $status"
+	expect_stderr_line "ibcache-serve: status: writing output: No space left on device"
 	run_tool 2 "$S" status --ctl "$SRV_CTL" -o xml
 	expect_stderr_match "-o: 'xml' is not text, yaml or json"
 	# text --stats on stderr, data alone on stdout
