@@ -350,8 +350,11 @@ static int serve_args(int argc, char **argv, struct serve_opts *so, struct serve
 			s->cfg.max_states = (uint32_t)v;
 			break;
 		case OPT_MEM:
-			if (xparse_size(optarg, 1u << 20, 1ull << 40, &s->cfg.max_mem, &es) < 0)
-				return usage_error("--max-mem: '%s' %s (1M..1T)", optarg, es);
+			/* a full request's reply must fit, or every one is refused */
+			if (xparse_size(optarg, IBC_SRV_MEM_MIN, 1ull << 40, &s->cfg.max_mem, &es) < 0)
+				return usage_error("--max-mem: '%s' %s (%u..1T: at least one full reply, "
+						   "1 MiB of pages and its %u-byte header)", optarg, es,
+						   IBC_SRV_MEM_MIN, GFCC_RES_LEN);
 			break;
 		case OPT_TTL:
 			if (xparse_duration(optarg, XTIME_NS_PER_MS, XTIME_NS_PER_MS, 3600 * XTIME_NS_PER_S,

@@ -33,7 +33,7 @@ struct st {
  * 1 MiB from a fresh mmap each time, and faulting in and zeroing a
  * megabyte per request cost more than reading the pages into it. */
 #define SPARE_MAX	16
-#define BIG		(GFCC_RES_LEN + GFCC_MAX_BYTES)
+#define BIG		IBC_SRV_MEM_MIN
 
 struct ibc_srv {
 	struct ibc_srv_cfg c;
@@ -218,7 +218,9 @@ struct ibc_srv *ibc_srv_new(const struct ibc_srv_cfg *c, ibc_srv_read_fn rd, voi
 	struct ibc_srv *s;
 
 	if (!c || !rd || (c->flavour != GFCC_UDP && c->flavour != GFCC_UD) ||
-	    c->mtu < GFCC_MTU_MIN || c->mtu > GFCC_MTU_MAX) {
+	    c->mtu < GFCC_MTU_MIN || c->mtu > GFCC_MTU_MAX ||
+	    /* less would refuse every full request, for good */
+	    (c->max_mem && c->max_mem < IBC_SRV_MEM_MIN)) {
 		errno = EINVAL;
 		return NULL;
 	}

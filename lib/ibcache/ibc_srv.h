@@ -37,12 +37,14 @@
 #include "ibcache/gfcc_seg.h"
 
 #define IBC_SRV_ERR_MAX	256
+/* The least max_mem: one full reply (the response and 1 MiB of pages) */
+#define IBC_SRV_MEM_MIN	(GFCC_RES_LEN + GFCC_MAX_BYTES)
 
 struct ibc_srv_cfg {
 	enum gfcc_flavour flavour;	/* GFCC_UDP, or GFCC_UD (ud://) */
 	uint32_t mtu;			/* datagram payload limit of the endpoint */
 	uint32_t max_states;		/* 0: 1024 */
-	uint64_t max_mem;		/* 0: 256 MiB */
+	uint64_t max_mem;		/* 0: 256 MiB; else at least IBC_SRV_MEM_MIN */
 	uint64_t ttl_ns;		/* 0: 2 s */
 	uint32_t burst;			/* datagrams of one request per turn (0: 64) */
 };

@@ -44,6 +44,8 @@ S=$IBCACHE_SERVE
 	expect_stderr_match "listen on udp://HOST:PORT or ud://HOST:PORT"
 	run_tool 2 "$S" -e "$EXP" --recv-depth 3
 	expect_stderr_match "^ibcache-serve: --recv-depth: '3' too small"
+	run_tool 2 "$S" -e "$EXP" --max-mem 1M
+	expect_stderr_line "ibcache-serve: --max-mem: '1M' too small (1048608..1T: at least one full reply, 1 MiB of pages and its 32-byte header)"
 	run_tool 2 "$S" frobnicate
 	expect_stderr_match "'frobnicate' is not a command"
 	run_tool 1 "$S" -e /nonexistent/dir -l udp://127.0.0.1:0
@@ -354,6 +356,15 @@ print(h.hex())')" \
 	expect_stderr_match "bad.yaml: line 3: peers: a list of URIs"
 	run_tool 1 "$F" --peers "$BATS_TEST_TMPDIR/none.yaml" x --length 1
 	expect_stderr_match "none.yaml: No such file or directory"
+}
+
+@test "--max-mem at its least serves full requests" {
+	mkdata m 1048576
+	start_serve udp://127.0.0.1:0 --max-mem 1048608
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/m" m
+	same "$BATS_TEST_TMPDIR/o" "$ORG/m"
+	[ "$(stat_of peer_pages)" -eq 256 ] || die "$STATS"
+	[ "$(srv_status refused)" -eq 0 ]
 }
 
 @test "--repeat measures; a one-page fetch is one datagram each way" {

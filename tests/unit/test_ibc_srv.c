@@ -334,6 +334,20 @@ static void test_limits(void **s_)
 		assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), i < 2 ? 0 : -ENOMEM);
 	}
 	ibc_srv_free(s);
+	/* the least max_mem takes one full request; less is refused, not
+	 * a server that refuses them all */
+	s = mk(GFCC_UDP, 65507, 0, IBC_SRV_MEM_MIN);
+	len = req(b, 20, INO, 0, 256, 65491, 1);
+	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), 0);
+	ibc_srv_free(s);
+	{
+		struct ibc_srv_cfg c = { .flavour = GFCC_UDP, .mtu = 65507,
+					 .max_mem = IBC_SRV_MEM_MIN - 1 };
+
+		errno = 0;
+		assert_null(ibc_srv_new(&c, store, NULL));
+		assert_int_equal(errno, EINVAL);
+	}
 }
 
 static void test_round_robin_unsent(void **s_)
