@@ -49,7 +49,8 @@ static void usage(FILE *f)
 	      "  --spin DURATION   busy-poll before sleeping (default 50us)\n"
 	      "  --repeat N        fetch N times (for measurements; output each time)\n"
 	      "  --stats           counters on stderr at the end (-o for the format)\n"
-	      "  -q                no notes about peers on stderr\n"
+	      "  -q                no notes about peers on stderr (those about --local\n"
+	      "                    and --cache remain)\n"
 	      "FILE is a path relative to the export.  See ibcache-fetch(1).\n", f);
 }
 
@@ -64,7 +65,10 @@ static void on_note(void *p, enum ibc_note n, const char *peer, const char *deta
 {
 	const struct ctx *c = p;
 
-	if (c->quiet)
+	/* -q is for peers, which come and go in a cluster; a --local or
+	 * --cache the user named that is not used is said all the same */
+	if (c->quiet && n != IBC_NOTE_LOCAL_STALE && n != IBC_NOTE_LOCAL_SIZE &&
+	    n != IBC_NOTE_CACHE && n != IBC_NOTE_CACHE_ORIGIN)
 		return;
 	switch (n) {
 	case IBC_NOTE_UNRESOLVED:

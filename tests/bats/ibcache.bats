@@ -156,6 +156,12 @@ S=$IBCACHE_SERVE
 	same "$BATS_TEST_TMPDIR/o" "$ORG/l"
 	[ "$(stat_of local_pages)" -eq 0 ]
 	expect_stderr_line "ibcache-fetch: --local $BATS_TEST_TMPDIR/local: another generation than the origin's; not used"
+	# -q is for notes about peers: a copy the user named and that is
+	# not used is said all the same
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -q -p "udp://127.0.0.1:$(closed_udp_port)" --origin "$ORG/l" \
+		--local "$BATS_TEST_TMPDIR/local" l
+	same "$BATS_TEST_TMPDIR/o" "$ORG/l"
+	expect_stderr_line "ibcache-fetch: --local $BATS_TEST_TMPDIR/local: another generation than the origin's; not used"
 	# no peers, no origin: the local copy alone, its size and generation
 	cp -p "$ORG/l" "$BATS_TEST_TMPDIR/full"
 	fetch_to "$BATS_TEST_TMPDIR/o" 0 --local "$BATS_TEST_TMPDIR/full" l
