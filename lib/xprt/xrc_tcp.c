@@ -55,11 +55,23 @@
  * slot (20 bits), the generation counted per slot: a key that was
  * deregistered, or that a window's rebind replaced, stays invalid for the
  * next 4095 keys of its slot (verbs give a window 8 bits).  A mutex
- * because connections (and so lookups) may run on different threads. */
+ * because connections (and so lookups) may run on different threads.
+ *
+ * Every operation is O(1) in the table's size: a server registers a
+ * region and a window per chunk per path (512 of each by default), and
+ * a scan per key would make the setup and teardown of a path cost the
+ * square of what is registered.  Free slots form a FIFO list (the
+ * oldest free slot is reused first, which spreads the generations over
+ * the table); a bound window sits in its region's list and, type 2, in
+ * its connection's, so a region's deregistration and a connection's end
+ * reach exactly their windows. */
 
 #define KEY_SLOT_BITS	20
 #define KEY_SLOT_MAX	(1u << KEY_SLOT_BITS)
 #define KEY_GEN_MASK	0xfffu
+
+/* A window's two lists: its region's, its connection's (type 2). */
+enum { ON_MR, ON_CONN };
 
 /* What a key names: a region, or a window (bound or not). */
 struct tkey {
@@ -71,6 +83,13 @@ struct tkey {
 	struct xrc_win *win;		/* a window's own base, else NULL */
 	const struct xrc_mr *mr;	/* window: the region under it */
 	struct xrc *conn;		/* type-2 window: the only connection it serves */
+	/* A window while valid: in its region's list (ON_MR), and while conn
+	 * is set in that connection's (ON_CONN); a region: the head of its
+	 * windows' list. */
+	struct {
+		struct tkey *next, **pprev;
+	} ln[2];
+	struct tkey *wins;
 };
 
 struct tcp_mr {
@@ -90,8 +109,9 @@ static struct {
 	pthread_mutex_t lock;
 	struct tkey **slot;
 	uint16_t *gen;
-	uint32_t cap, used;
-} tdom = { { &tcp_dom_ops }, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0 };
+	uint32_t *free_next;		/* free slots: free_head .. free_tail, 0 ends */
+	uint32_t cap, used, free_head, free_tail;
+} tdom = { { &tcp_dom_ops }, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, NULL, 0, 0, 0, 0 };
 
 struct xrc_dom *xrc_tcp_domain(void) { return &tdom.dom; }
 
@@ -104,36 +124,61 @@ static uint32_t key_next(uint32_t i)
 	return (uint32_t)tdom.gen[i] << KEY_SLOT_BITS | i;
 }
 
+/* Slot i to the end of the free list (lock held). */
+static void slot_free(uint32_t i)
+{
+	tdom.free_next[i] = 0;
+	if (tdom.free_tail)
+		tdom.free_next[tdom.free_tail] = i;
+	else
+		tdom.free_head = i;
+	tdom.free_tail = i;
+}
+
+/* Doubles the table, its new slots free (lock held; slot 0 is never
+ * used: rkey 0 is the heartbeat's).  0 or -ENOMEM. */
+static int key_grow(void)
+{
+	uint32_t ncap = tdom.cap ? tdom.cap * 2 : 64;
+	struct tkey **ns;
+	uint16_t *ng;
+	uint32_t *nf;
+
+	if (ncap > KEY_SLOT_MAX)
+		return -ENOMEM;
+	ns = realloc(tdom.slot, ncap * sizeof(*ns));
+	if (ns)
+		tdom.slot = ns;
+	ng = realloc(tdom.gen, ncap * sizeof(*ng));
+	if (ng)
+		tdom.gen = ng;
+	nf = realloc(tdom.free_next, ncap * sizeof(*nf));
+	if (nf)
+		tdom.free_next = nf;
+	if (!ns || !ng || !nf)
+		return -ENOMEM;
+	memset(ns + tdom.cap, 0, (ncap - tdom.cap) * sizeof(*ns));
+	memset(ng + tdom.cap, 0, (ncap - tdom.cap) * sizeof(*ng));
+	for (uint32_t i = tdom.cap ? tdom.cap : 1; i < ncap; i++)
+		slot_free(i);
+	tdom.cap = ncap;
+	return 0;
+}
+
 /* Puts k in a free slot with a fresh key.  0, or -ENOMEM with the table full. */
 static int key_add(struct tkey *k)
 {
 	uint32_t i;
 
 	pthread_mutex_lock(&tdom.lock);
-	for (i = 1; i < tdom.cap && tdom.slot[i]; i++)
-		;
-	if (i >= tdom.cap) {
-		uint32_t ncap = tdom.cap ? tdom.cap * 2 : 64;
-		struct tkey **ns = NULL;
-		uint16_t *ng = NULL;
-
-		if (ncap <= KEY_SLOT_MAX) {
-			ns = realloc(tdom.slot, ncap * sizeof(*ns));
-			if (ns)
-				tdom.slot = ns;
-			ng = realloc(tdom.gen, ncap * sizeof(*ng));
-			if (ng)
-				tdom.gen = ng;
-		}
-		if (!ns || !ng) {
-			pthread_mutex_unlock(&tdom.lock);
-			return -ENOMEM;
-		}
-		memset(ns + tdom.cap, 0, (ncap - tdom.cap) * sizeof(*ns));
-		memset(ng + tdom.cap, 0, (ncap - tdom.cap) * sizeof(*ng));
-		i = tdom.cap ? tdom.cap : 1;
-		tdom.cap = ncap;
+	if (!tdom.free_head && key_grow() < 0) {
+		pthread_mutex_unlock(&tdom.lock);
+		return -ENOMEM;
 	}
+	i = tdom.free_head;
+	tdom.free_head = tdom.free_next[i];
+	if (!tdom.free_head)
+		tdom.free_tail = 0;
 	k->rkey = key_next(i);
 	tdom.slot[i] = k;
 	tdom.used++;
@@ -148,7 +193,35 @@ static void key_del(struct tkey *k)
 	if (i < tdom.cap && tdom.slot[i] == k) {
 		tdom.slot[i] = NULL;
 		tdom.used--;
+		slot_free(i);
 	}
+}
+
+/* Window lists (lock held): k first in *head, k out of list l. */
+static void klist_add(struct tkey **head, struct tkey *k, int l)
+{
+	k->ln[l].next = *head;
+	if (*head)
+		(*head)->ln[l].pprev = &k->ln[l].next;
+	*head = k;
+	k->ln[l].pprev = head;
+}
+
+static void klist_del(struct tkey *k, int l)
+{
+	if (!k->ln[l].pprev)
+		return;
+	*k->ln[l].pprev = k->ln[l].next;
+	if (k->ln[l].next)
+		k->ln[l].next->ln[l].pprev = k->ln[l].pprev;
+	k->ln[l].next = NULL;
+	k->ln[l].pprev = NULL;
+}
+
+static void win_unlink(struct tkey *k)
+{
+	klist_del(k, ON_MR);
+	klist_del(k, ON_CONN);
 }
 
 /* A window stops serving (lock held): unbound, and a type-2 one is free to
@@ -159,6 +232,7 @@ static void win_kill(struct tkey *k)
 	k->conn = NULL;
 	k->win->valid = false;
 	k->win->conn = NULL;
+	win_unlink(k);
 }
 
 static struct xrc_mr *tcp_reg(struct xrc_dom *d, void *addr, size_t len, unsigned access,
@@ -191,10 +265,8 @@ static void tcp_dereg(struct xrc_mr *mr)
 	pthread_mutex_lock(&tdom.lock);
 	key_del(&m->k);
 	/* Windows over it must not outlive it: its memory may be freed next. */
-	for (uint32_t i = 1; i < tdom.cap; i++)
-		if (tdom.slot[i] && tdom.slot[i]->win && tdom.slot[i]->mr == mr &&
-		    tdom.slot[i]->valid)
-			win_kill(tdom.slot[i]);
+	while (m->k.wins)
+		win_kill(m->k.wins);
 	pthread_mutex_unlock(&tdom.lock);
 	free(m);
 }
@@ -235,6 +307,7 @@ static void tcp_win_free(struct xrc_win *xw)
 
 	pthread_mutex_lock(&tdom.lock);
 	key_del(&w->k);
+	win_unlink(&w->k);
 	pthread_mutex_unlock(&tdom.lock);
 	free(w);
 }
@@ -242,14 +315,15 @@ static void tcp_win_free(struct xrc_win *xw)
 /* Bind (mr set) or invalidate (mr NULL) as it executes: at once, since
  * nothing queued before it on the send queue reads our keys.  The old key
  * dies here; the new one is valid from here. */
-static void win_apply(struct xrc *c, struct xrc_win *xw, const struct xrc_mr *mr, void *addr,
-		      size_t len, unsigned access)
+static void win_apply(struct xrc *c, struct tkey **cwins, struct xrc_win *xw,
+		      const struct xrc_mr *mr, void *addr, size_t len, unsigned access)
 {
 	struct tcp_win *w = (struct tcp_win *)xw;
 	struct tkey *k = &w->k;
 	bool t2 = xw->flags & XRC_WIN_TYPE2;
 
 	pthread_mutex_lock(&tdom.lock);
+	win_unlink(k);
 	k->rkey = key_next(k->rkey & (KEY_SLOT_MAX - 1));
 	k->valid = mr != NULL;
 	k->addr = addr;
@@ -260,6 +334,10 @@ static void win_apply(struct xrc *c, struct xrc_win *xw, const struct xrc_mr *mr
 	xw->rkey = k->rkey;
 	xw->valid = k->valid;
 	xw->conn = k->conn;
+	if (mr)		/* xrc_win_bind checked that mr is ours */
+		klist_add(&((struct tcp_mr *)(uintptr_t)mr)->k.wins, k, ON_MR);
+	if (k->conn)
+		klist_add(cwins, k, ON_CONN);
 	pthread_mutex_unlock(&tdom.lock);
 }
 
@@ -280,15 +358,17 @@ static void key_remote_inv(const struct xrc *c, uint32_t rkey)
 /* A connection goes away: type-2 windows bound on it die with it, and as
  * on rdma (where they stay bound to a QP that is gone) they can only be
  * freed: they stay "valid" for xrc_win_bind()'s -EBUSY. */
-static void key_conn_gone(const struct xrc *c)
+static void key_conn_gone(struct tkey **cwins)
 {
 	pthread_mutex_lock(&tdom.lock);
-	for (uint32_t i = 1; i < tdom.cap; i++)
-		if (tdom.slot[i] && tdom.slot[i]->conn == c) {
-			tdom.slot[i]->valid = false;
-			tdom.slot[i]->conn = NULL;
-			tdom.slot[i]->win->conn = NULL;
-		}
+	while (*cwins) {
+		struct tkey *k = *cwins;
+
+		k->valid = false;
+		k->conn = NULL;
+		k->win->conn = NULL;
+		win_unlink(k);
+	}
 	pthread_mutex_unlock(&tdom.lock);
 }
 
@@ -406,6 +486,7 @@ struct tcp_conn {
 	 * is false from a read that drained the socket until it says so */
 	bool rx_hints, rx_maybe;
 	bool rx_bulk;			/* large payloads: stage little (RX_BULK) */
+	struct tkey *t2wins;		/* type-2 windows bound on it (key_conn_gone) */
 	uint8_t txcopy[TX_COPY_MAX];	/* a small batch, one piece (tx_flush_ack) */
 };
 
@@ -1068,7 +1149,7 @@ static int tcp_win_bind(struct xrc *xc, struct xrc_win *w, struct xrc_mr *mr, vo
 	c->sq[c->sq_tail++ % c->base.sq_depth] = (struct sq_ent){
 		.wr_id = wr_id, .op = XRC_OP_BIND, .flags = (uint8_t)flags,
 		.written = true, .answered = true, .done = true };
-	win_apply(xc, w, mr, addr, len, access);
+	win_apply(xc, &c->t2wins, w, mr, addr, len, access);
 	/* The framing cursor must pass the bind now: polled, its slot is
 	 * free, and a cursor left behind sq_head would frame whatever the
 	 * slots hold later -- the same WRITE again on every lap. */
@@ -1169,7 +1250,7 @@ static void tcp_close(struct xrc *xc)
 {
 	struct tcp_conn *c = TC(xc);
 
-	key_conn_gone(xc);
+	key_conn_gone(&c->t2wins);
 	close(c->fd);
 	free(c->sq);
 	free(c->inl);

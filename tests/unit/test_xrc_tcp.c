@@ -704,6 +704,109 @@ static void test_ipv6(void **state)
 	xrc_listener_close(l);
 }
 
+/* The domain's key table with many keys in it.  A deregistered region
+ * takes down exactly the windows bound over it at that moment (not one
+ * rebound elsewhere, not one freed before), a closed connection exactly
+ * its type-2 windows; and a freed slot is the last one reused, so a
+ * region's stale key stays refused through more than the 4095
+ * registrations that wrap one slot's generation. */
+static void test_key_table(void **state)
+{
+	enum { NW = 600, RW = XRC_ACCESS_REMOTE_WRITE | XRC_ACCESS_REMOTE_READ };
+	struct xc_pair p = { 0 }, q = { 0 };
+	static char ma[NW * 64], mb[NW * 64], src[8] = "keytable";
+	static struct xrc_mr *pad[NW];
+	static struct xrc_win *w[NW];
+	static uint32_t first[NW];
+	struct xrc_mr *a, *b, *lmr, *r;
+	struct xrc_win *t2p, *t2q;
+	uintptr_t ba = (uintptr_t)ma, bb = (uintptr_t)mb;
+	uint32_t stale;
+	uint64_t id = 1;
+
+	(void)state;
+	xc_pair_up(&p);
+	xc_pair_up(&q);
+	lmr = xc_reg(p.a, src, sizeof(src), XRC_ACCESS_LOCAL_WRITE);
+	a = xc_reg(p.b, ma, sizeof(ma), XRC_ACCESS_LOCAL_WRITE);
+	b = xc_reg(p.b, mb, sizeof(mb), XRC_ACCESS_LOCAL_WRITE);
+	/* window i over a (i % 3 == 0), over b (1), over a and then b (2);
+	 * regions between them, half of them freed, spread their slots */
+	for (int i = 0; i < NW; i++) {
+		pad[i] = xc_reg(p.b, ma, 64, XRC_ACCESS_LOCAL_WRITE);
+		w[i] = xc_win_new(p.b, 0);
+		assert_int_equal(xrc_win_bind(p.b, w[i], i % 3 == 1 ? b : a,
+					      (i % 3 == 1 ? mb : ma) + i * 64, 64, RW, id,
+					      XRC_SIGNALED), 0);
+		xc_expect_wc(p.b, p.a, id++, XRC_OP_BIND, 0);
+		first[i] = xrc_win_rkey(w[i]);
+		if (i % 2) {
+			xrc_dereg(pad[i]);
+			pad[i] = NULL;
+		}
+	}
+	for (int i = 2; i < NW; i += 3) {
+		assert_int_equal(xrc_win_bind(p.b, w[i], b, mb + i * 64, 64, RW, id, XRC_SIGNALED),
+				 0);
+		xc_expect_wc(p.b, p.a, id++, XRC_OP_BIND, 0);
+	}
+	/* a window freed while bound over a is no concern of a's any more */
+	xrc_win_free(w[0]);
+	w[0] = NULL;
+	t2p = xc_win_new(p.b, XRC_WIN_TYPE2);
+	t2q = xc_win_new(q.b, XRC_WIN_TYPE2);
+	assert_int_equal(xrc_win_bind(p.b, t2p, b, mb, 64, RW, id, XRC_SIGNALED), 0);
+	xc_expect_wc(p.b, p.a, id++, XRC_OP_BIND, 0);
+	assert_int_equal(xrc_win_bind(q.b, t2q, b, mb + 64, 64, RW, id, XRC_SIGNALED), 0);
+	xc_expect_wc(q.b, q.a, id++, XRC_OP_BIND, 0);
+
+	xrc_dereg(a);
+	for (int i = 1; i < NW; i++) {
+		uint64_t at = (i % 3 ? bb : ba) + (uint64_t)i * 64;
+		int st = xc_write_st(p.a, p.b, lmr, src, 8, at, xrc_win_rkey(w[i]));
+
+		if (i % 3 == 0)
+			xc_refused(&p, st);
+		else
+			assert_int_equal(st, 0);
+		if (i % 3 == 2)	/* the key of its bind over a died with the rebind */
+			xc_refused(&p, xc_write_st(p.a, p.b, lmr, src, 8, ba + (uint64_t)i * 64,
+						   first[i]));
+	}
+	/* q's connection goes: its type-2 window with it, p's stays */
+	xc_pair_down(&q);
+	assert_int_equal(xrc_win_bind(p.b, t2q, b, mb, 64, RW, id, 0), -EBUSY);
+	assert_int_equal(xc_write_st(p.a, p.b, lmr, src, 8, bb, xrc_win_rkey(t2p)), 0);
+	xrc_win_free(t2q);
+
+	xrc_dereg(b);
+	xc_refused(&p, xc_write_st(p.a, p.b, lmr, src, 8, bb, xrc_win_rkey(t2p)));
+	for (int i = 1; i < NW; i += 3)
+		xc_refused(&p, xc_write_st(p.a, p.b, lmr, src, 8, bb + (uint64_t)i * 64,
+					   xrc_win_rkey(w[i])));
+	xrc_win_free(t2p);
+	for (int i = 0; i < NW; i++) {
+		xrc_win_free(w[i]);
+		xrc_dereg(pad[i]);
+	}
+
+	/* a stale key through a churn of registrations */
+	r = xc_reg(p.b, ma, sizeof(ma), RW);
+	stale = r->rkey;
+	xrc_dereg(r);
+	for (int i = 0; i < 4096; i++) {
+		r = xc_reg(p.b, ma, sizeof(ma), RW);
+		assert_int_not_equal(r->rkey, stale);
+		if (i < 4095)
+			xrc_dereg(r);
+	}
+	xc_refused(&p, xc_write_st(p.a, p.b, lmr, src, 8, ba, stale));
+	assert_int_equal(xc_write_st(p.a, p.b, lmr, src, 8, ba, r->rkey), 0);
+	xrc_dereg(r);
+	xrc_dereg(lmr);
+	xc_pair_down(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -719,6 +822,7 @@ int main(void)
 		cmocka_unit_test(test_abort),
 		cmocka_unit_test(test_garbage_client),
 		cmocka_unit_test(test_ipv6),
+		cmocka_unit_test(test_key_table),
 	};
 
 	XC.scheme = XURI_TCP;
