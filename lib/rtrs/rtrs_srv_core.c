@@ -150,6 +150,7 @@ static struct srv_path *path_new(struct rtrs_srv_sess *s, const struct rtrs_conn
 	}
 	p->sess = s;
 	p->state = RTRS_SRV_CONNECTING;
+	srv->connecting++;
 	memcpy(p->sess_uuid, cr->sess_uuid, 16);
 	snprintf(p->peer, sizeof(p->peer), "%s", peer);
 	srv_host_of(peer, p->peer_host, sizeof(p->peer_host));
@@ -180,6 +181,8 @@ void srv_path_close(struct srv_path *p, const char *why)
 
 	if (p->state == RTRS_SRV_CLOSING)
 		return;
+	if (p->state == RTRS_SRV_CONNECTING)
+		p->sess->srv->connecting--;
 	p->state = RTRS_SRV_CLOSING;
 	p->why = why;
 	p->info_pending = false;
@@ -207,6 +210,27 @@ static bool name_taken(const struct rtrs_srv *srv, const struct rtrs_srv_sess *s
 	return false;
 }
 
+/* SRV_CONNECTING_MAX paths connecting and another one coming: the oldest
+ * gives way, as the tcp listener's oldest half-read request does, so that
+ * a client that opens paths and never finishes them cannot shut others
+ * out for the 30 s a path may take (refusing the newcomer would). */
+static void connecting_evict(struct rtrs_srv *srv, const char *peer)
+{
+	struct srv_path *old = NULL;
+
+	for (struct rtrs_srv_sess *s = srv->sessions; s; s = s->next)
+		for (struct srv_path *p = s->paths; p; p = p->next)
+			if (p->state == RTRS_SRV_CONNECTING &&
+			    (!old || p->created_ns < old->created_ns))
+				old = p;
+	if (!old)
+		return;
+	xlog_ratelimited(XLOG_WARN, "%u paths connecting (none has sent INFO_REQ): the oldest, "
+			 "from %s, is closed for the new one from %s", srv->connecting, old->peer,
+			 peer);
+	srv_path_close(old, "too many paths connecting: the oldest gives way");
+}
+
 int srv_admit(struct rtrs_srv *srv, unsigned li, const void *pd, size_t len, const char *peer,
 	      const char *local, struct rtrs_conn_req *cr, struct srv_path **pp, const char **why)
 {
@@ -229,6 +253,11 @@ int srv_admit(struct rtrs_srv *srv, unsigned li, const void *pd, size_t len, con
 		return -EACCES;
 	}
 	s = sess_find(srv, cr->paths_uuid);
+	if (srv->connecting >= SRV_CONNECTING_MAX &&
+	    (s ? !path_find(s, cr->sess_uuid) : cr->first_conn)) {
+		connecting_evict(srv, peer);
+		s = sess_find(srv, cr->paths_uuid);	/* it may have been s's last path */
+	}
 	if (!s) {
 		if (!cr->first_conn) {
 			*why = "not the first connection of an unknown session";
@@ -314,6 +343,8 @@ void srv_path_up(struct srv_path *p, const char *name, uint64_t now)
 	snprintf(p->sessname, sizeof(p->sessname), "%s", name);
 	if (!s->sessname[0])
 		snprintf(s->sessname, sizeof(s->sessname), "%s", name);
+	if (p->state == RTRS_SRV_CONNECTING)
+		srv->connecting--;
 	p->state = RTRS_SRV_CONNECTED;
 	p->up_ns = now;
 	rtrs_hb_init(&p->hb, srv->o.hb_interval_ms, srv->o.hb_missed_max, now);

@@ -12,6 +12,12 @@
 #define SRV_MAX_LISTENERS	16
 #define SRV_WC_BATCH		32
 #define SRV_LISTEN_CHECK_NS	100000000ull	/* listeners asked unprompted: half-open deadlines */
+/* Paths before INFO_REQ, server-wide (srv_admit).  Each holds its
+ * session's chunk mapping (64 MiB by default) and, from its first
+ * connection, a region and a window per chunk; a client's path is in
+ * this state for a round trip or two, so 64 is 64 clients connecting in
+ * the same moment, the tcp listener's bound on half-read requests. */
+#define SRV_CONNECTING_MAX	64
 
 /* wr_id of our signaled sends: the kind in the top byte, and how many
  * send-queue slots the completion gives back in the low 32 bits (an RC send
@@ -130,6 +136,7 @@ struct rtrs_srv {
 	struct rtrs_srv_sess *sessions;
 	uint64_t now;
 	uint64_t lsn_ns;		/* listeners last asked regardless */
+	unsigned connecting;		/* paths in RTRS_SRV_CONNECTING */
 	bool reap;			/* a path is closing: tidy up in the loop */
 	bool unpark;			/* a chunk a parked request waits for is free */
 	bool in_poll;			/* inside rtrs_srv_poll: answers are held

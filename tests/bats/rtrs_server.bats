@@ -352,6 +352,69 @@ bench_until() {
 	die "server status never had $4: $output"
 }
 
+# half_open N: N paths that never get past their first connection (a
+# tcp:// CONN_REQ carrying an RTRS conn_req with first_conn, fresh uuids,
+# cid 0 of 2), opened one after the other, in the background; "N accepted"
+# goes to $T/half.out once they all had their answer.  Sets HALF_PID.
+half_open() {
+	python3 -c '
+import os, socket, struct, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+socks, acc = [], 0
+for i in range(n):
+    pd = bytearray(56)
+    struct.pack_into("<HHHHH", pd, 2, 0x1BBD, 0x0200, 0, 2, 0)
+    pd[12:44] = os.urandom(32)
+    pd[44] = 1
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(struct.pack(">BBHIIHHIIII", 1, 0, 0, 56, 0x58524354, 1, 0, 65536, 128, 128, 0) + pd)
+    s.settimeout(10)
+    acc += s.recv(32)[:1] == b"\x02"
+    socks.append(s)
+print(acc, "accepted", flush=True)
+time.sleep(120)
+' "$PORT" "$1" >"$T/half.out" 2>&1 3>&- &
+	HALF_PID=$!
+	BG_PIDS+=("$HALF_PID")
+}
+
+srv_cpu_s() {	# user + system seconds of the server so far
+	awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$SRV_PID/stat"
+}
+
+@test "paths that never send INFO_REQ: at most 64 held, the oldest gives way; clients and status carry on" {
+	need_client
+	start_server -e d=$T/disk.img
+	half_open 150
+	for i in $(seq 1 300); do
+		grep -q accepted "$T/half.out" 2>/dev/null && break
+		sleep 0.1
+	done
+	[ "$(cat "$T/half.out")" = "150 accepted" ] || die "half-open paths: $(cat "$T/half.out")"
+	run_limited 3 rtrs-server 0 "$RTRS_SERVER" status --ctl "$CTL" -o json
+	[ "$(json 'j["server"]["paths"]')" = 64 ] || die "paths held: $(json 'j["server"]["paths"]')"
+	[ "$(json 'j["server"]["paths_closed"]')" = 86 ]
+	grep -q "64 paths connecting (none has sent INFO_REQ): the oldest, from 127.0.0.1:[0-9]*, is closed for the new one from 127.0.0.1:" "$SRV_ERR"
+	# a client gets in meanwhile, and its own path is not the one to go
+	head -c 256k /dev/urandom >"$T/pat"
+	run_limited 10 rtrs-client 0 "$RTRS_CLIENT" write -s bats -p tcp://127.0.0.1:$PORT -d d <"$T/pat"
+	timeout 10 "$RTRS_CLIENT" read -s bats -p tcp://127.0.0.1:$PORT -d d --length 256k >"$T/back"
+	cmp "$T/pat" "$T/back"
+	# the half-open ones go all at once; the server answers and stops at once
+	kill "$HALF_PID"
+	wait "$HALF_PID" 2>/dev/null || true
+	run_limited 3 rtrs-server 0 "$RTRS_SERVER" status --ctl "$CTL" -o json
+	cpu=$(srv_cpu_s)
+	[ "$(echo "$cpu < 3" | bc)" = 1 ] || die "server CPU time: $cpu s"
+	kill -TERM "$SRV_PID"
+	for i in $(seq 1 20); do
+		kill -0 "$SRV_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$SRV_PID" 2>/dev/null; then die "still running 2 s after SIGTERM"; fi
+	wait "$SRV_PID"
+}
+
 @test "disconnect and force-close: a session's paths and devices closed from the server, as the kernel's sysfs" {
 	need_client
 	truncate -s 4M "$T/other.img"
