@@ -18,9 +18,12 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #define PENDING_MAX	64		/* half-read connect requests a listener keeps */
+#define ACCEPT_PAUSE_NS	100000000ull	/* out of fds: the listening socket rests */
+#define TIMER_TAG	UINT32_MAX	/* the pause's timer in the listener's epoll set */
 
 static void sock_setup(int fd, int family, uint8_t tos)
 {
@@ -273,7 +276,13 @@ out_close:
 /* --- listener ---------------------------------------------------------------------
  * The listener's fd is an epoll set of the listening socket and of every
  * accepted socket whose CONN_REQ is not complete yet, so a caller waiting on
- * it wakes for either, and a slow client never blocks anyone. */
+ * it wakes for either, and a slow client never blocks anyone.
+ *
+ * Out of file descriptors, accept(2) fails while the listening socket
+ * stays readable: in a level-triggered set the caller would spin on it.
+ * The socket leaves the set for ACCEPT_PAUSE_NS instead, and a timer in
+ * the set wakes the caller to put it back; the clients wait in the
+ * kernel's backlog meanwhile. */
 
 struct pending {
 	int fd;			/* -1: free slot */
@@ -285,7 +294,9 @@ struct pending {
 
 struct tcp_listener {
 	struct xrc_listener base;
-	int lfd, efd;
+	int lfd, efd, tfd;
+	bool paused;		/* lfd out of efd until tfd fires */
+	bool fds_short;		/* the last accept failed for lack of fds */
 	uint16_t port;
 	uint64_t timeout_ns;
 	uint64_t dropped;	/* garbage, timed out, gone, or no room */
@@ -308,6 +319,41 @@ static void pend_drop(struct tcp_listener *l, struct pending *p)
 	l->dropped++;
 }
 
+static void accept_pause(struct tcp_listener *l, int e)
+{
+	struct itimerspec ts = { .it_value = { 0, (long)ACCEPT_PAUSE_NS } };
+
+	/* one line when it starts, not one per pause */
+	if (!l->fds_short)
+		xlog_ratelimited(XLOG_WARN, "tcp listener on port %u: accepting a connection: %s; "
+				 "new connections wait, tried again every %llu ms",
+				 l->port, strerror(e), ACCEPT_PAUSE_NS / 1000000ull);
+	l->fds_short = true;
+	if (l->paused || timerfd_settime(l->tfd, 0, &ts, NULL) < 0)
+		return;
+	epoll_ctl(l->efd, EPOLL_CTL_DEL, l->lfd, NULL);
+	l->paused = true;
+}
+
+/* The pause is over: the listening socket back in the set. */
+static void accept_resume(struct tcp_listener *l)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	uint64_t ticks;
+
+	if (read(l->tfd, &ticks, sizeof(ticks)) < 0 && errno == EAGAIN)
+		return;
+	if (!l->paused)
+		return;
+	if (epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) == 0) {
+		l->paused = false;
+		return;
+	}
+	/* no room for it yet: another pause */
+	timerfd_settime(l->tfd, 0, &(struct itimerspec){ .it_value = { 0, (long)ACCEPT_PAUSE_NS } },
+			NULL);
+}
+
 static void accept_all(struct tcp_listener *l, uint64_t now)
 {
 	for (;;) {
@@ -320,8 +366,11 @@ static void accept_all(struct tcp_listener *l, uint64_t now)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			return;	/* EAGAIN, or out of fds: the next call retries */
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				accept_pause(l, errno);
+			return;	/* EAGAIN */
 		}
+		l->fds_short = false;
 		for (int i = 0; i < PENDING_MAX && !p; i++) {
 			struct pending *q = &l->pend[i];
 			if (q->fd < 0)
@@ -411,6 +460,8 @@ static struct xrc_req *tcp_get_request(struct xrc_listener *xl, char *err, size_
 
 		if (!ev[i].data.u32) {
 			accept_all(l, now);
+		} else if (ev[i].data.u32 == TIMER_TAG) {
+			accept_resume(l);
 		} else if (l->pend[ev[i].data.u32 - 1].fd >= 0 &&
 			   (r = pend_read(l, &l->pend[ev[i].data.u32 - 1]))) {
 			return r;	/* the others stay ready: level-triggered */
@@ -477,6 +528,7 @@ static void tcp_listener_close(struct xrc_listener *xl)
 			close(l->pend[i].fd);
 	close(l->lfd);
 	close(l->efd);
+	close(l->tfd);
 	free(l);
 }
 
@@ -522,6 +574,7 @@ static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_op
 	l->base = (struct xrc_listener){ &tcp_listener_ops, XURI_TCP };
 	l->timeout_ns = o->timeout_ns;
 	l->efd = -1;
+	l->tfd = -1;
 	for (int i = 0; i < PENDING_MAX; i++)
 		l->pend[i].fd = -1;
 	l->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -545,7 +598,10 @@ static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_op
 	l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 						 : ((struct sockaddr_in *)&ss)->sin_port);
 	l->efd = epoll_create1(EPOLL_CLOEXEC);
-	if (l->efd < 0 || epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) < 0) {
+	l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (l->efd < 0 || l->tfd < 0 || epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) < 0 ||
+	    epoll_ctl(l->efd, EPOLL_CTL_ADD, l->tfd,
+		      &(struct epoll_event){ .events = EPOLLIN, .data.u32 = TIMER_TAG }) < 0) {
 		xerr(err, errlen, "%s: epoll: %s", name, strerror(errno));
 		goto out_close_socket;
 	}
@@ -557,6 +613,8 @@ out_close_socket:
 	close(l->lfd);
 	if (l->efd >= 0)
 		close(l->efd);
+	if (l->tfd >= 0)
+		close(l->tfd);
 	errno = rc;
 out_free_listener:
 	free(l);

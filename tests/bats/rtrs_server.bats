@@ -415,6 +415,39 @@ srv_cpu_s() {	# user + system seconds of the server so far
 	wait "$SRV_PID"
 }
 
+@test "out of file descriptors: the listener rests instead of spinning, says so once, and serves again when fds are back" {
+	need_client
+	printf '#!/bin/sh\nulimit -n 40\nexec "%s" "$@"\n' "$RTRS_SERVER" >"$T/lowfd"
+	chmod +x "$T/lowfd"
+	RTRS_SERVER=$T/lowfd start_server -e d=$T/disk.img
+	# every fd the server has left, and a few more waiting in the backlog
+	n=$((40 - $(ls "/proc/$SRV_PID/fd" | wc -l) + 4))
+	python3 -c '
+import socket, sys, time
+s = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for i in range(int(sys.argv[2]))]
+print("open", flush=True)
+time.sleep(60)
+' "$PORT" "$n" >"$T/idle.out" 2>&1 3>&- &
+	IDLE_PID=$!
+	BG_PIDS+=("$IDLE_PID")
+	for i in $(seq 1 100); do
+		grep -q open "$T/idle.out" 2>/dev/null && break
+		sleep 0.05
+	done
+	# within the 5 s they may take to send their CONN_REQ
+	c0=$(srv_cpu_s)
+	sleep 2
+	c1=$(srv_cpu_s)
+	[ "$(echo "$c1 - $c0 < 0.3" | bc)" = 1 ] || die "server CPU time over 2 s out of fds: $c1 - $c0 s"
+	grep -q "tcp listener on port $PORT: accepting a connection: Too many open files; new connections wait, tried again every 100 ms" "$SRV_ERR"
+	run_limited 5 rtrs-server 0 "$RTRS_SERVER" status --ctl "$CTL" -o json
+	[ "$(grep -c 'Too many open files' "$SRV_ERR")" = 1 ]
+	# the idle clients go: a client gets in
+	kill "$IDLE_PID"
+	wait "$IDLE_PID" 2>/dev/null || true
+	run_limited 10 rtrs-client 0 "$RTRS_CLIENT" read -s bats -p tcp://127.0.0.1:$PORT -d d --length 4k
+}
+
 @test "disconnect and force-close: a session's paths and devices closed from the server, as the kernel's sysfs" {
 	need_client
 	truncate -s 4M "$T/other.img"
