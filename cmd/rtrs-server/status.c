@@ -67,6 +67,7 @@ static void server_node(struct xnode *m, struct rtrs_srv *srv, const struct srv_
 	xnode_set_u64(m, "sessions", in.sessions);
 	xnode_set_u64(m, "paths", in.paths);
 	xnode_set_u64(m, "rejected", in.rejected);
+	xnode_set_u64(m, "dropped", in.dropped);
 	xnode_set_u64(m, "paths_closed", in.closed);
 	xnode_set_str(m, "control", c->ctl);
 }

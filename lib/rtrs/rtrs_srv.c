@@ -818,4 +818,6 @@ void rtrs_srv_get_info(const struct rtrs_srv *srv, struct rtrs_srv_info *in)
 	}
 	in->rejected = srv->rejected;
 	in->closed = srv->closed;
+	for (unsigned i = 0; i < srv->nlsn; i++)
+		in->dropped += xrc_listener_dropped(srv->lsn[i].l);
 }

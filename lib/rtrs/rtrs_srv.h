@@ -174,6 +174,7 @@ struct rtrs_srv_info {
 	unsigned sessions, paths;
 	uint64_t rejected;		/* connection requests refused */
 	uint64_t closed;		/* paths closed for a fault or a rule */
+	uint64_t dropped;		/* connections the listeners dropped before a request */
 };
 void rtrs_srv_get_info(const struct rtrs_srv *srv, struct rtrs_srv_info *in);
 

@@ -114,6 +114,11 @@ bool xrc_listener_waiting(const struct xrc_listener *l)
 	return l->ops->waiting && l->ops->waiting(l);
 }
 
+uint64_t xrc_listener_dropped(const struct xrc_listener *l)
+{
+	return l->ops->dropped ? l->ops->dropped(l) : 0;
+}
+
 int xrc_req_windows(const struct xrc_req *r, unsigned flags, char *err, size_t errlen)
 {
 	return r->ops->windows ? r->ops->windows(r, flags, err, errlen) : 0;

@@ -179,6 +179,10 @@ const char *xrc_req_local(const struct xrc_req *r);
  * often.  The listener keeps its address and port (port 0: the one picked
  * at first). */
 bool xrc_listener_waiting(const struct xrc_listener *l);
+/* Connections the listener dropped before their request was complete
+ * (tcp: garbage, too slow, gone, or no room among the half-read ones;
+ * rdma: 0, the CM keeps such connections from us). */
+uint64_t xrc_listener_dropped(const struct xrc_listener *l);
 /* Whether the device the request came in on has memory windows of the
  * kind (flags: 0 for type 1, XRC_WIN_TYPE2), as xrc_win_new() on its
  * connection would need: 0, or -EOPNOTSUPP with err "DEV has no type-1

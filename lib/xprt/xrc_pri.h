@@ -54,6 +54,7 @@ struct xrc_listener_ops {
 	/* NULL: windows of both kinds */
 	int (*windows)(const struct xrc_req *r, unsigned flags, char *err, size_t errlen);
 	bool (*waiting)(const struct xrc_listener *l);	/* NULL: never */
+	uint64_t (*dropped)(const struct xrc_listener *l);	/* NULL: none */
 };
 
 struct xrc_dom_ops {

@@ -311,8 +311,14 @@ struct tcp_req {
 
 static const struct xrc_listener_ops tcp_listener_ops;
 
-static void pend_drop(struct tcp_listener *l, struct pending *p)
+/* A client whose connect request cannot be had.  why: for a client at
+ * fault (garbage, too slow), one line naming it; NULL for one that went
+ * away, or that we had no room for. */
+static void pend_drop(struct tcp_listener *l, struct pending *p, const char *why)
 {
+	if (why)
+		xlog_ratelimited(XLOG_WARN, "tcp listener on port %u: connection from %s dropped: %s",
+				 l->port, p->peer, why);
 	epoll_ctl(l->efd, EPOLL_CTL_DEL, p->fd, NULL);
 	close(p->fd);
 	p->fd = -1;
@@ -379,14 +385,14 @@ static void accept_all(struct tcp_listener *l, uint64_t now)
 				oldest = q;
 		}
 		if (!p) {	/* full: the oldest half-open client goes */
-			pend_drop(l, oldest);
+			pend_drop(l, oldest, NULL);
 			p = oldest;
 		}
 		*p = (struct pending){ .fd = fd, .deadline = now + l->timeout_ns };
 		fmt_sa((struct sockaddr *)&ss, sl, p->peer, sizeof(p->peer));
 		ev.data.u32 = (uint32_t)(p - l->pend) + 1;
 		if (epoll_ctl(l->efd, EPOLL_CTL_ADD, fd, &ev) < 0)
-			pend_drop(l, p);
+			pend_drop(l, p, NULL);
 	}
 }
 
@@ -406,19 +412,23 @@ static struct xrc_req *pend_read(struct tcp_listener *l, struct pending *p)
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return NULL;
 	if (n <= 0) {
-		pend_drop(l, p);
+		pend_drop(l, p, NULL);
 		return NULL;
 	}
 	p->got += (uint32_t)n;
 	rc = xtcp_decode(p->buf, p->got, 0, &f);
 	if (rc < 0 || (p->got >= XTCP_PREFIX_LEN && f.type != XTCP_CONN_REQ)) {
-		pend_drop(l, p);
+		char why[96];
+
+		snprintf(why, sizeof(why), "its first bytes are not a CONN_REQ (%s)",
+			 rc < 0 ? xtcp_strerror(rc) : "another frame type");
+		pend_drop(l, p, why);
 		return NULL;
 	}
 	if (rc == XTCP_EMORE || p->got < XTCP_HDR_MAX + f.len)
 		return NULL;
 	if (!(r = calloc(1, sizeof(*r)))) {
-		pend_drop(l, p);
+		pend_drop(l, p, NULL);
 		return NULL;
 	}
 	r->base.ops = &tcp_listener_ops;
@@ -448,8 +458,13 @@ static struct xrc_req *tcp_get_request(struct xrc_listener *xl, char *err, size_
 	int n;
 
 	for (int i = 0; i < PENDING_MAX; i++)
-		if (l->pend[i].fd >= 0 && l->pend[i].deadline <= now)
-			pend_drop(l, &l->pend[i]);
+		if (l->pend[i].fd >= 0 && l->pend[i].deadline <= now) {
+			char why[96];
+
+			snprintf(why, sizeof(why), "no complete CONN_REQ within %llu ms (%u bytes came)",
+				 (unsigned long long)(l->timeout_ns / 1000000), l->pend[i].got);
+			pend_drop(l, &l->pend[i], why);
+		}
 	n = epoll_wait(l->efd, ev, 16, 0);
 	if (n < 0 && errno != EINTR) {
 		xerr(err, errlen, "listener: epoll_wait: %s", strerror(errno));
@@ -519,6 +534,11 @@ static uint16_t tcp_listener_port(const struct xrc_listener *xl)
 	return ((const struct tcp_listener *)xl)->port;
 }
 
+static uint64_t tcp_listener_dropped(const struct xrc_listener *xl)
+{
+	return ((const struct tcp_listener *)xl)->dropped;
+}
+
 static void tcp_listener_close(struct xrc_listener *xl)
 {
 	struct tcp_listener *l = (struct tcp_listener *)xl;
@@ -543,7 +563,7 @@ static int tcp_req_windows(const struct xrc_req *r, unsigned flags, char *err, s
 
 static const struct xrc_listener_ops tcp_listener_ops = {
 	tcp_listener_close, tcp_listener_fd, tcp_listener_port, tcp_get_request,
-	tcp_accept, tcp_reject, tcp_req_windows, NULL,
+	tcp_accept, tcp_reject, tcp_req_windows, NULL, tcp_listener_dropped,
 };
 
 static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_opts *o,

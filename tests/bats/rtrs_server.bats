@@ -448,6 +448,32 @@ time.sleep(60)
 	run_limited 10 rtrs-client 0 "$RTRS_CLIENT" read -s bats -p tcp://127.0.0.1:$PORT -d d --length 4k
 }
 
+@test "a connection that sends garbage or no request in time: one warning naming it, counted as dropped in status" {
+	start_server -e d=$T/disk.img
+	python3 -c '
+import socket, sys, time
+port = int(sys.argv[1])
+quiet = socket.create_connection(("127.0.0.1", port))
+quiet.sendall(b"\x01\x00")
+http = socket.create_connection(("127.0.0.1", port))
+http.sendall(b"GET / HTTP/1.0\r\n\r\n")
+print(quiet.getsockname()[1], http.getsockname()[1], flush=True)
+time.sleep(30)
+' "$PORT" >"$T/garbage.out" 3>&- &
+	BG_PIDS+=($!)
+	for i in $(seq 1 140); do
+		[ "$(grep -c dropped "$SRV_ERR")" -ge 2 ] && break
+		sleep 0.05
+	done
+	read -r quiet http <"$T/garbage.out"
+	grep -qx "rtrs-server: tcp listener on port $PORT: connection from 127.0.0.1:$http dropped: its first bytes are not a CONN_REQ (unknown frame type)" "$SRV_ERR"
+	grep -qx "rtrs-server: tcp listener on port $PORT: connection from 127.0.0.1:$quiet dropped: no complete CONN_REQ within 5000 ms (2 bytes came)" "$SRV_ERR"
+	[ "$(wc -l <"$SRV_ERR")" = 2 ]
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json 'j["server"]["dropped"]')" = 2 ]
+	[ "$(json 'j["server"]["rejected"]')" = 0 ]
+}
+
 @test "disconnect and force-close: a session's paths and devices closed from the server, as the kernel's sysfs" {
 	need_client
 	truncate -s 4M "$T/other.img"
