@@ -211,6 +211,7 @@ int main(int argc, char **argv)
 	char err[1024];
 	int c, rc = EXIT_FAIL;
 
+	cli_std_fds();
 	xlog_init(PROG);
 	if (argc == 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")))
 		return cli_version(PROG, "gfcc rpc2 over UD and UDP, extensions version 1");

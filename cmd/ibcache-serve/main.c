@@ -51,6 +51,7 @@ int ctl_path(const char *name, const char *ctl, char *buf, size_t len)
 
 int main(int argc, char **argv)
 {
+	cli_std_fds();
 	xlog_init(PROG);
 	if (argc == 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")))
 		return cli_version(PROG, "gfcc rpc2 over UD and UDP, extensions version 1");
