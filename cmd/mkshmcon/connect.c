@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -57,6 +58,8 @@ struct pipe_end {
 	bool message, verbose;
 	int wake_efd;		/* up-calls and the signal thread -> main */
 	int out_fd;		/* stdout, or a non-blocking reopening of it */
+	bool out_sock;		/* stdout is a socket: sent to with MSG_DONTWAIT
+				 * (its flags are shared with whoever passed it) */
 	int abort_efd;		/* a signal: stop waiting on stdout */
 	int sfd, quit_efd;	/* the signal thread's signalfd; main -> it */
 	_Atomic int sig;
@@ -77,13 +80,16 @@ static void wake(struct pipe_end *pe)
 		xlog_ratelimited(XLOG_WARN, "eventfd: %m");
 }
 
-/* Writes everything, or fails.  On a non-blocking stdout it waits in
- * poll() so that a signal (abort_efd) can cut a stalled write short
- * without the deliver up-call holding the connection hostage. */
+/* Writes everything, or fails.  On a non-blocking stdout (a pipe we
+ * reopened, a socket written with MSG_DONTWAIT) it waits in poll() so that
+ * a signal (abort_efd) can cut a stalled write short without the deliver
+ * up-call holding the connection hostage. */
 static int write_all(struct pipe_end *pe, struct iovec *iov, int cnt)
 {
 	while (cnt > 0) {
-		ssize_t n = writev(pe->out_fd, iov, cnt);
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
+		ssize_t n = pe->out_sock ? sendmsg(pe->out_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL)
+					 : writev(pe->out_fd, iov, cnt);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -733,6 +739,11 @@ int cmd_connect(int argc, char **argv)
 	grow_pipe(STDIN_FILENO);
 	grow_pipe(STDOUT_FILENO);
 	pe.out_fd = open_out();
+	{
+		struct stat st;
+
+		pe.out_sock = fstat(pe.out_fd, &st) == 0 && S_ISSOCK(st.st_mode);
+	}
 	pe.c = shmcm_open(&co.p, &uc, err, sizeof(err));
 	if (!pe.c) {
 		fprintf(stderr, "mkshmcon: %s\n", err);

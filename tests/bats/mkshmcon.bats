@@ -1518,6 +1518,28 @@ with open(sys.argv[1], "wb") as f:
 
 # ------------------------------------------------- signals under back-pressure
 
+# sigterm_stalled_b TOOL: b, run as TOOL (the tool, or a wrapper that
+# gives it a stdout nobody reads), takes 20 MB from a until its output
+# stalls inside its deliver up-call; SIGTERM must end it at once with 143
+# and its line, and a, whose data did not all arrive, exits 1.
+sigterm_stalled_b() {
+	local t=$BATS_TEST_TMPDIR
+	MKSHMCON=$1 start_end B "$CONN" b /dev/null -d
+	head -c 20M /dev/zero >"$t/in"
+	start_end A "$CONN" a "$t/in"
+	sleep 1
+	end_running B
+	kill -TERM "$(end_pid B)"
+	wait_end B 3
+	[ "$END_RC" -eq 143 ]
+	line_matches "$END_ERR" "$(msg_re "mkshmcon: connection '$CONN' stopped by SIGTERM") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")" ||
+		die "b: $END_ERR"
+	wait_end A 5
+	[ "$END_RC" -eq 1 ]
+	line_matches "$END_ERR" "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER before our input ended")( and before the peer's data ended)?$(msg_re " (# bytes sent, 0 received)")" ||
+		die "a: $END_ERR"
+}
+
 @test "connect: SIGTERM is honoured while stdout is stalled" {
 	local t=$BATS_TEST_TMPDIR
 	create_conn "$CONN"
@@ -1526,21 +1548,29 @@ with open(sys.argv[1], "wb") as f:
 	mkfifo "$ENDS/B/out"
 	sleep 60 <"$ENDS/B/out" 3>&- &
 	BG_PIDS+=($!)
-	start_end B "$CONN" b /dev/null -d
-	head -c 20M /dev/zero >"$t/in"
-	start_end A "$CONN" a "$t/in"
-	sleep 1		# the pipe is full: b waits inside its deliver up-call
-	end_running B
-	kill -TERM "$(end_pid B)"
-	wait_end B 3
-	[ "$END_RC" -eq 143 ]
-	line_matches "$END_ERR" "$(msg_re "mkshmcon: connection '$CONN' stopped by SIGTERM") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")" ||
-		die "b: $END_ERR"
-	# b closed the connection before a's data ended: a exits 1
-	wait_end A 5
-	[ "$END_RC" -eq 1 ]
-	line_matches "$END_ERR" "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER before our input ended")( and before the peer's data ended)?$(msg_re " (# bytes sent, 0 received)")" ||
-		die "a: $END_ERR"
+	sigterm_stalled_b "$MKSHMCON"
+}
+
+@test "connect: SIGTERM is honoured while stdout is a socket nobody reads" {
+	local t=$BATS_TEST_TMPDIR
+	create_conn "$CONN"
+	# b's stdout: one end of a socket pair whose other end (held by a
+	# child that sleeps) is never read; its flags stay blocking
+	cat >"$t/sockout" <<-EOF
+	#!/usr/bin/env python3
+	import os, socket, sys, time
+	real = "$MKSHMCON"
+	a, b = socket.socketpair()
+	if os.fork() == 0:
+	    a.close()
+	    time.sleep(60)
+	    os._exit(0)
+	b.close()
+	os.dup2(a.fileno(), 1)
+	os.execv(real, [real] + sys.argv[1:])
+	EOF
+	chmod +x "$t/sockout"
+	sigterm_stalled_b "$t/sockout"
 }
 
 @test "connect: SIGTERM is honoured while waiting for room in the mailbox" {
