@@ -210,11 +210,13 @@ static bool name_taken(const struct rtrs_srv *srv, const struct rtrs_srv_sess *s
 	return false;
 }
 
-/* SRV_CONNECTING_MAX paths connecting and another one coming: the oldest
- * gives way, as the tcp listener's oldest half-read request does, so that
- * a client that opens paths and never finishes them cannot shut others
- * out for the 30 s a path may take (refusing the newcomer would). */
-static void connecting_evict(struct rtrs_srv *srv, const char *peer)
+/* SRV_CONNECTING_MAX paths connecting and another one coming: the oldest,
+ * when it has been connecting for longer than the grace, gives way, as the
+ * tcp listener's oldest half-read request does, so that a client that
+ * opens paths and never finishes them cannot shut others out for the 30 s
+ * a path may take; a younger one may be a client of a reconnect storm
+ * about to finish, and the newcomer is refused instead.  0, or -EBUSY. */
+static int connecting_make_room(struct rtrs_srv *srv, const char *peer)
 {
 	struct srv_path *old = NULL;
 
@@ -224,11 +226,18 @@ static void connecting_evict(struct rtrs_srv *srv, const char *peer)
 			    (!old || p->created_ns < old->created_ns))
 				old = p;
 	if (!old)
-		return;
+		return 0;
+	if (srv->now - old->created_ns < SRV_CONNECTING_GRACE_NS) {
+		xlog_ratelimited(XLOG_WARN, "%u paths connecting, none for %u s: the new one from "
+				 "%s is refused (it retries)", srv->connecting,
+				 (unsigned)(SRV_CONNECTING_GRACE_NS / XTIME_NS_PER_S), peer);
+		return -EBUSY;
+	}
 	xlog_ratelimited(XLOG_WARN, "%u paths connecting (none has sent INFO_REQ): the oldest, "
 			 "from %s, is closed for the new one from %s", srv->connecting, old->peer,
 			 peer);
 	srv_path_close(old, "too many paths connecting: the oldest gives way");
+	return 0;
 }
 
 int srv_admit(struct rtrs_srv *srv, unsigned li, const void *pd, size_t len, const char *peer,
@@ -253,9 +262,15 @@ int srv_admit(struct rtrs_srv *srv, unsigned li, const void *pd, size_t len, con
 		return -EACCES;
 	}
 	s = sess_find(srv, cr->paths_uuid);
+	/* a new path at the bound: room is made only for one that the checks
+	 * below will not refuse anyway */
 	if (srv->connecting >= SRV_CONNECTING_MAX &&
-	    (s ? !path_find(s, cr->sess_uuid) : cr->first_conn)) {
-		connecting_evict(srv, peer);
+	    (s ? !path_find(s, cr->sess_uuid) && s->npaths < RTRS_MAX_PATHS_NUM &&
+		 !path_addr_exists(s, host, local) : cr->first_conn)) {
+		if (connecting_make_room(srv, peer) < 0) {
+			*why = "too many paths connecting";
+			return -EBUSY;
+		}
 		s = sess_find(srv, cr->paths_uuid);	/* it may have been s's last path */
 	}
 	if (!s) {

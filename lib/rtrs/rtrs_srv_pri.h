@@ -7,17 +7,22 @@
 #include "rtrs/rtrs_hb.h"
 #include "rtrs/rtrs_srv.h"
 #include "rtrs/rtrs_wire.h"
+#include "core/xtime.h"
 #include "xprt/xrc.h"
 
 #define SRV_MAX_LISTENERS	16
 #define SRV_WC_BATCH		32
 #define SRV_LISTEN_CHECK_NS	100000000ull	/* listeners asked unprompted: half-open deadlines */
 /* Paths before INFO_REQ, server-wide (srv_admit).  Each holds its
- * session's chunk mapping (64 MiB by default) and, from its first
- * connection, a region and a window per chunk; a client's path is in
- * this state for a round trip or two, so 64 is 64 clients connecting in
- * the same moment, the tcp listener's bound on half-read requests. */
-#define SRV_CONNECTING_MAX	64
+ * session's chunk mapping (64 MiB of address space by default) and, from
+ * its first connection, a region and a window per chunk.  A client's path
+ * is in this state until all its connections (one per CPU and one more)
+ * are up and it sent INFO_REQ: a round trip or two, longer when many
+ * clients come at once (a reconnect storm after a server restart).  At
+ * the bound, a path connecting for longer than the grace gives way to a
+ * newcomer; when none has, the newcomer is refused (the client retries). */
+#define SRV_CONNECTING_MAX	256
+#define SRV_CONNECTING_GRACE_NS	(5 * XTIME_NS_PER_S)
 
 /* wr_id of our signaled sends: the kind in the top byte, and how many
  * send-queue slots the completion gives back in the low 32 bits (an RC send

@@ -23,6 +23,8 @@
 
 #define PENDING_MAX	64		/* half-read connect requests a listener keeps */
 #define ACCEPT_PAUSE_NS	100000000ull	/* out of fds: the listening socket rests */
+#define ACCEPT_HOLD_NS	10000000ull	/* every slot holds a young request: it rests */
+#define PENDING_GRACE_NS 1000000000ull	/* older: gives way to a newcomer when full */
 #define TIMER_TAG	UINT32_MAX	/* the pause's timer in the listener's epoll set */
 
 static void sock_setup(int fd, int family, uint8_t tos)
@@ -282,7 +284,9 @@ out_close:
  * stays readable: in a level-triggered set the caller would spin on it.
  * The socket leaves the set for ACCEPT_PAUSE_NS instead, and a timer in
  * the set wakes the caller to put it back; the clients wait in the
- * kernel's backlog meanwhile. */
+ * kernel's backlog meanwhile.  So they do while every one of the
+ * PENDING_MAX slots holds a request younger than PENDING_GRACE_NS (many
+ * clients at once); an older one gives way to the next client. */
 
 struct pending {
 	int fd;			/* -1: free slot */
@@ -325,20 +329,27 @@ static void pend_drop(struct tcp_listener *l, struct pending *p, const char *why
 	l->dropped++;
 }
 
+/* The listening socket out of the set for ns; new clients wait in the
+ * kernel's backlog. */
+static void accept_rest(struct tcp_listener *l, uint64_t ns)
+{
+	struct itimerspec ts = { .it_value = { 0, (long)ns } };
+
+	if (l->paused || timerfd_settime(l->tfd, 0, &ts, NULL) < 0)
+		return;
+	epoll_ctl(l->efd, EPOLL_CTL_DEL, l->lfd, NULL);
+	l->paused = true;
+}
+
 static void accept_pause(struct tcp_listener *l, int e)
 {
-	struct itimerspec ts = { .it_value = { 0, (long)ACCEPT_PAUSE_NS } };
-
 	/* one line when it starts, not one per pause */
 	if (!l->fds_short)
 		xlog_ratelimited(XLOG_WARN, "tcp listener on port %u: accepting a connection: %s; "
 				 "new connections wait, tried again every %llu ms",
 				 l->port, strerror(e), ACCEPT_PAUSE_NS / 1000000ull);
 	l->fds_short = true;
-	if (l->paused || timerfd_settime(l->tfd, 0, &ts, NULL) < 0)
-		return;
-	epoll_ctl(l->efd, EPOLL_CTL_DEL, l->lfd, NULL);
-	l->paused = true;
+	accept_rest(l, ACCEPT_PAUSE_NS);
 }
 
 /* The pause is over: the listening socket back in the set. */
@@ -367,8 +378,24 @@ static void accept_all(struct tcp_listener *l, uint64_t now)
 		socklen_t sl = sizeof(ss);
 		struct pending *p = NULL, *oldest = NULL;
 		struct epoll_event ev = { .events = EPOLLIN };
-		int fd = accept4(l->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd;
 
+		for (int i = 0; i < PENDING_MAX && !p; i++) {
+			struct pending *q = &l->pend[i];
+			if (q->fd < 0)
+				p = q;
+			else if (!oldest || q->deadline < oldest->deadline)
+				oldest = q;
+		}
+		/* Full: a request that should long have come in gives way (a
+		 * client that connects and sends nothing cannot shut others
+		 * out); one still coming in (many clients at once: a
+		 * reconnect storm) is not dropped, the newcomers wait. */
+		if (!p && now - (oldest->deadline - l->timeout_ns) < PENDING_GRACE_NS) {
+			accept_rest(l, ACCEPT_HOLD_NS);
+			return;
+		}
+		fd = accept4(l->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -377,15 +404,8 @@ static void accept_all(struct tcp_listener *l, uint64_t now)
 			return;	/* EAGAIN */
 		}
 		l->fds_short = false;
-		for (int i = 0; i < PENDING_MAX && !p; i++) {
-			struct pending *q = &l->pend[i];
-			if (q->fd < 0)
-				p = q;
-			else if (!oldest || q->deadline < oldest->deadline)
-				oldest = q;
-		}
-		if (!p) {	/* full: the oldest half-open client goes */
-			pend_drop(l, oldest, NULL);
+		if (!p) {
+			pend_drop(l, oldest, "no complete CONN_REQ within a second, others waiting");
 			p = oldest;
 		}
 		*p = (struct pending){ .fd = fd, .deadline = now + l->timeout_ns };
@@ -610,7 +630,9 @@ static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_op
 
 		setsockopt(l->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
 	}
-	if (bind(l->lfd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->lfd, 128) < 0 ||
+	/* the kernel's bound on the backlog (net.core.somaxconn): clients
+	 * of a reconnect storm wait there while the first ones are read */
+	if (bind(l->lfd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(l->lfd, SOMAXCONN) < 0 ||
 	    getsockname(l->lfd, (struct sockaddr *)&ss, &sl) < 0) {
 		xerr(err, errlen, "%s: %s", name, strerror(errno));
 		goto out_close_socket;

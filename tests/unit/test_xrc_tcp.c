@@ -668,6 +668,49 @@ static void test_garbage_client(void **state)
 	xrc_listener_close(l);
 }
 
+/* Many clients at once (a reconnect storm): more connect requests than
+ * the listener keeps half-read, all sent before it looks.  None is dropped
+ * for lack of room: the newcomers wait in the backlog while the first
+ * ones are read. */
+static void test_many_at_once(void **state)
+{
+	enum { N = 150 };
+	struct xrc_listener *l = xc_listen(NULL);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(xrc_listener_port(l)),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct xtcp_frame f = { .type = XTCP_CONN_REQ, .len = 4, .max_send = 1, .rq_depth = 1,
+				.sq_depth = 1 };
+	uint8_t req[XTCP_HDR_MAX + 4];
+	size_t h = xtcp_encode(req, &f);
+	int fds[N], got = 0;
+	char err[256];
+
+	(void)state;
+	memcpy(req + h, "many", 4);
+	for (int i = 0; i < N; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		if (connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			fail_msg("connect %d: %s", i, strerror(errno));
+		assert_int_equal(write(fds[i], req, h + 4), (ssize_t)(h + 4));
+	}
+	for (uint64_t end = xtime_ns() + 10 * XTIME_NS_PER_S; got < N && xtime_ns() < end;) {
+		struct pollfd p = { xrc_listener_fd(l), POLLIN, 0 };
+		struct xrc_req *r = xrc_get_request(l, err, sizeof(err));
+
+		if (r) {
+			got++;
+			xrc_reject(r, NULL, 0);
+		} else {
+			poll(&p, 1, 20);
+		}
+	}
+	assert_int_equal(got, N);
+	assert_int_equal(xrc_listener_dropped(l), 0);
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	xrc_listener_close(l);
+}
+
 static void test_ipv6(void **state)
 {
 	int fd = socket(AF_INET6, SOCK_STREAM, 0);
@@ -821,6 +864,7 @@ int main(void)
 		cmocka_unit_test(test_peer_gone),
 		cmocka_unit_test(test_abort),
 		cmocka_unit_test(test_garbage_client),
+		cmocka_unit_test(test_many_at_once),
 		cmocka_unit_test(test_ipv6),
 		cmocka_unit_test(test_key_table),
 	};
