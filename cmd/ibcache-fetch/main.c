@@ -89,6 +89,14 @@ static void on_note(void *p, enum ibc_note n, const char *peer, const char *deta
 	case IBC_NOTE_ERROR:
 		fprintf(stderr, PROG ": %s: %s; its pages come from the next source\n", peer, detail);
 		break;
+	case IBC_NOTE_SIZE:
+		fprintf(stderr, PROG ": %s: its copy of %s has another size (%s); its pages come "
+			"from the next source\n", peer, c->file, detail);
+		break;
+	case IBC_NOTE_NOSIZE:
+		fprintf(stderr, PROG ": %s: does not tell the size of %s (an older ibcache-serve); "
+			"its pages are used only with --size, --origin or --local\n", peer, c->file);
+		break;
 	case IBC_NOTE_LOCAL_STALE:
 		fprintf(stderr, PROG ": --local %s: another generation than the origin's; not used\n",
 			detail);

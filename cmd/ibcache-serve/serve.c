@@ -51,9 +51,10 @@ struct server {
 	uint32_t recv_depth, send_depth;
 };
 
-static int read_pages(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now)
+static int read_pages(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now,
+		      uint64_t *size)
 {
-	return ibc_export_read(ctx, q, buf, now);
+	return ibc_export_read(ctx, q, buf, now, size);
 }
 
 /* Sends what the engine has ready, as far as the queue takes it. */

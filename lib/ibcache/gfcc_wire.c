@@ -258,6 +258,9 @@ int gfcc_res_check(const struct gfcc_res *r)
 	 * when npage is 0) */
 	if ((r->err || !r->npage) && (r->npage || r->nseg != 1))
 		return -EINVAL;
+	/* the size of a copy that answered: none with an error */
+	if (r->has_size && (r->err || r->size > GFCC_RES_SIZE_MAX))
+		return -EINVAL;
 	return 0;
 }
 
@@ -272,7 +275,11 @@ int gfcc_res_encode(const struct gfcc_res *r, uint8_t out[GFCC_RES_LEN])
 	put_le32(out + 16, r->err);
 	put_le32(out + 20, r->npage);
 	put_le32(out + 24, r->nseg);
-	put_le32(out + 28, 0);
+	put_le32(out + 28, r->has_size ? (uint32_t)r->size : 0);
+	if (r->has_size) {
+		out[5] = GFCC_RES_F_SIZE;
+		put_le16(out + 6, (uint16_t)(r->size >> 32));
+	}
 	return GFCC_RES_LEN;
 }
 
@@ -288,6 +295,10 @@ int gfcc_res_decode(const void *buf, size_t len, struct gfcc_res *r)
 	r->err = get_le32(b + 16);
 	r->npage = get_le32(b + 20);
 	r->nseg = get_le32(b + 24);
+	/* anything but the flag (an older responder's 0, gfarm's unfilled
+	 * bytes) tells nothing, and the rest is ignored as it always was */
+	r->has_size = b[5] == GFCC_RES_F_SIZE;
+	r->size = r->has_size ? (uint64_t)get_le16(b + 6) << 32 | get_le32(b + 28) : 0;
 	return gfcc_res_check(r);
 }
 

@@ -45,8 +45,10 @@
  *
  * rpc2 response, the first GFCC_RES_LEN bytes of reply segment 0:
  *
- *   0  ver[8]   "gfcc1" then 3 NULs (first 5 checked; gfarm's responder
- *               never fills this field -- see the open point below)
+ *   0  ver[8]   "gfcc1" then 3 bytes (first 5 checked; gfarm's responder
+ *               never fills this field).  xprt's size: byte 5 is
+ *               GFCC_RES_F_SIZE, bytes 6..7 the size's bits 32..47 (u16)
+ *               and the pad (28) its bits 0..31 -- see below
  *   8  id       u64   the request's id
  *  16  err      i32   0 or a positive errno: ESTALE (generation differs:
  *                     go to the origin), ENOENT (not cached / outside the
@@ -56,7 +58,20 @@
  *                     responder stops at the first page it lacks)
  *  24  nseg     i32   segments in the reply (1 when npage is 0)
  *  28  pad      4     x86-64 tail padding (gfarm's sizeof is 32, not the
- *                     28 its fields add up to): written 0, ignored
+ *                     28 its fields add up to): written 0, ignored --
+ *                     unless byte 5 says it holds the size's low half
+ *
+ * The file's size (xprt): an xprt responder answering a request that
+ * carried the xprt extension, with err 0, tells the size of its copy in
+ * bytes: byte 5 = GFCC_RES_F_SIZE (1), bytes 6..7 and 28..31 the size
+ * (at most GFCC_RES_SIZE_MAX, 256 TiB; a bigger copy's size is not told).
+ * The requester cuts the output at the end of the file with it, and a
+ * copy of another size than the file's is not used (its last page would
+ * pass for whole).  Where byte 5 is anything else -- 0 from a responder
+ * that predates it, gfarm's unfilled bytes -- nothing is told and bytes
+ * 6..7 and the pad are ignored as before, so the response stays 32 bytes
+ * and the reply's layout is the same for everyone.  Requests never ask
+ * for it: a gfarm requester sends no extension and gets the pad 0.
  *
  * UDP data-segment header (xprt, UDP flavour only): every reply datagram
  * is this header, then the segment's payload.  Over UD the segment index
@@ -117,6 +132,9 @@
 #define GFCC_X_MAGIC		"gfcx"
 #define GFCC_X_VERSION		1u
 #define GFCC_CMD_READ_REQ	2u	/* gfarm: LISTEN 1, READ_REQ 2, READ_RES 3 */
+
+#define GFCC_RES_F_SIZE		1u	/* response byte 5: the size is told */
+#define GFCC_RES_SIZE_MAX	((1ull << 48) - 1)
 
 /* Sizes on the wire. */
 #define GFCC_REQ_HDR		72u
@@ -204,6 +222,8 @@ struct gfcc_res {
 	uint32_t err;		/* positive errno or 0 */
 	uint32_t npage;
 	uint32_t nseg;
+	bool has_size;		/* xprt: the responder's copy's size follows */
+	uint64_t size;		/* bytes, <= GFCC_RES_SIZE_MAX */
 };
 
 struct gfcc_dseg {

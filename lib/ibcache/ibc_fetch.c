@@ -20,6 +20,9 @@
 #include "ibcache/ibc_fetch.h"
 
 enum { P_NEED = 0, P_FLIGHT = 1, P_DONE = 2 };
+/* Why the last peer asked for a page did not give it, for the line a
+ * fetch that ends without the page prints. */
+enum { WHY_MISS = 0, WHY_SIZE = 1, WHY_NOSIZE = 2 };
 #define TRIES_MAX	3	/* asks of one peer for a page before the next */
 #define FLIGHTS		(3 * IBC_DEPTH_MAX)
 #define CACHE_RUN	16	/* pages per write into the cache */
@@ -41,6 +44,7 @@ struct ibc_fetch {
 	uint64_t ino, gen;
 	bool have_gen;
 	int64_t size;			/* -1: unknown */
+	int size_peer;			/* the peer that told it, or -1 */
 	int origin_fd, local_fd;
 	const char *origin_name;	/* --origin, or the directory's (dir_origin) */
 	char *dir_origin;
@@ -71,6 +75,7 @@ struct ibc_fetch {
 	uint8_t *state, *pos, *tries;
 	uint8_t *fromloc;		/* the page came from the local copy */
 	uint8_t *hwait;			/* times its home was asked again */
+	uint8_t *why, *whyp;		/* WHY_*, and of which peer */
 	uint64_t *not_before;		/* not asked again before then */
 	uint16_t *rank;			/* chunk x npeers */
 	uint8_t **dst;			/* scratch for a request */
@@ -513,6 +518,7 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	f->origin_fd = f->local_fd = f->cache_fd = f->cache_dfd = -1;
 	f->self = -1;
 	f->size = f->local_size = -1;
+	f->size_peer = -1;
 	f->note = nfn;
 	f->nctx = ctx;
 	f->psize = o->ro.psize ? o->ro.psize : 4096;
@@ -560,7 +566,7 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 		goto fail;
 	f->buf = aligned_alloc(4096, (size_t)f->chunk * f->psize);
 	f->pg = calloc(f->chunk, sizeof(*f->pg));
-	f->state = calloc(f->chunk, 5);
+	f->state = calloc(f->chunk, 7);
 	f->not_before = calloc(f->chunk, sizeof(*f->not_before));
 	f->rank = calloc((size_t)f->chunk * (f->npeers ? f->npeers : 1), sizeof(*f->rank));
 	f->dst = calloc(GFCC_PAGES_MAX, sizeof(*f->dst));
@@ -571,6 +577,8 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	f->tries = f->pos + f->chunk;
 	f->fromloc = f->tries + f->chunk;
 	f->hwait = f->fromloc + f->chunk;
+	f->why = f->hwait + f->chunk;
+	f->whyp = f->why + f->chunk;
 	/* ud:// pages land in the chunk straight from the device */
 	if (f->npeers && ibc_req_register(f->rq, f->buf, (size_t)f->chunk * f->psize, err, errlen))
 		goto fail;
@@ -711,14 +719,71 @@ static bool home_wait(struct ibc_fetch *f, uint32_t i, int peer, uint64_t now)
 	return true;
 }
 
+/* Beyond the end of the file, as far as it is known. */
+static bool past_end(const struct ibc_fetch *f, uint64_t page)
+{
+	return f->size >= 0 && page * f->psize >= (uint64_t)f->size;
+}
+
+/* The size a peer told where nothing else did: the range ends there. */
+static void learn_size(struct ibc_fetch *f, uint64_t size, int peer)
+{
+	f->size = (int64_t)size;
+	f->size_peer = peer;
+	if (f->o.pages)
+		return;	/* pages past it are an error (fill) */
+	if (f->end > size)
+		f->end = size;
+	if (f->off > f->end)
+		f->off = f->end;
+	f->npages = f->end > f->off ? (f->end - 1) / f->psize - f->off / f->psize + 1 : 0;
+}
+
+/* What a reply says of the file's size decides whether its pages may be
+ * used (gfcc_wire.h: the responder tells the size of its copy).  A copy
+ * of another size than the file's has the same generation tag on other
+ * bytes, or was cut short: its last page would pass for whole, zeros
+ * and all.  A peer that tells nothing (an older server) is trusted only
+ * where the size is known here, to cut its last page.  Returns 1 (take
+ * them), 0 (the peer's pages are not used: next peer, *why says why), or
+ * -1 (its response was lost: nothing known, ask again). */
+static int size_ok(struct ibc_fetch *f, const struct ibc_done *d, int peer, uint8_t *why)
+{
+	char det[160];
+
+	if (d->err)
+		return 1;	/* nothing to take */
+	/* an empty reply tells it too: pages asked for past the end */
+	if (d->has_size) {
+		if (f->size < 0)
+			learn_size(f, d->size, peer);
+		if ((uint64_t)f->size == d->size)
+			return 1;
+		snprintf(det, sizeof(det), "%llu bytes where the file has %lld",
+			 (unsigned long long)d->size, (long long)f->size);
+		peer_gone(f, peer, IBC_NOTE_SIZE, det);
+		*why = WHY_SIZE;
+		return 0;
+	}
+	if (!d->nok || f->size >= 0)
+		return 1;
+	if (!d->answered)
+		return -1;
+	peer_gone(f, peer, IBC_NOTE_NOSIZE, NULL);
+	*why = WHY_NOSIZE;
+	return 0;
+}
+
 static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 {
 	struct flight *fl = &f->fl[d->tag];
-	int peer = fl->peer;
+	int peer = fl->peer, take;
 	uint64_t now = xtime_ns();
+	uint8_t why = WHY_MISS;
 	char det[128];
 
 	fl->used = false;
+	take = size_ok(f, d, peer, &why);
 	switch (d->err) {
 	case 0: case ENOENT: case ENOMEM: case ETIMEDOUT: case -ETIMEDOUT:
 		break;
@@ -746,7 +811,7 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 	for (uint32_t j = 0; j < fl->n; j++) {
 		uint32_t i = fl->idx[j];
 
-		if (j < d->taken && ibc_done_ok(d, j)) {
+		if (j < d->taken && ibc_done_ok(d, j) && take > 0) {
 			f->state[i] = P_DONE;
 			f->st.peer_pages++;
 			continue;
@@ -754,7 +819,13 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 		f->state[i] = P_NEED;
 		if (j >= d->taken)
 			continue;
-		if ((d->err == 0 && j == d->reply_pages) || (d->err == ENOENT && f->caching)) {
+		if (take == 0) {
+			f->why[i] = why;
+			f->whyp[i] = (uint8_t)peer;
+			next_peer(f, i);
+		} else if (take < 0)
+			f->tries[i]++;		/* as if lost: the response was */
+		else if ((d->err == 0 && j == d->reply_pages) || (d->err == ENOENT && f->caching)) {
 			if (!home_wait(f, i, peer, now))
 				next_peer(f, i);	/* the first page it lacks */
 		} else if (d->err == 0)
@@ -780,7 +851,8 @@ static bool submit(struct ibc_fetch *f, uint32_t n, uint64_t *later)
 	for (uint32_t i = 0; i < n; i++) {
 		int p;
 
-		if (f->state[i] != P_NEED || (p = candidate(f, i)) < 0 || busy[p])
+		if (f->state[i] != P_NEED || past_end(f, f->pg[i]) || (p = candidate(f, i)) < 0 ||
+		    busy[p])
 			continue;
 		if (f->not_before[i] > now) {
 			waiting = true;
@@ -797,7 +869,8 @@ static bool submit(struct ibc_fetch *f, uint32_t n, uint64_t *later)
 		if (slot == FLIGHTS)
 			break;
 		for (uint32_t j = i; j < n && k < max; j++) {
-			if (f->state[j] != P_NEED || candidate(f, j) != p || f->not_before[j] > now)
+			if (f->state[j] != P_NEED || past_end(f, f->pg[j]) || candidate(f, j) != p ||
+			    f->not_before[j] > now)
 				continue;
 			f->fl[slot].idx[k] = j;
 			f->reqpg[k] = f->pg[j];
@@ -883,9 +956,24 @@ static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen
 			continue;
 		}
 		if (f->origin_fd < 0) {
-			xerr(err, errlen,
-			     "page %llu of %s: in no peer's cache%s, and no --origin given",
-			     (unsigned long long)f->pg[i], f->path, f->o.local ? " nor the local copy" : "");
+			const char *pn = f->why[i] != WHY_MISS ? ibc_req_peer_name(f->rq, f->whyp[i])
+							       : NULL;
+
+			if (f->why[i] == WHY_SIZE)
+				xerr(err, errlen, "page %llu of %s: %s has a copy of another size than "
+				     "the file's (%lld bytes), no other peer%s has it, and no --origin "
+				     "given", (unsigned long long)f->pg[i], f->path, pn,
+				     (long long)f->size, f->o.local ? " nor the local copy" : "");
+			else if (f->why[i] == WHY_NOSIZE)
+				xerr(err, errlen, "page %llu of %s: %s does not tell the file's size "
+				     "(give --size), no other peer%s has it, and no --origin given",
+				     (unsigned long long)f->pg[i], f->path, pn,
+				     f->o.local ? " nor the local copy" : "");
+			else
+				xerr(err, errlen,
+				     "page %llu of %s: in no peer's cache%s, and no --origin given",
+				     (unsigned long long)f->pg[i], f->path,
+				     f->o.local ? " nor the local copy" : "");
 			return -ENOENT;
 		}
 		while (i + run < n && f->state[i + run] != P_DONE && f->pg[i + run] == f->pg[i] + run)
@@ -977,6 +1065,8 @@ static int write_chunk(struct ibc_fetch *f, uint32_t n, ibc_write_fn out, void *
 			a = f->off;
 		if (b > f->end)
 			b = f->end;
+		if (b <= a)
+			return 0;	/* past the end a peer told */
 		rc = out(octx, f->buf + (a - f->pg[0] * f->psize), b - a);
 		f->st.bytes_out += b - a;
 		return rc;
@@ -1003,12 +1093,26 @@ static int fill(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 	for (uint32_t i = 0; i < n; i++) {
 		f->state[i] = P_NEED;
 		f->fromloc[i] = 0;
+		f->why[i] = WHY_MISS;
 	}
 	if (f->local_fd >= 0 && (rc = fill_local(f, n, err, errlen)))
 		return rc;
 	if (f->npeers && (rc = fill_peers(f, n))) {
 		xerr(err, errlen, "%s", strerror(-rc));
 		return rc;
+	}
+	/* a size a peer told ends the range there: nothing to output past it
+	 * (a size known before never let such a page in) */
+	for (uint32_t i = 0; i < n; i++) {
+		if (!past_end(f, f->pg[i]))
+			continue;
+		if (f->o.pages) {
+			xerr(err, errlen, "--pages: page %llu is past the end of %s (%lld bytes, as %s "
+			     "tells)", (unsigned long long)f->pg[i], f->path, (long long)f->size,
+			     ibc_req_peer_name(f->rq, f->size_peer));
+			return -EINVAL;
+		}
+		f->state[i] = P_DONE;
 	}
 	if ((rc = fill_origin(f, n, err, errlen)))
 		return rc;

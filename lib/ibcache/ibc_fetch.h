@@ -13,6 +13,12 @@
  *   ESTALE/ENOENT the peer's copy is another generation / it has none:
  *                 not asked again for this file (ENOENT with a cache: next
  *                 peer for those pages only -- the others cache too)
+ *   another size  the peer's copy has another size than the file's (the
+ *                 size it tells in its reply, gfcc_wire.h): its pages are
+ *                 not used, it is not asked again.  Where nothing here
+ *                 knows the size (no --origin, --local, --size), the first
+ *                 peer to tell it sets it: the range is cut there, and a
+ *                 peer that does not tell it (an older server) is not used
  *   no answer     reaped after the timeout; a closed port at once: the
  *                 peer is not asked again (pages that came whole over UDP
  *                 are kept)
@@ -67,6 +73,8 @@ enum ibc_note {
 	IBC_NOTE_REFUSED,	/* closed port */
 	IBC_NOTE_STALE,		/* its copy has another generation */
 	IBC_NOTE_ERROR,		/* it answered an error: detail */
+	IBC_NOTE_SIZE,		/* its copy has another size than the file's: detail */
+	IBC_NOTE_NOSIZE,	/* it does not tell the size, and nothing here knows it */
 	IBC_NOTE_LOCAL_STALE,	/* --local has another generation: not used */
 	IBC_NOTE_LOCAL_SIZE,	/* --local has another size than the file's (detail): not used */
 	IBC_NOTE_CACHE,		/* the cache could not take a write: detail; not written to again */

@@ -590,7 +590,8 @@ void ibc_export_get_stats(const struct ibc_export *x, struct ibc_export_stats *s
 	*s = x->st;
 }
 
-int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf, uint64_t now_ns)
+int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf, uint64_t now_ns,
+		    uint64_t *size)
 {
 	struct ent *e = lookup(x, q->obj.ino);
 	uint32_t total = 0;
@@ -607,15 +608,18 @@ int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf
 		return rc;
 	if (e->gen != q->obj.gen)
 		return -ESTALE;
+	/* the size the generation was taken with: a copy cut since is
+	 * refused below (ESTALE), never told with another size */
+	*size = (uint64_t)e->st.st_size;
 	/* the reply is a prefix: stop at the first page we lack (gfarm's
 	 * find_get_page loop in gfsk_ccib.c) */
 	for (uint32_t b = 0; b < q->npblk; b++) {
 		const struct gfcc_pblk *p = &q->pblk[b];
-		uint64_t size = (uint64_t)e->st.st_size, npg = (size + q->psize - 1) / q->psize;
+		uint64_t npg = (*size + q->psize - 1) / q->psize;
 		int64_t held = e->solid && !x->o.resident_only
 			? (int64_t)(p->index >= npg ? 0 : npg - p->index < p->count ? npg - p->index
 											 : p->count)
-			: ibc_pages_held(e->fd, size, q->psize, p->index, p->count,
+			: ibc_pages_held(e->fd, *size, q->psize, p->index, p->count,
 					 x->o.resident_only);
 
 		if (held < 0)

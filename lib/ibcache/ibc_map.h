@@ -85,9 +85,11 @@ const char *ibc_export_root(const struct ibc_export *x);
 void ibc_export_get_stats(const struct ibc_export *x, struct ibc_export_stats *s);
 
 /* The reply's pages for q: the prefix of q's pages (in request order) this
- * export holds, read into buf (npage * psize bytes of room).  Returns how
- * many (0 when it holds the first one not), or -ENOENT (no such object
- * here), -ESTALE (our copy has another generation), -EIO. */
-int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf, uint64_t now_ns);
+ * export holds, read into buf (npage * psize bytes of room), and the size
+ * of the copy they come from into *size.  Returns how many (0 when it
+ * holds the first one not), or -ENOENT (no such object here), -ESTALE
+ * (our copy has another generation), -EIO. */
+int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf, uint64_t now_ns,
+		    uint64_t *size);
 
 #endif

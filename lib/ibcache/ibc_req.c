@@ -543,6 +543,10 @@ static void finish(struct ibc_req *q, struct ent *e, struct ibc_done *d)
 	d->taken = r->req.npage;
 	d->reply_pages = ibc_rq_reply_pages(r);
 	d->err = r->err;
+	/* r->ra.res is valid once segment 0 is in */
+	d->answered = r->ra.known && (r->ra.segmap[0] & 1);
+	d->has_size = d->answered && r->ra.res.has_size;
+	d->size = d->has_size ? r->ra.res.size : 0;
 	for (uint32_t i = 0; i < d->taken; i++)
 		if (ibc_rq_page_ok(r, i)) {
 			d->ok[i / 64] |= 1ull << (i % 64);

@@ -78,6 +78,9 @@ struct ibc_done {
 	uint32_t taken;			/* pages the request carried: the first
 					 * `taken` of those submitted */
 	uint32_t reply_pages;		/* the reply's npage (a prefix), when one came */
+	bool answered;			/* its response (segment 0) came */
+	bool has_size;			/* it told the size of the peer's copy: */
+	uint64_t size;
 	int err;			/* 0; the responder's errno (ESTALE, ENOENT,
 					 * ENOMEM, EMSGSIZE...); or -ETIMEDOUT (reaped),
 					 * -ECONNREFUSED, -EBADMSG, -EIO */

@@ -315,7 +315,7 @@ static int on_request(struct ibc_srv *s, void *peer, const void *buf, size_t len
 	struct gfcc_res r;
 	struct st *t;
 	uint32_t seglen, hdr = s->c.flavour == GFCC_UDP ? GFCC_DSEG_LEN : 0;
-	uint64_t need;
+	uint64_t need, size;
 	int rc = gfcc_req_decode(buf, len, q);
 
 	if (rc) {
@@ -352,7 +352,8 @@ static int on_request(struct ibc_srv *s, void *peer, const void *buf, size_t len
 		s->stats.refused++;
 		return reply_error(s, peer, q->id, q->qkey, ENOMEM, now);
 	}
-	rc = s->rd(s->ctx, q, t->stream + GFCC_RES_LEN, now);
+	size = UINT64_MAX;
+	rc = s->rd(s->ctx, q, t->stream + GFCC_RES_LEN, now, &size);
 	if (rc < 0) {
 		buf_put(s, t->stream, need);
 		free(t);
@@ -368,6 +369,13 @@ static int on_request(struct ibc_srv *s, void *peer, const void *buf, size_t len
 		rc = (int)q->npage;
 	gfcc_layout_init(&t->lay, q->psize, (uint32_t)rc, seglen);
 	r = (struct gfcc_res){ .id = q->id, .npage = t->lay.npage, .nseg = t->lay.nseg };
+	/* the copy's size, to a requester that speaks xprt's extension: its
+	 * last page is cut there, and a copy of another size than the file's
+	 * is not used (gfcc_wire.h) */
+	if (q->has_ext && size <= GFCC_RES_SIZE_MAX) {
+		r.has_size = true;
+		r.size = size;
+	}
 	gfcc_res_encode(&r, t->stream);
 	t->peer = peer;
 	t->id = q->id;

@@ -50,9 +50,11 @@ struct ibc_srv_cfg {
 };
 
 /* The page store: fills buf with the prefix of q's pages it holds, in
- * request order.  Returns how many (0..q->npage) or -errno (-ENOENT,
- * -ESTALE, -EIO). */
-typedef int (*ibc_srv_read_fn)(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now);
+ * request order, and *size with the size of its copy in bytes
+ * (UINT64_MAX: not known; told in the reply, gfcc_wire.h).  Returns how
+ * many pages (0..q->npage) or -errno (-ENOENT, -ESTALE, -EIO). */
+typedef int (*ibc_srv_read_fn)(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now,
+			       uint64_t *size);
 
 struct ibc_srv_stats {
 	uint64_t requests;		/* decoded requests, duplicates not counted */

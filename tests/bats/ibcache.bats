@@ -98,6 +98,73 @@ S=$IBCACHE_SERVE
 	[ "$(stat_of peer_pages)" -eq 1 ]
 }
 
+@test "size unknown here: the peer tells it, the output ends with the file, never zeros past it" {
+	mkdata t 10000	# 2 pages and 1808 bytes
+	start_serve udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/t" t
+	gen=$(stat_of gen)
+	# no --origin, --local nor --size: the reply's size cuts the range
+	for ol in "0 12288" "0 20000" "5000 20000" "9999 1" "10000 5" "12288 8192"; do
+		set -- $ol
+		fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --gen "$gen" t --offset "$1" --length "$2"
+		slice "$ORG/t" "$1" "$2" >"$BATS_TEST_TMPDIR/want"
+		same "$BATS_TEST_TMPDIR/o" "$BATS_TEST_TMPDIR/want"
+		[ "$(stat_of origin_pages)" -eq 0 ] && [ -z "$stderr" ] || die "$ol: $stderr $STATS"
+	done
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --gen "$gen" t --pages 1-2
+	slice "$ORG/t" 4096 5904 >"$BATS_TEST_TMPDIR/want"
+	same "$BATS_TEST_TMPDIR/o" "$BATS_TEST_TMPDIR/want"
+	run_tool 1 "$F" -p "${URIS[0]}" --gen "$gen" t --pages 1,3
+	expect_stderr_line "ibcache-fetch: --pages: page 3 is past the end of t (10000 bytes, as ${URIS[0]} tells)"
+}
+
+@test "a peer's copy of the same generation but shorter than the file: not used, never its zeros" {
+	head -c 10000 /dev/urandom >"$ORG/c"
+	head -c 6000 "$ORG/c" >"$EXP/c"
+	tag_gen 55 "$ORG/c" "$EXP/c"
+	start_serve udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/c" c
+	same "$BATS_TEST_TMPDIR/o" "$ORG/c"
+	[ "$(stat_of peer_pages)" -eq 0 ] && [ "$(stat_of origin_pages)" -eq 3 ] || die "$STATS"
+	[ "$stderr" = "ibcache-fetch: ${URIS[0]}: its copy of c has another size (6000 bytes where the file has 10000); its pages come from the next source" ] ||
+		die "$stderr"
+	# the size from --size, no origin: nowhere else to go, and it says why
+	run_tool 1 "$F" -p "${URIS[0]}" --gen 55 --size 10000 c
+	[[ ${stderr_lines[1]} == "ibcache-fetch: page 0 of c: ${URIS[0]} has a copy of another size than the file's (10000 bytes), no other peer has it, and no --origin given" ]] ||
+		die "$stderr"
+	[ -z "$output" ] || die "output: $(printf %s "$output" | wc -c) bytes"
+}
+
+@test "a peer that does not tell the size (an older server): used only where the size is known" {
+	# one-page replies the way an older ibcache-serve makes them: the
+	# response's size bytes 0
+	python3 - "$BATS_TEST_TMPDIR/old.port" <<-'EOF' 3>&- &
+	import socket, struct, sys
+	s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+	s.bind(("127.0.0.1", 0))
+	open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+	import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+	while True:
+	    d, a = s.recvfrom(65536)
+	    if d[:5] != b"gfcc1":
+	        continue
+	    rid, qkey = d[8:16], struct.unpack("<I", d[48:52])[0]
+	    res = b"gfcc1\0\0\0" + rid + struct.pack("<iiiI", 0, 1, 1, 0)
+	    s.sendto(rid + struct.pack("<IHH", qkey, 0, 1) + res + b"A" * 4096, a)
+	EOF
+	BG_PIDS+=($!)
+	for _ in $(seq 100); do [ -s "$BATS_TEST_TMPDIR/old.port" ] && break; sleep 0.05; done
+	u=udp://127.0.0.1:$(cat "$BATS_TEST_TMPDIR/old.port")
+	run_tool 1 "$F" -p "$u" --gen 9 t --pages 0
+	[[ ${stderr_lines[0]} == "ibcache-fetch: $u: does not tell the size of t (an older ibcache-serve); its pages are used only with --size, --origin or --local" &&
+		${stderr_lines[1]} == "ibcache-fetch: page 0 of t: $u does not tell the file's size (give --size), no other peer has it, and no --origin given" ]] ||
+		die "$stderr"
+	[ -z "$output" ] || die "output: $(printf %s "$output" | wc -c) bytes"
+	# --size known here: its last page is cut there
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "$u" --gen 9 --size 4000 t --pages 0
+	[ "$(stat -c %s "$BATS_TEST_TMPDIR/o")" -eq 4000 ] && [ "$(stat_of peer_pages)" -eq 1 ] || die "$STATS"
+}
+
 @test "pages the peer lacks come from the origin, only those" {
 	head -c 409600 /dev/urandom >"$ORG/s"	# 100 pages
 	# the cache holds pages 0-2, 4-9, 13-49, 51-98: holes at 3, 10-12, 50, 99
@@ -171,9 +238,7 @@ S=$IBCACHE_SERVE
 @test "--local of the same generation tag but another size: not used, never zeros for the bytes it lacks" {
 	head -c 100000 /dev/urandom >"$ORG/z"
 	head -c 50000 "$ORG/z" >"$BATS_TEST_TMPDIR/short"
-	python3 -c 'import os,sys
-for p in sys.argv[1:]: os.setxattr(p, "user.ibcache.gen", b"77")' "$ORG/z" "$BATS_TEST_TMPDIR/short" ||
-		skip "no user xattrs on this file system"
+	tag_gen 77 "$ORG/z" "$BATS_TEST_TMPDIR/short"
 	# cut short: its page 12 would read as zeros from byte 50000 on
 	fetch_to "$BATS_TEST_TMPDIR/o" 0 --origin "$ORG/z" --local "$BATS_TEST_TMPDIR/short" z
 	same "$BATS_TEST_TMPDIR/o" "$ORG/z"
@@ -203,9 +268,7 @@ for p in sys.argv[1:]: os.setxattr(p, "user.ibcache.gen", b"77")' "$ORG/z" "$BAT
 	[ -z "$stderr" ]
 	# the same tag on both copies: the same generation, whatever the mtimes
 	cp "$ORG/g" "$EXP/g"
-	python3 -c 'import os,sys
-for p in sys.argv[1:]: os.setxattr(p, "user.ibcache.gen", b"41")' "$ORG/g" "$EXP/g" ||
-		skip "no user xattrs on this file system"
+	tag_gen 41 "$ORG/g" "$EXP/g"
 	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/g" g
 	same "$BATS_TEST_TMPDIR/o" "$ORG/g"
 	[ "$(stat_of gen)" -eq 41 ]

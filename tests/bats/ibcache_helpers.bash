@@ -62,6 +62,14 @@ sparse_copy() {
 	EOF
 }
 
+# tag_gen GEN FILE...: the generation tag user.ibcache.gen on each FILE;
+# the test is skipped where the file system has no user xattrs.
+tag_gen() {
+	python3 -c 'import os,sys
+for p in sys.argv[2:]: os.setxattr(p, "user.ibcache.gen", sys.argv[1].encode())' "$@" ||
+		skip "no user xattrs on this file system"
+}
+
 # slice FILE OFFSET LENGTH: those bytes of FILE on stdout.
 slice() {
 	python3 -c 'import sys

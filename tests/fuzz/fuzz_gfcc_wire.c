@@ -3,7 +3,7 @@
  * decodes must pass its own check, encode, and give back the same bytes --
  * except those the format says are ignored (the request's ver[5..7] and
  * psn, the response's ver[5..7] and tail padding, which gfarm leaves
- * unset). */
+ * unset, unless byte 5 says they hold the size: then those bytes too). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -62,6 +62,15 @@ static void res(const uint8_t *d, size_t n)
 	same(back, d, 8, 28);
 	if ((r.err || !r.npage) && r.nseg != 1)
 		__builtin_trap();
+	/* a size told is the bytes that tell it, within the field's reach,
+	 * and only in an answer that is not an error */
+	if (r.has_size != (d[5] == GFCC_RES_F_SIZE) ||
+	    (r.has_size && (r.err || r.size > GFCC_RES_SIZE_MAX)))
+		__builtin_trap();
+	if (r.has_size) {
+		same(back, d, 5, 8);
+		same(back, d, 28, 32);
+	}
 }
 
 static void dseg(const uint8_t *d, size_t n)

@@ -25,14 +25,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 static const uint32_t mtus[] = { 256, 1024, 1500, 4096, 9000, 65507 };
 static const uint32_t psizes[] = { 512, 4096, 65536, 3000 };
 
-static uint64_t held_pages;
+static uint64_t held_pages, held_size;
 
-static int store(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now)
+static int store(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now, uint64_t *size)
 {
 	uint32_t k = 0;
 
 	(void)ctx;
 	(void)now;
+	*size = held_size;
 	if (q->obj.ino != INO)
 		return -ENOENT;
 	if (q->obj.gen != GEN)
@@ -144,6 +145,9 @@ static void check_out(const struct ibc_out *o, uint32_t mtu, enum gfcc_flavour f
 			__builtin_trap();
 		if (r.err && o->len != GFCC_RES_LEN)
 			__builtin_trap();
+		/* the store's size, and only one the field can hold */
+		if (r.has_size && (r.err || r.size != held_size || held_size > GFCC_RES_SIZE_MAX))
+			__builtin_trap();
 	}
 }
 
@@ -164,6 +168,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 	if (c.flavour == GFCC_UD && c.mtu > 4096)
 		c.mtu = 4096;
 	held_pages = 30 + (setup & 63);
+	/* a copy of some size, or one too big for the reply to tell */
+	held_size = setup & 0x20 ? GFCC_RES_SIZE_MAX + 1 + setup : held_pages * 4096 - (setup & 15);
 	s = ibc_srv_new(&c, store, NULL);
 	if (!s)
 		__builtin_trap();

@@ -324,6 +324,49 @@ static void test_res(void **s)
 	assert_int_equal(gfcc_res_decode(t, GFCC_RES_LEN, &d), -EINVAL);
 }
 
+/* xprt's size in the response: byte 5 the flag, 6..7 and the pad the
+ * size; without the flag nothing is told and those bytes mean nothing. */
+static void test_res_size(void **s)
+{
+	static const uint8_t want[GFCC_RES_LEN] = {
+		'g', 'f', 'c', 'c', '1', GFCC_RES_F_SIZE, 0x56, 0x34,	/* size bits 32..47 */
+		2, 0, 0, 0, 0, 0, 0, 0,
+		0, 0, 0, 0,		/* err */
+		3, 0, 0, 0,		/* npage */
+		1, 0, 0, 0,		/* nseg */
+		0x10, 0x27, 0x00, 0x12,	/* size bits 0..31 */
+	};
+	struct gfcc_res r = { .id = 2, .npage = 3, .nseg = 1, .has_size = true,
+			      .size = 0x345612002710ull }, d, q;
+	uint8_t b[GFCC_RES_LEN], t[GFCC_RES_LEN];
+
+	assert_int_equal(gfcc_res_encode(&r, b), GFCC_RES_LEN);
+	assert_memory_equal(b, want, sizeof(want));
+	assert_int_equal(gfcc_res_decode(b, sizeof(b), &d), 0);
+	assert_true(d.has_size && d.size == r.size && d.npage == 3);
+	/* 0 bytes and the largest the field holds; an empty reply tells it too */
+	q = r; q.size = 0; q.npage = 0;
+	assert_int_equal(gfcc_res_encode(&q, b), GFCC_RES_LEN);
+	assert_int_equal(gfcc_res_decode(b, sizeof(b), &d), 0);
+	assert_true(d.has_size && d.size == 0);
+	q = r; q.size = GFCC_RES_SIZE_MAX;
+	assert_int_equal(gfcc_res_encode(&q, b), GFCC_RES_LEN);
+	assert_int_equal(gfcc_res_decode(b, sizeof(b), &d), 0);
+	assert_true(d.has_size && d.size == GFCC_RES_SIZE_MAX);
+	q = r; q.size = GFCC_RES_SIZE_MAX + 1;	assert_int_equal(gfcc_res_encode(&q, b), -EINVAL);
+	q = r; q.err = ESTALE; q.npage = 0;	assert_int_equal(gfcc_res_encode(&q, b), -EINVAL);
+	/* an older responder's zeros, or anything but the flag: not told */
+	memcpy(t, want, sizeof(want)); t[5] = 0;
+	assert_int_equal(gfcc_res_decode(t, sizeof(t), &d), 0);
+	assert_false(d.has_size);
+	t[5] = 3;
+	assert_int_equal(gfcc_res_decode(t, sizeof(t), &d), 0);
+	assert_false(d.has_size);
+	/* an error that claims a size is not a response we make sense of */
+	memcpy(t, want, sizeof(want)); t[16] = ENOENT; t[20] = 0;
+	assert_int_equal(gfcc_res_decode(t, sizeof(t), &d), -EINVAL);
+}
+
 static void test_dseg(void **s)
 {
 	static const uint8_t want[GFCC_DSEG_LEN] = {
@@ -445,6 +488,7 @@ int main(void)
 		cmocka_unit_test(test_req_pages),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_res),
+		cmocka_unit_test(test_res_size),
 		cmocka_unit_test(test_dseg),
 		cmocka_unit_test(test_xmsg),
 		cmocka_unit_test(test_kind),

@@ -282,7 +282,7 @@ static void test_export(void **s)
 	struct gfcc_req q;
 	uint8_t *buf = malloc(256 * PS);
 	char err[256], p[512], o[512];
-	uint64_t g;
+	uint64_t g, size = 0;
 
 	mkfile("d/e/f", 5 * PS, 3);
 	punch("d/e/f", holes, 1);
@@ -299,17 +299,18 @@ static void test_export(void **s)
 	g = gen_of("d/e/f");
 	q = req_for("d/e/f", g, 0, 5);
 	/* a prefix: pages 0, 1; page 2 is a hole */
-	assert_int_equal(ibc_export_read(x, &q, buf, 1), 2);
+	assert_int_equal(ibc_export_read(x, &q, buf, 1, &size), 2);
 	assert_int_equal(buf[0], 3);
+	assert_int_equal(size, 5 * PS);	/* the copy's, told in the reply */
 	q = req_for("d/e/f", g, 3, 2);
-	assert_int_equal(ibc_export_read(x, &q, buf, 1), 2);
+	assert_int_equal(ibc_export_read(x, &q, buf, 1, &size), 2);
 	q = req_for("d/e/f", g + 1, 0, 1);
-	assert_int_equal(ibc_export_read(x, &q, buf, 1), -ESTALE);
+	assert_int_equal(ibc_export_read(x, &q, buf, 1, &size), -ESTALE);
 	q = req_for("nope", g, 0, 1);
-	assert_int_equal(ibc_export_read(x, &q, buf, 1), -ENOENT);
+	assert_int_equal(ibc_export_read(x, &q, buf, 1, &size), -ENOENT);
 	/* the link's target is outside: never indexed, never served */
 	q = req_for("link", 0, 0, 1);
-	assert_int_equal(ibc_export_read(x, &q, buf, 1), -ENOENT);
+	assert_int_equal(ibc_export_read(x, &q, buf, 1, &size), -ENOENT);
 	{
 		struct ibc_export_stats st;
 
@@ -319,12 +320,13 @@ static void test_export(void **s)
 	/* a file made after the scan is found by the rescan a miss makes */
 	mkfile("late", PS, 1);
 	q = req_for("late", gen_of("late"), 0, 1);
-	assert_int_equal(ibc_export_read(x, &q, buf, 2000000000ull), 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 2000000000ull, &size), 1);
 	/* rewritten in place: the generation moves with it */
 	mkfile("late", 2 * PS, 2);
 	q = req_for("late", gen_of("late"), 0, 2);
-	assert_int_equal(ibc_export_read(x, &q, buf, 2000000001ull), 2);
+	assert_int_equal(ibc_export_read(x, &q, buf, 2000000001ull, &size), 2);
 	assert_int_equal(buf[0], 2);
+	assert_int_equal(size, 2 * PS);
 	ibc_export_close(x);
 	free(buf);
 }
@@ -335,12 +337,13 @@ static void test_export_replaced(void **s)
 	struct gfcc_req q;
 	uint8_t buf[PS];
 	char err[256], a[512], b[512];
+	uint64_t size;
 
 	mkfile("r", PS, 1);
 	mkfile("r.new", PS, 99);
 	x = ibc_export_open(root, NULL, err, sizeof(err));
 	q = req_for("r", gen_of("r"), 0, 1);
-	assert_int_equal(ibc_export_read(x, &q, buf, 10), 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 10, &size), 1);
 	assert_int_equal(buf[0], 1);
 	snprintf(a, sizeof(a), "%s/r.new", root);
 	snprintf(b, sizeof(b), "%s/r", root);
@@ -348,7 +351,7 @@ static void test_export_replaced(void **s)
 	/* a second later the name is looked at again: the new file is the
 	 * one served, under its own generation */
 	q = req_for("r", gen_of("r"), 0, 1);
-	assert_int_equal(ibc_export_read(x, &q, buf, 2000000000ull), 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 2000000000ull, &size), 1);
 	assert_int_equal(buf[0], 99);
 	ibc_export_close(x);
 }

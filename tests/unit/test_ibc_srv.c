@@ -189,6 +189,48 @@ static void test_resend(void **s_)
 	ibc_srv_free(s);
 }
 
+/* The copy's size goes in the response to a requester that sent xprt's
+ * extension, also in an empty reply; not to gfarm's (no extension), and
+ * not when the store does not know it or it is too big for the field. */
+static void test_size_told(void **s_)
+{
+	struct ibc_srv *s = mk(GFCC_UDP, 65507, 0, 0);
+	struct ibc_out out[4];
+	struct gfcc_res r;
+	uint8_t b[GFCC_REQ_MAX];
+	size_t len;
+
+	store_size = 10000;
+	len = req(b, 1, INO, 0, 3, 65000, 0);
+	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), 0);
+	assert_int_equal(ibc_srv_pump(s, out, 4, 0), 1);
+	assert_int_equal(gfcc_res_decode(out[0].buf, out[0].len, &r), 0);
+	assert_true(r.has_size && r.size == 10000 && r.npage == 3);
+	held = 2;	/* an empty reply: the pages asked for lie past its copy */
+	len = req(b, 2, INO, 5, 2, 65000, 0);
+	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), 0);
+	assert_int_equal(ibc_srv_pump(s, out, 4, 0), 1);
+	assert_int_equal(gfcc_res_decode(out[0].buf, out[0].len, &r), 0);
+	assert_true(r.has_size && r.size == 10000 && r.npage == 0);
+	/* gfarm's request: the pad stays 0 */
+	len = req(b, 3, INO, 0, 1, 65000, 0) - GFCC_REQ_EXT_LEN;
+	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), 0);
+	assert_int_equal(ibc_srv_pump(s, out, 4, 0), 1);
+	assert_int_equal(gfcc_res_decode(out[0].buf, out[0].len, &r), 0);
+	assert_false(r.has_size);
+	assert_int_equal(out[0].buf[5] | out[0].buf[28] | out[0].buf[29], 0);
+	for (int i = 0; i < 2; i++) {
+		store_size = i ? GFCC_RES_SIZE_MAX + 1 : UINT64_MAX;
+		len = req(b, 4 + (uint64_t)i, INO, 0, 1, 65000, 0);
+		assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), 0);
+		assert_int_equal(ibc_srv_pump(s, out, 4, 0), 1);
+		assert_int_equal(gfcc_res_decode(out[0].buf, out[0].len, &r), 0);
+		assert_false(r.has_size);
+	}
+	store_size = UINT64_MAX;
+	ibc_srv_free(s);
+}
+
 static void test_errors(void **s_)
 {
 	struct ibc_srv *s = mk(GFCC_UDP, 1500, 0, 0);
@@ -427,6 +469,7 @@ int main(void)
 		cmocka_unit_test(test_whole_reply),
 		cmocka_unit_test(test_credit),
 		cmocka_unit_test(test_resend),
+		cmocka_unit_test(test_size_told),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_short_dup),
 		cmocka_unit_test(test_ttl),
