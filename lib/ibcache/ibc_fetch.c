@@ -22,7 +22,7 @@
 enum { P_NEED = 0, P_FLIGHT = 1, P_DONE = 2 };
 /* Why the last peer asked for a page did not give it, for the line a
  * fetch that ends without the page prints. */
-enum { WHY_MISS = 0, WHY_SIZE = 1, WHY_NOSIZE = 2 };
+enum { WHY_MISS = 0, WHY_SIZE = 1, WHY_NOSIZE = 2, WHY_BUSY = 3 };
 #define TRIES_MAX	3	/* asks of one peer for a page before the next */
 #define FLIGHTS		(3 * IBC_DEPTH_MAX)
 #define CACHE_RUN	16	/* pages per write into the cache */
@@ -30,6 +30,9 @@ enum { WHY_MISS = 0, WHY_SIZE = 1, WHY_NOSIZE = 2 };
  * many times, before the next peer (it is likely fetching it right now) */
 #define HOME_WAIT_NS	(2 * XTIME_NS_PER_MS)
 #define HOME_WAITS	250
+/* A peer out of room for a request (ENOMEM) is asked again after this,
+ * times the tries so far, TRIES_MAX times in all */
+#define BUSY_WAIT_NS	(5 * XTIME_NS_PER_MS)
 
 struct flight {
 	bool used;
@@ -785,7 +788,12 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 	fl->used = false;
 	take = size_ok(f, d, peer, &why);
 	switch (d->err) {
-	case 0: case ENOENT: case ENOMEM: case ETIMEDOUT: case -ETIMEDOUT:
+	case 0: case ENOENT: case ETIMEDOUT: case -ETIMEDOUT:
+		break;
+	case ENOMEM:
+		/* busy with others' requests, or ours: a while later, again */
+		note(f, peer, IBC_NOTE_BUSY, NULL);
+		why = WHY_BUSY;
 		break;
 	case ESTALE:
 		peer_gone(f, peer, IBC_NOTE_STALE, NULL);
@@ -825,7 +833,12 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 			next_peer(f, i);
 		} else if (take < 0)
 			f->tries[i]++;		/* as if lost: the response was */
-		else if ((d->err == 0 && j == d->reply_pages) || (d->err == ENOENT && f->caching)) {
+		else if (d->err == ENOMEM) {
+			f->why[i] = why;
+			f->whyp[i] = (uint8_t)peer;
+			f->tries[i]++;
+			f->not_before[i] = now + BUSY_WAIT_NS * f->tries[i];
+		} else if ((d->err == 0 && j == d->reply_pages) || (d->err == ENOENT && f->caching)) {
 			if (!home_wait(f, i, peer, now))
 				next_peer(f, i);	/* the first page it lacks */
 		} else if (d->err == 0)
@@ -964,6 +977,11 @@ static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen
 				     "the file's (%lld bytes), no other peer%s has it, and no --origin "
 				     "given", (unsigned long long)f->pg[i], f->path, pn,
 				     (long long)f->size, f->o.local ? " nor the local copy" : "");
+			else if (f->why[i] == WHY_BUSY)
+				xerr(err, errlen, "page %llu of %s: %s is out of room for requests "
+				     "(busy, ENOMEM), no other peer%s has it, and no --origin given",
+				     (unsigned long long)f->pg[i], f->path, pn,
+				     f->o.local ? " nor the local copy" : "");
 			else if (f->why[i] == WHY_NOSIZE)
 				xerr(err, errlen, "page %llu of %s: %s does not tell the file's size "
 				     "(give --size), no other peer%s has it, and no --origin given",

@@ -13,6 +13,8 @@
  *   ESTALE/ENOENT the peer's copy is another generation / it has none:
  *                 not asked again for this file (ENOENT with a cache: next
  *                 peer for those pages only -- the others cache too)
+ *   ENOMEM        the peer is out of room for requests: asked again a
+ *                 little later, a few times, before the next peer
  *   another size  the peer's copy has another size than the file's (the
  *                 size it tells in its reply, gfcc_wire.h): its pages are
  *                 not used, it is not asked again.  Where nothing here
@@ -73,6 +75,7 @@ enum ibc_note {
 	IBC_NOTE_REFUSED,	/* closed port */
 	IBC_NOTE_STALE,		/* its copy has another generation */
 	IBC_NOTE_ERROR,		/* it answered an error: detail */
+	IBC_NOTE_BUSY,		/* it refused a request: out of room (ENOMEM) */
 	IBC_NOTE_SIZE,		/* its copy has another size than the file's: detail */
 	IBC_NOTE_NOSIZE,	/* it does not tell the size, and nothing here knows it */
 	IBC_NOTE_LOCAL_STALE,	/* --local has another generation: not used */

@@ -5,8 +5,18 @@
 
 #include "ibcache/ibc_srv.h"
 
+/* What one requester holds: its share of max_states and max_mem. */
+struct pacct {
+	void *peer;
+	uint32_t n;
+	uint64_t mem;
+	bool pinned;			/* a request of its is being taken */
+	struct pacct *next;
+};
+
 struct st {
 	void *peer;
+	struct pacct *acct;		/* data states: its requester's */
 	uint64_t id;
 	uint32_t qkey;
 	struct gfcc_layout lay;
@@ -43,6 +53,7 @@ struct ibc_srv {
 	void *ctx;
 	struct st **tab;
 	size_t nb;
+	struct pacct **ptab;		/* requesters holding data, nb buckets */
 	struct st *rhead, *rtail;
 	struct st *ihead, *itail;
 	struct st *thead;
@@ -59,6 +70,55 @@ static size_t bucket(const struct ibc_srv *s, const void *peer, uint64_t id)
 	x *= 0xbf58476d1ce4e5b9ull;
 	x ^= x >> 29;
 	return (size_t)(x & (s->nb - 1));
+}
+
+static size_t pbucket(const struct ibc_srv *s, const void *peer)
+{
+	return bucket(s, peer, 0);
+}
+
+static struct pacct *acct_find(struct ibc_srv *s, const void *peer)
+{
+	for (struct pacct *a = s->ptab[pbucket(s, peer)]; a; a = a->next)
+		if (a->peer == peer)
+			return a;
+	return NULL;
+}
+
+static struct pacct *acct_get(struct ibc_srv *s, void *peer)
+{
+	struct pacct *a = acct_find(s, peer), **b;
+
+	if (a || !(a = calloc(1, sizeof(*a))))
+		return a;
+	b = &s->ptab[pbucket(s, peer)];
+	a->peer = peer;
+	a->next = *b;
+	*b = a;
+	return a;
+}
+
+/* A requester that holds nothing any more is forgotten (not while its
+ * request is being taken: making room may drop all it held). */
+static void acct_put(struct ibc_srv *s, struct pacct *a)
+{
+	struct pacct **pp;
+
+	if (!a || a->n || a->pinned)
+		return;
+	for (pp = &s->ptab[pbucket(s, a->peer)]; *pp && *pp != a; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = a->next;
+	free(a);
+}
+
+static void unpin(struct ibc_srv *s, struct pacct *a)
+{
+	if (!a)
+		return;
+	a->pinned = false;
+	acct_put(s, a);
 }
 
 static struct st *find(struct ibc_srv *s, const void *peer, uint64_t id)
@@ -169,6 +229,11 @@ static void st_free(struct ibc_srv *s, struct st *t)
 	} else {
 		s->ndata--;
 		s->stats.state_mem -= t->mem;
+		if (t->acct) {
+			t->acct->n--;
+			t->acct->mem -= t->mem;
+			acct_put(s, t->acct);
+		}
 	}
 	if (t->stream != t->small)
 		buf_put(s, t->stream, t->mem);
@@ -236,13 +301,20 @@ struct ibc_srv *ibc_srv_new(const struct ibc_srv_cfg *c, ibc_srv_read_fn rd, voi
 		s->c.ttl_ns = 2000000000ull;
 	if (!s->c.burst)
 		s->c.burst = 64;
+	if (!s->c.peer_states)
+		s->c.peer_states = s->c.max_states / 4 ? s->c.max_states / 4 : 1;
+	if (!s->c.peer_mem)
+		s->c.peer_mem = s->c.max_mem / 4 > IBC_SRV_MEM_MIN ? s->c.max_mem / 4 : IBC_SRV_MEM_MIN;
 	s->rd = rd;
 	s->ctx = ctx;
 	s->nb = 64;
 	while (s->nb < 2 * (size_t)s->c.max_states && s->nb < (1u << 24))
 		s->nb *= 2;
 	s->tab = calloc(s->nb, sizeof(*s->tab));
-	if (!s->tab) {
+	s->ptab = calloc(s->nb, sizeof(*s->ptab));
+	if (!s->tab || !s->ptab) {
+		free(s->tab);
+		free(s->ptab);
 		free(s);
 		return NULL;
 	}
@@ -261,6 +333,7 @@ void ibc_srv_free(struct ibc_srv *s)
 	while (s->nspare)
 		free(s->spare[--s->nspare]);
 	free(s->tab);
+	free(s->ptab);
 	free(s);
 }
 
@@ -291,12 +364,33 @@ static int reply_error(struct ibc_srv *s, void *peer, uint64_t id, uint32_t qkey
 	return -err;
 }
 
-/* Room for a reply of `need` bytes: replies wholly sent go first, oldest
- * first (their requesters had the time to ask for what they lacked). */
-static bool make_room(struct ibc_srv *s, uint64_t need)
+static bool peer_full(const struct ibc_srv *s, const struct pacct *a, uint64_t need)
 {
-	struct st *t = s->ihead;
+	return a->n >= s->c.peer_states || a->mem + need > s->c.peer_mem;
+}
 
+/* Room for a reply of `need` bytes to requester a: replies wholly sent go
+ * first, oldest first (their requesters had the time to ask for what
+ * they lacked) -- its own first while it holds its whole share.  A reply
+ * still waiting for credit is never dropped, so the share is what keeps
+ * one requester (one that never grants credit, say) from holding every
+ * state and byte while the others are refused. */
+static bool make_room(struct ibc_srv *s, struct pacct *a, uint64_t need)
+{
+	struct st *t;
+
+	for (t = s->ihead; t && peer_full(s, a, need);) {
+		struct st *n = t->inext;
+
+		if (t->acct == a && !has_work(t)) {
+			kill(s, t);
+			s->stats.evicted++;
+		}
+		t = n;
+	}
+	if (peer_full(s, a, need))
+		return false;
+	t = s->ihead;
 	while (t && (s->ndata >= s->c.max_states || s->stats.state_mem + need > s->c.max_mem)) {
 		struct st *n = t->inext;
 
@@ -313,6 +407,7 @@ static int on_request(struct ibc_srv *s, void *peer, const void *buf, size_t len
 {
 	struct gfcc_req *q = &s->q;
 	struct gfcc_res r;
+	struct pacct *a;
 	struct st *t;
 	uint32_t seglen, hdr = s->c.flavour == GFCC_UDP ? GFCC_DSEG_LEN : 0;
 	uint64_t need, size;
@@ -342,13 +437,17 @@ static int on_request(struct ibc_srv *s, void *peer, const void *buf, size_t len
 		return reply_error(s, peer, q->id, q->qkey, EMSGSIZE, now);
 	}
 	need = GFCC_RES_LEN + (uint64_t)q->npage * q->psize;
-	if (!make_room(s, need)) {
+	if ((a = acct_get(s, peer)))
+		a->pinned = true;
+	if (!a || !make_room(s, a, need)) {
+		unpin(s, a);
 		s->stats.refused++;
 		return reply_error(s, peer, q->id, q->qkey, ENOMEM, now);
 	}
 	t = calloc(1, sizeof(*t));
 	if (!t || !(t->stream = buf_get(s, need))) {
 		free(t);
+		unpin(s, a);
 		s->stats.refused++;
 		return reply_error(s, peer, q->id, q->qkey, ENOMEM, now);
 	}
@@ -357,6 +456,7 @@ static int on_request(struct ibc_srv *s, void *peer, const void *buf, size_t len
 	if (rc < 0) {
 		buf_put(s, t->stream, need);
 		free(t);
+		unpin(s, a);
 		if (rc == -ESTALE)
 			s->stats.stale++;
 		else if (rc == -ENOENT)
@@ -394,6 +494,10 @@ static int on_request(struct ibc_srv *s, void *peer, const void *buf, size_t len
 	s->ndata++;
 	s->stats.states = s->ndata;
 	s->stats.state_mem += need;
+	t->acct = a;
+	a->n++;
+	a->mem += need;
+	a->pinned = false;
 	s->stats.replies++;
 	s->stats.pages_sent += t->lay.npage;
 	if (t->lay.npage < q->npage)

@@ -20,9 +20,13 @@
  *             one is rebuilt from the request sent again.
  *
  * Bounds: at most max_states requests with data held and max_mem bytes of
- * them; a request beyond gets ENOMEM at once (the requester goes to the
- * next source) after requests whose reply is wholly sent, oldest first,
- * were dropped to make room.  A request idle for ttl is freed.  Error
+ * them, and of those at most peer_states and peer_mem for one requester
+ * (one peer pointer), so that one that holds its replies waiting for
+ * credit it never grants cannot shut the others out; a request beyond
+ * gets ENOMEM at once (the requester goes to the next source) after
+ * requests whose reply is wholly sent, oldest first (the requester's own
+ * first when it is at its share), were dropped to make room.  A request
+ * idle for ttl is freed.  Error
  * replies need no state: at most IBC_SRV_ERR_MAX wait to go out.
  *
  * Peers are opaque pointers (the transport's sender address); the same
@@ -47,6 +51,8 @@ struct ibc_srv_cfg {
 	uint64_t max_mem;		/* 0: 256 MiB; else at least IBC_SRV_MEM_MIN */
 	uint64_t ttl_ns;		/* 0: 2 s */
 	uint32_t burst;			/* datagrams of one request per turn (0: 64) */
+	uint32_t peer_states;		/* of max_states one requester may hold (0: a quarter) */
+	uint64_t peer_mem;		/* of max_mem (0: a quarter, at least IBC_SRV_MEM_MIN) */
 };
 
 /* The page store: fills buf with the prefix of q's pages it holds, in

@@ -436,6 +436,32 @@ print(h.hex())')" \
 	[ "$(srv_status refused)" -eq 0 ]
 }
 
+@test "a requester that never grants credit cannot shut the others out; a busy peer is named" {
+	mkdata big 1048576
+	mkdata g 2097152
+	start_serve --max-mem 16M udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/g" g
+	gen=$(stat_of gen)
+	# 40 full requests every 0.2 s from one socket, each would hold 1 MiB
+	flood "${URIS[0]}" big 40 0.2 300
+	for _ in $(seq 100); do [ "$(srv_status refused)" -gt 0 ] && break; sleep 0.05; done
+	[ "$(srv_status refused)" -gt 0 ] || die "the flood was not refused"
+	# the others are served: all from the peer, no origin needed
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --gen "$gen" --size 2097152 g
+	same "$BATS_TEST_TMPDIR/o" "$ORG/g"
+	[ "$(stat_of peer_pages)" -eq 512 ] || die "$STATS"
+	[ "$(srv_status state_mem)" -le $((4 * 1048608 + 1048608 * 8)) ] || die "state_mem $(srv_status state_mem)"
+	kill_bg
+	# a peer out of room is named as such, not as lacking the page
+	start_serve --max-mem 1048608 --max-states 1 udp://127.0.0.1:0
+	flood "${URIS[0]}" big 1 0.1 600
+	for _ in $(seq 100); do [ "$(srv_status states)" -gt 0 ] && break; sleep 0.05; done
+	run_tool 1 "$F" -p "${URIS[0]}" --gen "$gen" g --length 4096
+	[[ ${stderr_lines[0]} == "ibcache-fetch: ${URIS[0]}: out of room for requests (busy, ENOMEM); its pages are asked again, then from the next source" &&
+		${stderr_lines[1]} == "ibcache-fetch: page 0 of g: ${URIS[0]} is out of room for requests (busy, ENOMEM), no other peer has it, and no --origin given" ]] ||
+		die "$stderr"
+}
+
 @test "--repeat measures; a one-page fetch is one datagram each way" {
 	mkdata one 4096
 	start_serve udp://127.0.0.1:0

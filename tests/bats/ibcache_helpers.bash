@@ -139,6 +139,34 @@ same() {
 	cmp "$1" "$2" || die "$1 and $2 differ"
 }
 
+# flood URI NAME N PAUSE ROUNDS: in the background, ROUNDS times N full
+# requests (256 pages, window 1) for $EXP/NAME from one socket, PAUSE
+# seconds apart, never granting credit nor reading a reply.
+flood() {
+	python3 - "${1##*:}" "$EXP/$2" "$2" "$3" "$4" "$5" <<-'EOF' 3>&- &
+	import os, socket, struct, sys, time
+	port, path, name, n, pause, rounds = sys.argv[1:]
+	def fnv(b):
+	    h = 0xcbf29ce484222325
+	    for x in b:
+	        h = ((h ^ x) * 0x100000001b3) & (2**64 - 1)
+	    return h
+	st = os.stat(path)
+	gen = fnv(struct.pack("<QQ", st.st_size, st.st_mtime_ns)) or 1
+	s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+	rid = 0
+	for _ in range(int(rounds)):
+	    for _ in range(int(n)):
+	        rid += 1
+	        q = b"gfcc1\0\0\0" + struct.pack("<QQQqqIIIIiiQQ", rid, fnv(name.encode()), gen,
+	            0, 1 << 20, 0x1234, 0, 2, 4096, 256, 1, 0, 256)
+	        q += b"gfcx" + struct.pack("<BBHII", 1, 0, 1400, 1, 0)
+	        s.sendto(q, ("127.0.0.1", int(port)))
+	    time.sleep(float(pause))
+	EOF
+	BG_PIDS+=($!)
+}
+
 # closed_udp_port: a UDP port nothing listens on (bound then released).
 closed_udp_port() {
 	python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'

@@ -336,23 +336,43 @@ static void test_ttl(void **s_)
 	ibc_srv_free(s);
 }
 
+/* The counters of refused, evicted and held requests. */
+static void expect_held(struct ibc_srv *s, uint64_t refused, uint64_t evicted, uint64_t states)
+{
+	struct ibc_srv_stats st;
+
+	ibc_srv_get_stats(s, &st);
+	assert_int_equal(st.refused, refused);
+	assert_int_equal(st.evicted, evicted);
+	assert_int_equal(st.states, states);
+}
+
+/* A full request (256 pages, window 1) from peer: its input's result. */
+static int ask_full(struct ibc_srv *s, uintptr_t peer, uint64_t id)
+{
+	uint8_t b[GFCC_REQ_MAX];
+	size_t len = req(b, id, INO, 0, 256, 65491, 1);
+
+	return ibc_srv_input(s, (void *)peer, b, len, 0);
+}
+
 static void test_limits(void **s_)
 {
 	struct ibc_srv *s = mk(GFCC_UDP, 1500, 2, 0);
 	struct ibc_out out[4];
-	struct ibc_srv_stats st;
 	struct gfcc_res r;
 	uint8_t b[GFCC_REQ_MAX];
 	size_t len;
 
-	/* two requests held, neither wholly sent (credit 1) */
+	/* two requests held, neither wholly sent (credit 1), of two
+	 * requesters (one may hold a quarter: here one request) */
 	len = req(b, 1, INO, 0, 16, 1484, 1);
 	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), 0);
 	len = req(b, 2, INO, 0, 16, 1484, 1);
-	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 1), 0);
+	assert_int_equal(ibc_srv_input(s, (void *)2, b, len, 1), 0);
 	assert_int_equal(drain(s, NULL, 64, 1, NULL), 2);
 	len = req(b, 3, INO, 0, 16, 1484, 1);
-	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 2), -ENOMEM);
+	assert_int_equal(ibc_srv_input(s, (void *)3, b, len, 2), -ENOMEM);
 	assert_int_equal(ibc_srv_pump(s, out, 4, 2), 1);
 	assert_int_equal(gfcc_res_decode(out[0].buf, out[0].len, &r), 0);
 	assert_int_equal(r.err, ENOMEM);
@@ -362,25 +382,19 @@ static void test_limits(void **s_)
 	while (drain(s, NULL, 64, 3, NULL))
 		;
 	len = req(b, 4, INO, 0, 16, 1484, 1);
-	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 4), 0);
-	ibc_srv_get_stats(s, &st);
-	assert_int_equal(st.refused, 1);
-	assert_int_equal(st.evicted, 1);
-	assert_int_equal(st.states, 2);
+	assert_int_equal(ibc_srv_input(s, (void *)3, b, len, 4), 0);
+	expect_held(s, 1, 1, 2);
 	ibc_srv_free(s);
 
 	/* memory: 1 MiB + a bit per 256-page request */
 	s = mk(GFCC_UDP, 65507, 0, 3u << 20);
-	for (int i = 0; i < 3; i++) {
-		len = req(b, 10 + (uint64_t)i, INO, 0, 256, 65491, 1);
-		assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), i < 2 ? 0 : -ENOMEM);
-	}
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ask_full(s, 1 + (uintptr_t)i, 10 + (uint64_t)i), i < 2 ? 0 : -ENOMEM);
 	ibc_srv_free(s);
 	/* the least max_mem takes one full request; less is refused, not
 	 * a server that refuses them all */
 	s = mk(GFCC_UDP, 65507, 0, IBC_SRV_MEM_MIN);
-	len = req(b, 20, INO, 0, 256, 65491, 1);
-	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), 0);
+	assert_int_equal(ask_full(s, 1, 20), 0);
 	ibc_srv_free(s);
 	{
 		struct ibc_srv_cfg c = { .flavour = GFCC_UDP, .mtu = 65507,
@@ -390,6 +404,61 @@ static void test_limits(void **s_)
 		assert_null(ibc_srv_new(&c, store, NULL));
 		assert_int_equal(errno, EINVAL);
 	}
+}
+
+/* One requester holds at most a quarter of the states and of the memory:
+ * one that never grants credit (its replies wait, never dropped) cannot
+ * shut out the others; at its share its own wholly sent replies make
+ * room for it first. */
+static void test_peer_share(void **s_)
+{
+	struct ibc_srv *s = mk(GFCC_UDP, 65507, 8, 0);
+	struct ibc_out out[4];
+	struct gfcc_res r;
+	uint8_t b[GFCC_REQ_MAX];
+	size_t len;
+
+	for (int i = 0; i < 4; i++) {
+		len = req(b, 1 + (uint64_t)i, INO, 0, 16, 1484, 1);
+		assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), i < 2 ? 0 : -ENOMEM);
+	}
+	assert_int_equal(drain(s, NULL, 64, 0, NULL), 4);	/* 2 first windows, 2 ENOMEM */
+	for (int p = 2; p < 5; p++) {
+		len = req(b, 1, INO, 0, 16, 1484, 1);
+		assert_int_equal(ibc_srv_input(s, (void *)(uintptr_t)p, b, len, 1), 0);
+	}
+	/* request 1 of requester 1 wholly sent: its next one replaces it */
+	len = ctl(b, 1, 0x1234, GFCC_X_CREDIT, 1000, 0, NULL, 0);
+	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 2), 0);
+	while (drain(s, NULL, 64, 2, NULL))
+		;
+	len = req(b, 9, INO, 0, 16, 1484, 1);
+	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 3), 0);
+	assert_int_equal(ibc_srv_pump(s, out, 4, 3), 1);
+	assert_int_equal(gfcc_res_decode(out[0].buf, GFCC_RES_LEN, &r), 0);
+	assert_true(r.id == 9 && r.err == 0);
+	expect_held(s, 2, 1, 5);
+	ibc_srv_free(s);
+
+	/* the one reply it held, wholly sent, makes room for its next */
+	s = mk(GFCC_UDP, 65507, 4, 0);
+	len = req(b, 1, INO, 0, 16, 1484, 1000);
+	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 0), 0);
+	while (drain(s, NULL, 64, 0, NULL))
+		;
+	len = req(b, 2, INO, 0, 16, 1484, 1000);
+	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 1), 0);
+	expect_held(s, 0, 1, 1);
+	ibc_srv_free(s);
+
+	/* memory: 8 MiB, 2 MiB a requester; 1 MiB + 32 bytes a request */
+	s = mk(GFCC_UDP, 65507, 0, 8u << 20);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(ask_full(s, 1, 10 + (uint64_t)i), i < 1 ? 0 : -ENOMEM);
+	for (uintptr_t p = 2; p < 8; p++)
+		assert_int_equal(ask_full(s, p, 10), 0);
+	expect_held(s, 2, 0, 7);
+	ibc_srv_free(s);
 }
 
 static void test_round_robin_unsent(void **s_)
@@ -474,6 +543,7 @@ int main(void)
 		cmocka_unit_test(test_short_dup),
 		cmocka_unit_test(test_ttl),
 		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_peer_share),
 		cmocka_unit_test(test_round_robin_unsent),
 		cmocka_unit_test(test_ud),
 	};
