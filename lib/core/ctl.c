@@ -18,6 +18,7 @@
 
 struct xctl {
 	int fd;
+	int spare;	/* /dev/null held for a process out of fds (xctl_poll) */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
@@ -112,6 +113,7 @@ struct xctl *xctl_listen(const char *path, char *err, size_t errlen)
 	umask(old);
 	if (rc < 0 || listen(c->fd, 16) < 0)
 		goto fail;
+	c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	return c;
 fail:
 	rc = errno;
@@ -201,11 +203,23 @@ int xctl_poll(struct xctl *c, xctl_handler fn, void *ctx)
 		char buf[XCTL_MAX_REQ], *argv[XCTL_MAX_ARGS + 1];
 		int fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
+		/* Out of fds (a server full of clients, or under attack), the
+		 * socket would stay readable and its owner's loop spin: the
+		 * spare descriptor makes room for this one question, the one
+		 * that asks what is going on. */
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->spare >= 0) {
+			close(c->spare);
+			fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+			c->spare = -2;	/* taken again below, once fd is closed */
+		}
 		if (fd < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED ||
-			    errno == EINTR)
+			int e = errno;
+
+			if (c->spare == -2)
+				c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			if (e == EAGAIN || e == EWOULDBLOCK || e == ECONNABORTED || e == EINTR)
 				return done;
-			return -errno;
+			return -e;
 		}
 		int argc = read_request(fd, buf, sizeof(buf), argv);
 
@@ -232,6 +246,8 @@ int xctl_poll(struct xctl *c, xctl_handler fn, void *ctx)
 			done++;
 		}
 		close(fd);
+		if (c->spare == -2)
+			c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	}
 }
 
@@ -240,6 +256,8 @@ void xctl_close(struct xctl *c)
 	if (!c)
 		return;
 	close(c->fd);
+	if (c->spare >= 0)
+		close(c->spare);
 	unlink(c->path);
 	free(c);
 }

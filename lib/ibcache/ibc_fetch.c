@@ -49,6 +49,7 @@ struct ibc_fetch {
 	int64_t size;			/* -1: unknown */
 	int size_peer;			/* the peer that told it, or -1 */
 	int origin_fd, local_fd;
+	const char *local_name;		/* what local_fd reads, for messages */
 	const char *origin_name;	/* --origin, or the directory's (dir_origin) */
 	char *dir_origin;
 	int64_t local_size;
@@ -236,6 +237,7 @@ static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_
 	}
 	if (f->size < 0)
 		f->size = f->local_size;
+	f->local_name = f->o.local;
 	return 0;
 unused:
 	close(f->local_fd);
@@ -555,6 +557,7 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 		 * itself when the cache's file is the origin) */
 		if (f->local_fd < 0) {
 			f->local_fd = dup(f->caching ? f->cache_fd : f->origin_fd);
+			f->local_name = f->caching ? "the cache" : f->origin_name;
 			f->local_size = f->size;
 			if (f->local_fd < 0)
 				goto nomem;
@@ -647,7 +650,7 @@ static int read_failed(char *err, size_t errlen, const char *name, int rc, int64
 /* Pages of the local copy: runs of data, holes skipped with SEEK_DATA. */
 static int fill_local(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 {
-	const char *name = f->o.local ? f->o.local : f->caching ? "the cache" : f->origin_name;
+	const char *name = f->local_name;
 	int rc;
 
 	for (uint32_t i = 0; i < n;) {

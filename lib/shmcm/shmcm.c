@@ -28,6 +28,8 @@ void shmcm_job_push(struct shmcm_conn *c, struct job *j)
 		pthread_mutex_unlock(&c->jq_lock);
 		if (j->async)
 			free(j);
+		else if (j->owned)
+			atomic_store(&c->rx_lost_queued, false);
 		return;
 	}
 	j->next = NULL;
@@ -72,6 +74,10 @@ static void shmcm_job_finish(struct shmcm_conn *c, struct job *j)
 {
 	if (j->async) {
 		free(j);
+		return;
+	}
+	if (j->owned) {
+		atomic_store(&c->rx_lost_queued, false);
 		return;
 	}
 	pthread_mutex_lock(&c->jq_lock);

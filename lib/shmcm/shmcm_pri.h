@@ -37,6 +37,8 @@ struct job {
 	uint32_t con_type;
 	uint16_t cno;
 	bool async;		/* freed by the job queue */
+	bool owned;		/* the connection's own (rx_lost_job): neither
+				 * freed nor waited for; done clears rx_lost_queued */
 	bool done;
 	int rc;			/* JOB_SHUTDOWN: what shmcm_shutdown() returns */
 };
@@ -135,6 +137,10 @@ struct shmcm_conn {
 	 * the data): until the next generation nothing more is delivered or
 	 * counted as delivered, that message included. */
 	_Atomic bool rx_hold;
+	/* the reset for dropped data: queued without an allocation, which
+	 * could fail just when memory is what ran out */
+	struct job rx_lost_job;
+	_Atomic bool rx_lost_queued;
 	uint64_t rx_deliv;		/* published as deliv_pkts */
 	_Atomic uint32_t rx_activity;
 	uint16_t rx_peer_cno;		/* set before deliver is opened */

@@ -26,8 +26,10 @@ static void delivered(struct shmcm_conn *c)
 static void rx_lost(struct shmcm_conn *c)
 {
 	c->recv_bad++;
-	if (!atomic_exchange(&c->rx_hold, true))
-		shmcm_job_async(c, JOB_RX_LOST);
+	if (atomic_exchange(&c->rx_hold, true) || atomic_exchange(&c->rx_lost_queued, true))
+		return;
+	c->rx_lost_job = (struct job){ .op = JOB_RX_LOST, .owned = true };
+	shmcm_job_push(c, &c->rx_lost_job);
 }
 
 void shmcm_publish_rx_stats(struct shmcm_conn *c)

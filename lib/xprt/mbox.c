@@ -344,10 +344,15 @@ static int format_fd(int fd, const struct mbox_cfg *c, const char *name,
 		return rc;
 	}
 	/* Its pages now: a /dev/shm too small for it is told here, not by a
-	 * SIGBUS to both ends when the rings first reach the missing pages. */
-	if ((rc = posix_fallocate(fd, 0, (off_t)total)) != 0) {
+	 * SIGBUS to both ends when the rings first reach the missing pages.
+	 * Where the file system cannot reserve (EOPNOTSUPP), it stays sparse. */
+	while ((rc = posix_fallocate(fd, 0, (off_t)total)) == EINTR)
+		;
+	if (rc && rc != EOPNOTSUPP && rc != ENOSYS) {
 		xerr(err, errlen, "connection '%s': cannot reserve %" PRIu64 " bytes for the mailbox "
 		     "in /dev/shm: %s", name, total, strerror(rc));
+		/* empty, as a creator that died before sizing it leaves it */
+		(void)ftruncate(fd, 0);
 		return -rc;
 	}
 	p = mmap(NULL, sizeof(struct mbox_hdr), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

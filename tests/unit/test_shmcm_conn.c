@@ -401,6 +401,17 @@ static struct mbox *raw_attach(struct end *b, uint16_t cno)
 	return m;
 }
 
+/* The rx thread publishes its counters after each batch, so just after the
+ * last delivery they may still lag: wait (bounded) for them to settle. */
+static void wait_published(struct mbox *m, int side, uint64_t recv_pkts)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (atomic_load(&m->h->side[side].recv_pkts) >= recv_pkts)
+			return;
+		usleep(1000);
+	}
+}
+
 static void test_raw_peer(void **s)
 {
 	struct end b = { 0 };
@@ -434,7 +445,10 @@ static void test_raw_peer(void **s)
 	assert_true(wait_for(&b, is_down, 3000));
 	assert_int_equal(b.reason, SHMCM_R_RX_LOST);
 	assert_int_equal(shmcm_get_reason(b.c), SHMCM_R_RX_LOST);
-	usleep(20000);
+	/* every packet taken from the ring ("after" the 8th), none more
+	 * delivered */
+	wait_published(m, MBOX_SIDE_B, 8);
+	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].recv_pkts), 8);
 	assert_int_equal(b.got_len, 7);
 	assert_int_equal(atomic_load(&m->h->side[MBOX_SIDE_B].recv_bad), 1);
 	/* the peer hears of it: a CON_RST of its generation in its ring, and
@@ -446,17 +460,6 @@ static void test_raw_peer(void **s)
 	rmname();
 }
 
-
-/* The rx thread publishes its counters after each batch, so just after the
- * last delivery they may still lag: wait (bounded) for them to settle. */
-static void wait_published(struct mbox *m, int side, uint64_t recv_pkts)
-{
-	for (int i = 0; i < 5000; i++) {
-		if (atomic_load(&m->h->side[side].recv_pkts) >= recv_pkts)
-			return;
-		usleep(1000);
-	}
-}
 
 /* Single copy by reference: messages too big for a packet are pulled by
  * the receiver from the sender's memory; transmit returns only after that,
