@@ -199,6 +199,9 @@ int xctl_poll(struct xctl *c, xctl_handler fn, void *ctx)
 {
 	int done = 0;
 
+	/* another thread (or process) may have taken the slot it freed */
+	if (c->spare == -1)
+		c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	for (;;) {
 		char buf[XCTL_MAX_REQ], *argv[XCTL_MAX_ARGS + 1];
 		int fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);

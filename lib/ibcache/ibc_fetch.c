@@ -48,6 +48,8 @@ struct ibc_fetch {
 	bool have_gen;
 	int64_t size;			/* -1: unknown */
 	int size_peer;			/* the peer that told it, or -1 */
+	int size_other;			/* a peer that told another one, or -1 */
+	uint64_t other_size;
 	int origin_fd, local_fd;
 	const char *local_name;		/* what local_fd reads, for messages */
 	const char *origin_name;	/* --origin, or the directory's (dir_origin) */
@@ -68,7 +70,7 @@ struct ibc_fetch {
 	int npeers;			/* ibc_req peer ids 0..npeers-1 */
 	uint64_t keys[IBC_PEERS_MAX];
 	bool usable[IBC_PEERS_MAX];
-	bool noted[IBC_PEERS_MAX];
+	uint8_t noted[IBC_PEERS_MAX];	/* note(): 1 busy said, 2 another said */
 	bool hslow[IBC_PEERS_MAX];	/* a home that made a page wait out: not waited for again */
 	ibc_note_fn note;
 	void *nctx;
@@ -151,12 +153,16 @@ bad:
 	return -EINVAL;
 }
 
+/* One note a peer, the first -- but a busy peer's, said once too, does not
+ * hide why it was dropped later. */
 static void note(struct ibc_fetch *f, int peer, enum ibc_note n, const char *detail)
 {
 	if (peer >= 0) {
-		if (f->noted[peer])
+		uint8_t bit = n == IBC_NOTE_BUSY ? 1 : 2;
+
+		if (f->noted[peer] & bit)
 			return;
-		f->noted[peer] = true;
+		f->noted[peer] |= bit;
 	}
 	if (f->note)
 		f->note(f->nctx, n, peer >= 0 ? ibc_req_peer_name(f->rq, peer) : NULL, detail);
@@ -523,7 +529,7 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	f->origin_fd = f->local_fd = f->cache_fd = f->cache_dfd = -1;
 	f->self = -1;
 	f->size = f->local_size = -1;
-	f->size_peer = -1;
+	f->size_peer = f->size_other = -1;
 	f->note = nfn;
 	f->nctx = ctx;
 	f->psize = o->ro.psize ? o->ro.psize : 4096;
@@ -765,6 +771,12 @@ static int size_ok(struct ibc_fetch *f, const struct ibc_done *d, int peer, uint
 			learn_size(f, d->size, peer);
 		if ((uint64_t)f->size == d->size)
 			return 1;
+		/* two peers, two sizes, nothing here to tell which is right:
+		 * the fetch cannot promise either (fill says so) */
+		if (f->size_peer >= 0 && f->size_other < 0) {
+			f->size_other = peer;
+			f->other_size = d->size;
+		}
 		snprintf(det, sizeof(det), "%llu bytes where the file has %lld",
 			 (unsigned long long)d->size, (long long)f->size);
 		peer_gone(f, peer, IBC_NOTE_SIZE, det);
@@ -1121,6 +1133,13 @@ static int fill(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 	if (f->npeers && (rc = fill_peers(f, n))) {
 		xerr(err, errlen, "%s", strerror(-rc));
 		return rc;
+	}
+	if (f->size_other >= 0) {
+		xerr(err, errlen, "the peers disagree on the size of %s: %s tells %lld bytes, %s "
+		     "%llu (give --size or --origin)", f->path, ibc_req_peer_name(f->rq, f->size_peer),
+		     (long long)f->size, ibc_req_peer_name(f->rq, f->size_other),
+		     (unsigned long long)f->other_size);
+		return -EPROTO;
 	}
 	/* a size a peer told ends the range there: nothing to output past it
 	 * (a size known before never let such a page in) */

@@ -60,6 +60,8 @@ static const char *rej_reason(int e)
 	switch (e) {
 	case -EBUSY:
 		return "the previous session still exists on the server, reconnect later";
+	case -EAGAIN:
+		return "the server is busy with other clients connecting, try again later";
 	case -ENXIO:
 		return "no such session on the server (not the first connection)";
 	case -EEXIST:

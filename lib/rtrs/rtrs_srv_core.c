@@ -215,7 +215,7 @@ static bool name_taken(const struct rtrs_srv *srv, const struct rtrs_srv_sess *s
  * tcp listener's oldest half-read request does, so that a client that
  * opens paths and never finishes them cannot shut others out for the 30 s
  * a path may take; a younger one may be a client of a reconnect storm
- * about to finish, and the newcomer is refused instead.  0, or -EBUSY. */
+ * about to finish, and the newcomer is refused instead.  0, or -EAGAIN. */
 static int connecting_make_room(struct rtrs_srv *srv, const char *peer)
 {
 	struct srv_path *old = NULL;
@@ -229,9 +229,9 @@ static int connecting_make_room(struct rtrs_srv *srv, const char *peer)
 		return 0;
 	if (srv->now - old->created_ns < SRV_CONNECTING_GRACE_NS) {
 		xlog_ratelimited(XLOG_WARN, "%u paths connecting, none for %u s: the new one from "
-				 "%s is refused (it retries)", srv->connecting,
+				 "%s is refused (busy: it may try again)", srv->connecting,
 				 (unsigned)(SRV_CONNECTING_GRACE_NS / XTIME_NS_PER_S), peer);
-		return -EBUSY;
+		return -EAGAIN;
 	}
 	xlog_ratelimited(XLOG_WARN, "%u paths connecting (none has sent INFO_REQ): the oldest, "
 			 "from %s, is closed for the new one from %s", srv->connecting, old->peer,
@@ -269,7 +269,7 @@ int srv_admit(struct rtrs_srv *srv, unsigned li, const void *pd, size_t len, con
 		 !path_addr_exists(s, host, local) : cr->first_conn)) {
 		if (connecting_make_room(srv, peer) < 0) {
 			*why = "too many paths connecting";
-			return -EBUSY;
+			return -EAGAIN;
 		}
 		s = sess_find(srv, cr->paths_uuid);	/* it may have been s's last path */
 	}

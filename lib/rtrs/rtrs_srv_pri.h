@@ -20,7 +20,8 @@
  * are up and it sent INFO_REQ: a round trip or two, longer when many
  * clients come at once (a reconnect storm after a server restart).  At
  * the bound, a path connecting for longer than the grace gives way to a
- * newcomer; when none has, the newcomer is refused (the client retries). */
+ * newcomer; when none has, the newcomer is refused (-EAGAIN: a client
+ * that already had the path reconnects later; a new one may try again). */
 #define SRV_CONNECTING_MAX	256
 #define SRV_CONNECTING_GRACE_NS	(5 * XTIME_NS_PER_S)
 

@@ -454,7 +454,7 @@ print(h.hex())')" \
 	kill_bg
 	# a peer out of room is named as such, not as lacking the page
 	start_serve --max-mem 1048608 --max-states 1 udp://127.0.0.1:0
-	flood "${URIS[0]}" big 1 0.1 600
+	flood "${URIS[0]}" big 1 0.01 6000	# the state taken again within 10 ms of its end
 	for _ in $(seq 100); do [ "$(srv_status states)" -gt 0 ] && break; sleep 0.05; done
 	run_tool 1 "$F" -p "${URIS[0]}" --gen "$gen" g --length 4096
 	[[ ${stderr_lines[0]} == "ibcache-fetch: ${URIS[0]}: out of room for requests (busy, ENOMEM); its pages are asked again, then from the next source" &&

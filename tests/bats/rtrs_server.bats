@@ -400,10 +400,10 @@ srv_cpu_s() {	# user + system seconds of the server so far
 	# those that came within 5 s of the first were refused, not let in
 	# by closing a path that may be about to finish
 	if [ "$ref" -gt 0 ]; then
-		grep -q "256 paths connecting, none for 5 s: the new one from 127.0.0.1:[0-9]* is refused (it retries)" "$SRV_ERR"
+		grep -q "256 paths connecting, none for 5 s: the new one from 127.0.0.1:[0-9]* is refused (busy: it may try again)" "$SRV_ERR"
 	fi
 	# past the grace, a client gets in: the oldest half-open path gives way
-	while [ "$(date +%s)" -lt $((t0 + 7)) ]; do sleep 0.2; done
+	while [ "$(date +%s)" -lt $((t0 + 8)) ]; do sleep 0.2; done
 	head -c 256k /dev/urandom >"$T/pat"
 	run_limited 10 rtrs-client 0 "$RTRS_CLIENT" write -s bats -p tcp://127.0.0.1:$PORT -d d <"$T/pat"
 	timeout 10 "$RTRS_CLIENT" read -s bats -p tcp://127.0.0.1:$PORT -d d --length 256k >"$T/back"
