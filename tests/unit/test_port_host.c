@@ -831,7 +831,7 @@ static int teardown(void **s)
 		reap_child(child);
 	}
 	/* a killed echo host cannot remove the mailbox it created */
-	for (const char *sfx = "er"; *sfx; sfx++) {
+	for (const char *sfx = "erof"; *sfx; sfx++) {
 		char n[80];
 
 		snprintf(n, sizeof(n), "%s-%c", mbox_name, *sfx);
