@@ -8,17 +8,42 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "core/xtime.h"
 
-#define XCTL_REQ_TIMEOUT_MS 1000
+/* A client has this long to send its request, and a reader that stalls
+ * this long in the middle of the answer is given up. */
+#define XCTL_REQ_TIMEOUT_NS (1000 * XTIME_NS_PER_MS)
+#define XCTL_OUT_TIMEOUT_NS (10000 * XTIME_NS_PER_MS)
+/* Exchanges in progress at once; a client beyond that pushes out the
+ * oldest one still sending its request. */
+#define XCTL_MAX_CONNS 16
+
+/* One exchange: the request coming in, then the answer going out, each a
+ * step of xctl_poll() as the socket allows -- the owner's loop never waits
+ * for a slow or silent client. */
+struct xconn {
+	int fd;
+	bool answering;		/* the request is in: out[] is being sent */
+	uint64_t deadline;	/* xtime_ns(): dropped when nothing moved by then */
+	size_t have;		/* request bytes */
+	char *out;		/* status line + output */
+	size_t outlen, outoff;
+	char req[XCTL_MAX_REQ];
+};
 
 struct xctl {
-	int fd;
+	int fd;		/* the listening socket */
+	int ep;		/* what the owner watches: the listener, the exchanges, the timer */
+	int tfd;	/* fires at the earliest deadline */
 	int spare;	/* /dev/null held for a process out of fds (xctl_poll) */
+	int nconn;
+	struct xconn *conn[XCTL_MAX_CONNS];
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
 
@@ -60,6 +85,13 @@ static int make_addr(const char *path, struct sockaddr_un *a)
 	return 0;
 }
 
+static int watch(struct xctl *c, int fd, int op, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.fd = fd };
+
+	return epoll_ctl(c->ep, op, fd, &ev);
+}
+
 static int connect_to(const char *path)
 {
 	struct sockaddr_un a;
@@ -82,6 +114,7 @@ struct xctl *xctl_listen(const char *path, char *err, size_t errlen)
 {
 	struct xctl *c;
 	struct sockaddr_un a;
+	bool bound = false;
 	int rc;
 
 	if (make_addr(path, &a) < 0) {
@@ -104,6 +137,7 @@ struct xctl *xctl_listen(const char *path, char *err, size_t errlen)
 		return NULL;
 	}
 	strcpy(c->path, path);
+	c->ep = c->tfd = -1;
 	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (c->fd < 0)
 		goto fail;
@@ -111,71 +145,297 @@ struct xctl *xctl_listen(const char *path, char *err, size_t errlen)
 
 	rc = bind(c->fd, (struct sockaddr *)&a, sizeof(a));
 	umask(old);
-	if (rc < 0 || listen(c->fd, 16) < 0)
+	if (rc < 0)
+		goto fail;
+	bound = true;
+	if (listen(c->fd, 16) < 0)
+		goto fail;
+	c->ep = epoll_create1(EPOLL_CLOEXEC);
+	c->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (c->ep < 0 || c->tfd < 0 || watch(c, c->fd, EPOLL_CTL_ADD, EPOLLIN) < 0 ||
+	    watch(c, c->tfd, EPOLL_CTL_ADD, EPOLLIN) < 0)
 		goto fail;
 	c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	return c;
 fail:
 	rc = errno;
 	snprintf(err, errlen, "control socket %s: %s", path, strerror(rc));
-	if (c->fd >= 0)
-		close(c->fd);
+	if (bound)
+		unlink(path);
+	for (int *f = &c->fd; f <= &c->tfd; f++)
+		if (*f >= 0)
+			close(*f);
 	free(c);
 	errno = rc;
 	return NULL;
 }
 
-int xctl_fd(const struct xctl *c) { return c->fd; }
+int xctl_fd(const struct xctl *c) { return c->ep; }
 const char *xctl_path(const struct xctl *c) { return c->path; }
 
-/* Reads the request: args each ended by '\0', then an empty one.  Bounded
- * in size and time, so a stuck client cannot hold the server.  Returns
- * argc, or -1 for a malformed or late request. */
-static int read_request(int fd, char *buf, size_t cap, char **argv)
+/* The request is complete when it ends with an empty argument. */
+static bool request_complete(const struct xconn *k)
 {
-	uint64_t deadline = xtime_ns() + XCTL_REQ_TIMEOUT_MS * XTIME_NS_PER_MS;
-	size_t have = 0;
+	return k->have >= 1 && k->req[k->have - 1] == '\0' &&
+	       (k->have == 1 || k->req[k->have - 2] == '\0');
+}
 
-	for (;;) {
-		/* complete when the buffer ends with an empty argument */
-		if (have >= 1 && buf[have - 1] == '\0' && (have == 1 || buf[have - 2] == '\0'))
-			break;
-		if (have == cap)
-			return -1;
-		uint64_t now = xtime_ns();
-
-		if (now >= deadline)
-			return -1;
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-
-		if (poll(&p, 1, (int)((deadline - now) / XTIME_NS_PER_MS) + 1) < 0 && errno != EINTR)
-			return -1;
-		ssize_t n = read(fd, buf + have, cap - have);
-
-		if (n == 0)
-			return -1;
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				continue;
-			return -1;
-		}
-		have += (size_t)n;
-	}
+/* Splits a complete request into argv.  argc, or -1 for too many. */
+static int request_args(struct xconn *k, char **argv)
+{
 	int argc = 0;
 
-	for (size_t i = 0; i + 1 < have;) {
+	for (size_t i = 0; i + 1 < k->have;) {
 		if (argc == XCTL_MAX_ARGS)
 			return -1;
-		argv[argc++] = buf + i;
-		i += strlen(buf + i) + 1;
+		argv[argc++] = k->req + i;
+		i += strlen(k->req + i) + 1;
 	}
 	argv[argc] = NULL;
 	return argc;
 }
 
+static void conn_close(struct xctl *c, int i)
+{
+	struct xconn *k = c->conn[i];
+
+	epoll_ctl(c->ep, EPOLL_CTL_DEL, k->fd, NULL);
+	close(k->fd);
+	free(k->out);
+	free(k);
+	c->conn[i] = c->conn[--c->nconn];
+	/* the slot it freed holds the spare again (it may have gone to
+	 * this very exchange, see xctl_poll) */
+	if (c->spare == -1)
+		c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* Runs the command: its status line and output become k->out. */
+static int conn_run(struct xctl *c, struct xconn *k, xctl_handler fn, void *ctx)
+{
+	char *argv[XCTL_MAX_ARGS + 1], *body = NULL;
+	size_t bodylen = 0;
+	int argc = request_args(k, argv), st;
+	FILE *f;
+
+	if (argc < 0 || !(f = open_memstream(&body, &bodylen)))
+		return -1;
+	st = argc ? fn(ctx, argc, argv, f) : 2;
+	if (!argc)
+		fputs("no command\n", f);
+	if (fclose(f) != 0) {
+		free(body);
+		return -1;
+	}
+	k->out = malloc(bodylen + 16);
+	if (!k->out) {
+		free(body);
+		return -1;
+	}
+	k->outlen = (size_t)snprintf(k->out, 16, "%d\n", st);
+	memcpy(k->out + k->outlen, body, bodylen);
+	k->outlen += bodylen;
+	free(body);
+	k->answering = true;
+	k->deadline = xtime_ns() + XCTL_OUT_TIMEOUT_NS;
+	return watch(c, k->fd, EPOLL_CTL_MOD, EPOLLOUT);
+}
+
+/* One step of an exchange, as far as the socket allows without waiting.
+ * 1: the command ran; 0: in progress; -1: over (answered, malformed,
+ * late or gone) -- the caller closes it. */
+static int conn_step(struct xctl *c, struct xconn *k, xctl_handler fn, void *ctx,
+		     uint64_t now)
+{
+	int ran = 0;
+
+	while (!k->answering) {
+		if (request_complete(k)) {
+			if (conn_run(c, k, fn, ctx) < 0)
+				return -1;
+			ran = 1;
+			break;
+		}
+		if (k->have == sizeof(k->req))
+			return -1;	/* too long */
+		ssize_t n = read(k->fd, k->req + k->have, sizeof(k->req) - k->have);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return now >= k->deadline ? -1 : 0;
+		if (n <= 0)
+			return -1;	/* gone before its request was whole */
+		k->have += (size_t)n;
+	}
+	while (k->outoff < k->outlen) {
+		ssize_t n = send(k->fd, k->out + k->outoff, k->outlen - k->outoff,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			if (ran)
+				return 1;
+			return now >= k->deadline ? -1 : 0;
+		}
+		if (n <= 0)
+			return ran ? 1 | 2 : -1;	/* the reader left */
+		k->outoff += (size_t)n;
+		k->deadline = now + XCTL_OUT_TIMEOUT_NS;
+	}
+	return ran ? 1 | 2 : -1;
+}
+
+/* A new exchange.  Room is made by pushing out the oldest one still
+ * waiting for its request (an answer on its way is never cut); false when
+ * every slot is answering. */
+static bool conn_add(struct xctl *c, int fd, uint64_t now)
+{
+	struct xconn *k;
+
+	if (c->nconn == XCTL_MAX_CONNS) {
+		int old = -1;
+
+		for (int i = 0; i < c->nconn; i++)
+			if (!c->conn[i]->answering &&
+			    (old < 0 || c->conn[i]->deadline < c->conn[old]->deadline))
+				old = i;
+		if (old < 0)
+			return false;
+		conn_close(c, old);
+	}
+	k = malloc(sizeof(*k));
+	if (!k)
+		return false;
+	*k = (struct xconn){ .fd = fd, .deadline = now + XCTL_REQ_TIMEOUT_NS };
+	if (watch(c, fd, EPOLL_CTL_ADD, EPOLLIN) < 0) {
+		free(k);
+		return false;
+	}
+	c->conn[c->nconn++] = k;
+	return true;
+}
+
+/* The timer fires at the earliest deadline, so that an owner asleep on
+ * xctl_fd() comes back to drop a silent client. */
+static void arm_timer(struct xctl *c)
+{
+	uint64_t first = UINT64_MAX;
+	struct itimerspec ts = { 0 };
+
+	for (int i = 0; i < c->nconn; i++)
+		if (c->conn[i]->deadline < first)
+			first = c->conn[i]->deadline;
+	if (first != UINT64_MAX) {
+		ts.it_value.tv_sec = (time_t)(first / XTIME_NS_PER_S);
+		ts.it_value.tv_nsec = (long)(first % XTIME_NS_PER_S);
+	}
+	/* should this fail, a silent client waits for the next poll, or for
+	 * a newer one to push it out: nothing spins */
+	timerfd_settime(c->tfd, TFD_TIMER_ABSTIME, &ts, NULL);
+}
+
+int xctl_poll(struct xctl *c, xctl_handler fn, void *ctx)
+{
+	uint64_t now = xtime_ns(), ticks;
+	int done = 0;
+
+	/* another thread (or process) may have taken the slot it freed */
+	if (c->spare == -1)
+		c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (read(c->tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+		return -errno;
+	for (int i = 0; i < c->nconn;) {
+		int rc = conn_step(c, c->conn[i], fn, ctx, now);
+
+		done += rc > 0;
+		if (rc < 0 || rc & 2)
+			conn_close(c, i);	/* the last one moved into slot i */
+		else
+			i++;
+	}
+	for (;;) {
+		int fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		/* Out of fds (a server full of clients, or under attack), the
+		 * socket would stay readable and its owner's loop spin: the
+		 * spare descriptor makes room for this one question, the one
+		 * that asks what is going on. */
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->spare >= 0) {
+			close(c->spare);
+			c->spare = -1;	/* taken again when an exchange ends */
+			fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		}
+		if (fd < 0) {
+			int e = errno;
+
+			if (c->spare == -1)
+				c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			if (e == EAGAIN || e == EWOULDBLOCK || e == ECONNABORTED || e == EINTR)
+				break;
+			arm_timer(c);
+			return -e;
+		}
+		if (!conn_add(c, fd, now)) {
+			close(fd);
+			if (c->spare == -1)
+				c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			continue;
+		}
+		/* most clients have written their request by now */
+		int rc = conn_step(c, c->conn[c->nconn - 1], fn, ctx, now);
+
+		done += rc > 0;
+		if (rc < 0 || rc & 2)
+			conn_close(c, c->nconn - 1);
+	}
+	arm_timer(c);
+	return done;
+}
+
+void xctl_close(struct xctl *c)
+{
+	uint64_t end = xtime_ns() + XCTL_REQ_TIMEOUT_NS;
+
+	if (!c)
+		return;
+	/* answers still on their way (a command that ended the process,
+	 * say) get a last second to go */
+	for (int i = 0; i < c->nconn; i++) {
+		struct xconn *k = c->conn[i];
+
+		while (k->answering && k->outoff < k->outlen) {
+			struct pollfd q = { .fd = k->fd, .events = POLLOUT };
+			uint64_t now = xtime_ns();
+			ssize_t n;
+
+			if (now >= end || poll(&q, 1, (int)((end - now) / XTIME_NS_PER_MS) + 1) <= 0)
+				break;
+			n = send(k->fd, k->out + k->outoff, k->outlen - k->outoff,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (n < 0 && (errno == EAGAIN || errno == EINTR))
+				continue;
+			if (n <= 0)
+				break;
+			k->outoff += (size_t)n;
+		}
+	}
+	while (c->nconn)
+		conn_close(c, 0);
+	close(c->fd);
+	close(c->ep);
+	close(c->tfd);
+	if (c->spare >= 0)
+		close(c->spare);
+	unlink(c->path);
+	free(c);
+}
+
+/* The client's side of a write: blocking, bounded by XCTL_REQ_TIMEOUT_NS. */
 static void write_all(int fd, const char *p, size_t n)
 {
-	uint64_t deadline = xtime_ns() + XCTL_REQ_TIMEOUT_MS * XTIME_NS_PER_MS;
+	uint64_t deadline = xtime_ns() + XCTL_REQ_TIMEOUT_NS;
 
 	while (n) {
 		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
@@ -193,76 +453,6 @@ static void write_all(int fd, const char *p, size_t n)
 		p += k;
 		n -= (size_t)k;
 	}
-}
-
-int xctl_poll(struct xctl *c, xctl_handler fn, void *ctx)
-{
-	int done = 0;
-
-	/* another thread (or process) may have taken the slot it freed */
-	if (c->spare == -1)
-		c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	for (;;) {
-		char buf[XCTL_MAX_REQ], *argv[XCTL_MAX_ARGS + 1];
-		int fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-
-		/* Out of fds (a server full of clients, or under attack), the
-		 * socket would stay readable and its owner's loop spin: the
-		 * spare descriptor makes room for this one question, the one
-		 * that asks what is going on. */
-		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->spare >= 0) {
-			close(c->spare);
-			fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-			c->spare = -2;	/* taken again below, once fd is closed */
-		}
-		if (fd < 0) {
-			int e = errno;
-
-			if (c->spare == -2)
-				c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-			if (e == EAGAIN || e == EWOULDBLOCK || e == ECONNABORTED || e == EINTR)
-				return done;
-			return -e;
-		}
-		int argc = read_request(fd, buf, sizeof(buf), argv);
-
-		if (argc >= 0) {
-			char *out = NULL;
-			size_t outlen = 0;
-			FILE *f = open_memstream(&out, &outlen);
-			int st;
-
-			if (!f) {
-				close(fd);
-				continue;
-			}
-			st = argc ? fn(ctx, argc, argv, f) : 2;
-			if (!argc)
-				fputs("no command\n", f);
-			fclose(f);
-			char head[16];
-			int hn = snprintf(head, sizeof(head), "%d\n", st);
-
-			write_all(fd, head, (size_t)hn);
-			write_all(fd, out, outlen);
-			free(out);
-			done++;
-		}
-		close(fd);
-		if (c->spare == -2)
-			c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	}
-}
-
-void xctl_close(struct xctl *c)
-{
-	if (!c)
-		return;
-	close(c->fd);
-	if (c->spare >= 0)
-		close(c->spare);
-	unlink(c->path);
-	free(c);
 }
 
 int xctl_call(const char *path, int argc, char *const *argv, FILE *out, char *err,

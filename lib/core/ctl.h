@@ -31,18 +31,25 @@ int xctl_default_path(const char *name, char *buf, size_t len);
 /* Listens on `path` (a stale socket left by a dead process is replaced;
  * one a live process answers on is not: -EADDRINUSE).  NULL + err. */
 struct xctl *xctl_listen(const char *path, char *err, size_t errlen);
-int xctl_fd(const struct xctl *c);	/* readable: call xctl_poll() */
+/* Readable (poll or epoll, level-triggered) when xctl_poll() has work: a
+ * new client, a request or room for an answer, or a client's deadline. */
+int xctl_fd(const struct xctl *c);
 const char *xctl_path(const struct xctl *c);
 
 /* What a command does: writes its output to out, returns the exit status. */
 typedef int (*xctl_handler)(void *ctx, int argc, char **argv, FILE *out);
 
-/* Serves the connections waiting (never blocks for long: a client that
- * does not send its request within 1 s is dropped).  Returns the number of
+/* Takes every exchange as far as it goes without waiting, and never
+ * blocks: accepts new clients, runs the commands whose request is whole,
+ * sends what the sockets take of the answers.  At most 16 exchanges at
+ * once (a new client pushes out the oldest one still sending its
+ * request); a client that does not send its request within 1 s, or stops
+ * reading its answer for 10 s, is dropped.  Returns the number of
  * commands run, or -errno for a listener failure. */
 int xctl_poll(struct xctl *c, xctl_handler fn, void *ctx);
 
-/* Closes and unlinks the socket.  NULL ok. */
+/* Closes and unlinks the socket; answers still being sent get up to a
+ * second to go.  NULL ok. */
 void xctl_close(struct xctl *c);
 
 /* Client side: runs argv on the server at path, copies its output to out.

@@ -1,6 +1,8 @@
 /* Control sockets (lib/core/ctl.h): a server answering commands, stale
  * sockets, refusals, malformed requests. */
 #include <errno.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -44,6 +47,13 @@ static int handler(void *ctx, int argc, char **argv, FILE *out)
 	if (!strcmp(argv[0], "echo")) {
 		for (int i = 1; i < argc; i++)
 			fprintf(out, "%s%s", argv[i], i + 1 < argc ? " " : "\n");
+		return 0;
+	}
+	if (!strcmp(argv[0], "big") && argc == 2) {
+		long n = strtol(argv[1], NULL, 10);
+
+		for (long i = 0; i < n; i++)
+			fputc('a' + (int)(i % 26), out);
 		return 0;
 	}
 	fprintf(out, "unknown command '%s'\n", argv[0]);
@@ -178,6 +188,155 @@ static void malformed_request_dropped_server_keeps_serving(void **state)
 	xctl_close(c);
 }
 
+static int raw_connect(void)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	strcpy(a.sun_path, path);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Whether fd has nothing to read and is still open (a client the server
+ * has not answered or dropped yet). */
+static bool still_waiting(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
+}
+
+/* A client that connects and says nothing, or half a request, holds up
+ * neither the owner's loop nor the next client; it is dropped once its
+ * second is up, and the owner, asleep on xctl_fd(), is woken for that. */
+static void silent_client_stalls_nothing(void **state)
+{
+	char err[200], out[256];
+	int calls = 0, pfd[2];
+	struct xctl *c = xctl_listen(path, err, sizeof(err));
+	const char *a1[] = { "echo", "served" };
+
+	(void)state;
+	assert_non_null(c);
+	int quiet = raw_connect(), half = raw_connect();
+
+	assert_int_equal(write(half, "echo\0hal", 9), 9);
+	uint64_t t0 = ms_now();
+
+	assert_int_equal(xctl_poll(c, handler, &calls), 0);
+	assert_true(ms_now() - t0 < 200);
+	assert_true(still_waiting(quiet) && still_waiting(half));
+	serve_until_exit(c, call_in_child(2, (char **)a1, pfd), &calls);
+	read_all(pfd[0], out, sizeof(out));
+	assert_string_equal(out, "served\n[0]");
+	assert_int_equal(calls, 1);
+	/* the deadline makes xctl_fd() readable: the owner's sleep ends */
+	struct pollfd p = { .fd = xctl_fd(c), .events = POLLIN };
+
+	assert_int_equal(poll(&p, 1, 5000), 1);
+	assert_true(ms_now() - t0 >= 900);
+	assert_int_equal(xctl_poll(c, handler, &calls), 0);
+	/* both dropped, unanswered; nothing left to wake the owner */
+	assert_int_equal(read(quiet, out, sizeof(out)), 0);
+	assert_int_equal(read(half, out, sizeof(out)), 0);
+	assert_int_equal(poll(&p, 1, 0), 0);
+	assert_int_equal(calls, 1);
+	close(quiet);
+	close(half);
+	xctl_close(c);
+}
+
+/* An answer bigger than the socket takes goes out as the client reads it,
+ * while the owner goes on: nothing of it is lost. */
+static void slow_reader_gets_all_of_a_big_answer(void **state)
+{
+	char err[200];
+	int calls = 0;
+	struct xctl *c = xctl_listen(path, err, sizeof(err));
+	const long big = 4 << 20;
+	static const char req[] = "big\0" "4194304\0";
+
+	(void)state;
+	assert_non_null(c);
+	int fd = raw_connect();
+
+	assert_int_equal(write(fd, req, sizeof(req)), (ssize_t)sizeof(req));
+	uint64_t t0 = ms_now();
+
+	/* runs the command, sends what fits and returns */
+	for (int i = 0; i < 100 && !calls; i++) {
+		assert_true(xctl_poll(c, handler, &calls) >= 0);
+		usleep(1000);
+	}
+	assert_int_equal(calls, 1);
+	assert_true(ms_now() - t0 < 500);
+	/* the client reads at last; the owner serves when xctl_fd() says so */
+	char *buf = malloc((size_t)big + 64);
+	size_t got = 0;
+
+	assert_non_null(buf);
+	for (;;) {
+		struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
+				       { .fd = xctl_fd(c), .events = POLLIN } };
+
+		assert_true(poll(p, 2, 5000) > 0);
+		if (p[1].revents)
+			assert_true(xctl_poll(c, handler, &calls) >= 0);
+		if (!p[0].revents)
+			continue;
+		ssize_t n = read(fd, buf + got, (size_t)big + 64 - got);
+
+		assert_true(n >= 0);
+		if (!n)
+			break;
+		got += (size_t)n;
+	}
+	assert_int_equal(got, 2 + (size_t)big);
+	assert_memory_equal(buf, "0\n", 2);
+	for (long i = 0; i < big; i++)
+		if (buf[2 + i] != 'a' + (int)(i % 26))
+			fail_msg("byte %ld differs", i);
+	free(buf);
+	close(fd);
+	assert_int_equal(calls, 1);
+	xctl_close(c);
+}
+
+/* More silent clients than the server keeps: the oldest gives way, and a
+ * real command still gets through. */
+static void full_table_pushes_out_the_oldest_silent_one(void **state)
+{
+	char err[200], out[256];
+	int calls = 0, pfd[2], q[20];
+	struct xctl *c = xctl_listen(path, err, sizeof(err));
+	const char *a1[] = { "echo", "through" };
+
+	(void)state;
+	assert_non_null(c);
+	for (int i = 0; i < 20; i++) {
+		q[i] = raw_connect();
+		assert_int_equal(xctl_poll(c, handler, &calls), 0);
+	}
+	serve_until_exit(c, call_in_child(2, (char **)a1, pfd), &calls);
+	read_all(pfd[0], out, sizeof(out));
+	assert_string_equal(out, "through\n[0]");
+	/* the first ones were dropped (EOF), the newest still wait */
+	assert_int_equal(read(q[0], out, sizeof(out)), 0);
+	assert_true(still_waiting(q[19]));
+	for (int i = 0; i < 20; i++)
+		close(q[i]);
+	xctl_close(c);
+}
+
 static void client_rejects_bad_arguments(void **state)
 {
 	char err[200];
@@ -219,6 +378,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(missing_socket_is_named, setup, teardown),
 		cmocka_unit_test_setup_teardown(stale_socket_replaced_live_one_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(malformed_request_dropped_server_keeps_serving, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(silent_client_stalls_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(slow_reader_gets_all_of_a_big_answer, setup, teardown),
+		cmocka_unit_test_setup_teardown(full_table_pushes_out_the_oldest_silent_one, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(client_rejects_bad_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(default_path_is_private, setup, teardown),
