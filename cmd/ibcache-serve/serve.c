@@ -57,6 +57,14 @@ static int read_pages(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_
 	return ibc_export_read(ctx, q, buf, now, size);
 }
 
+/* The engine shares out what it holds per requesting host: the sender's
+ * IP address (udp) or GID/LID (ud), whatever its port or QP. */
+_Static_assert(XDG_HOST_MAX <= IBC_SRV_HOST_MAX, "a host key fits the engine's");
+static size_t peer_host(const void *peer, uint8_t key[IBC_SRV_HOST_MAX])
+{
+	return xdg_addr_host(peer, key);
+}
+
 /* Sends what the engine has ready, as far as the queue takes it. */
 static int send_ready(struct lsn *l, uint64_t now)
 {
@@ -262,6 +270,7 @@ static int add_listener(struct server *s, const char *arg, uint32_t mtu)
 		return fail("%s: MTU %u is below gfcc's %u", arg, xdg_mtu(l->d), GFCC_MTU_MIN);
 	c.flavour = u.scheme == XURI_UD ? GFCC_UD : GFCC_UDP;
 	c.mtu = xdg_mtu(l->d);
+	c.host = peer_host;
 	l->srv = ibc_srv_new(&c, read_pages, s->x);
 	if (!l->srv)
 		return fail("%s: out of memory", arg);

@@ -5,9 +5,13 @@
 
 #include "ibcache/ibc_srv.h"
 
-/* What one requester holds: its share of max_states and max_mem. */
+/* What one requesting host holds: its share of max_states and max_mem.
+ * Keyed by the host (cfg.host), not the peer: a share per address and
+ * port would give a host that opens N sockets N shares, and N = 4 is all
+ * of it. */
 struct pacct {
-	void *peer;
+	uint8_t key[IBC_SRV_HOST_MAX];
+	uint8_t klen;
 	uint32_t n;
 	uint64_t mem;
 	bool pinned;			/* a request of its is being taken */
@@ -16,7 +20,7 @@ struct pacct {
 
 struct st {
 	void *peer;
-	struct pacct *acct;		/* data states: its requester's */
+	struct pacct *acct;		/* data states: its requester's host's */
 	uint64_t id;
 	uint32_t qkey;
 	struct gfcc_layout lay;
@@ -53,7 +57,7 @@ struct ibc_srv {
 	void *ctx;
 	struct st **tab;
 	size_t nb;
-	struct pacct **ptab;		/* requesters holding data, nb buckets */
+	struct pacct **ptab;		/* hosts holding data, nb buckets */
 	struct st *rhead, *rtail;
 	struct st *ihead, *itail;
 	struct st *thead;
@@ -62,51 +66,66 @@ struct ibc_srv {
 	struct gfcc_req q;		/* scratch: a request is big */
 };
 
-static size_t bucket(const struct ibc_srv *s, const void *peer, uint64_t id)
+static size_t mix(const struct ibc_srv *s, uint64_t x)
 {
-	uint64_t x = (uint64_t)(uintptr_t)peer * 0x9e3779b97f4a7c15ull ^ id;
-
 	x ^= x >> 31;
 	x *= 0xbf58476d1ce4e5b9ull;
 	x ^= x >> 29;
 	return (size_t)(x & (s->nb - 1));
 }
 
-static size_t pbucket(const struct ibc_srv *s, const void *peer)
+static size_t bucket(const struct ibc_srv *s, const void *peer, uint64_t id)
 {
-	return bucket(s, peer, 0);
+	return mix(s, (uint64_t)(uintptr_t)peer * 0x9e3779b97f4a7c15ull ^ id);
 }
 
-static struct pacct *acct_find(struct ibc_srv *s, const void *peer)
+static size_t pbucket(const struct ibc_srv *s, const uint8_t *key, size_t klen)
 {
-	for (struct pacct *a = s->ptab[pbucket(s, peer)]; a; a = a->next)
-		if (a->peer == peer)
-			return a;
-	return NULL;
+	uint64_t x = 0xcbf29ce484222325ull;	/* FNV-1a, then the mixer */
+
+	for (size_t i = 0; i < klen; i++)
+		x = (x ^ key[i]) * 0x100000001b3ull;
+	return mix(s, x);
 }
 
+/* The account of peer's host, made when it holds nothing yet; NULL when
+ * out of memory. */
 static struct pacct *acct_get(struct ibc_srv *s, void *peer)
 {
-	struct pacct *a = acct_find(s, peer), **b;
+	uint8_t key[IBC_SRV_HOST_MAX];
+	size_t klen;
+	struct pacct *a, **b;
 
-	if (a || !(a = calloc(1, sizeof(*a))))
-		return a;
-	b = &s->ptab[pbucket(s, peer)];
-	a->peer = peer;
+	if (s->c.host) {
+		klen = s->c.host(peer, key);
+		if (klen > sizeof(key))
+			klen = sizeof(key);
+	} else {
+		memcpy(key, &peer, sizeof(peer));
+		klen = sizeof(peer);
+	}
+	b = &s->ptab[pbucket(s, key, klen)];
+	for (a = *b; a; a = a->next)
+		if (a->klen == klen && !memcmp(a->key, key, klen))
+			return a;
+	if (!(a = calloc(1, sizeof(*a))))
+		return NULL;
+	memcpy(a->key, key, klen);
+	a->klen = (uint8_t)klen;
 	a->next = *b;
 	*b = a;
 	return a;
 }
 
-/* A requester that holds nothing any more is forgotten (not while its
- * request is being taken: making room may drop all it held). */
+/* A host that holds nothing any more is forgotten (not while a request
+ * of its is being taken: making room may drop all it held). */
 static void acct_put(struct ibc_srv *s, struct pacct *a)
 {
 	struct pacct **pp;
 
 	if (!a || a->n || a->pinned)
 		return;
-	for (pp = &s->ptab[pbucket(s, a->peer)]; *pp && *pp != a; pp = &(*pp)->next)
+	for (pp = &s->ptab[pbucket(s, a->key, a->klen)]; *pp && *pp != a; pp = &(*pp)->next)
 		;
 	if (*pp)
 		*pp = a->next;
@@ -369,12 +388,13 @@ static bool peer_full(const struct ibc_srv *s, const struct pacct *a, uint64_t n
 	return a->n >= s->c.peer_states || a->mem + need > s->c.peer_mem;
 }
 
-/* Room for a reply of `need` bytes to requester a: replies wholly sent go
+/* Room for a reply of `need` bytes to host a: replies wholly sent go
  * first, oldest first (their requesters had the time to ask for what
  * they lacked) -- its own first while it holds its whole share.  A reply
  * still waiting for credit is never dropped, so the share is what keeps
- * one requester (one that never grants credit, say) from holding every
- * state and byte while the others are refused. */
+ * one host (one that never grants credit, say, from as many sockets as
+ * it likes) from holding every state and byte while the others are
+ * refused. */
 static bool make_room(struct ibc_srv *s, struct pacct *a, uint64_t need)
 {
 	struct st *t;

@@ -20,14 +20,15 @@
  *             one is rebuilt from the request sent again.
  *
  * Bounds: at most max_states requests with data held and max_mem bytes of
- * them, and of those at most peer_states and peer_mem for one requester
- * (one peer pointer), so that one that holds its replies waiting for
- * credit it never grants cannot shut the others out; a request beyond
- * gets ENOMEM at once (the requester goes to the next source) after
- * requests whose reply is wholly sent, oldest first (the requester's own
- * first when it is at its share), were dropped to make room.  A request
- * idle for ttl is freed.  Error
- * replies need no state: at most IBC_SRV_ERR_MAX wait to go out.
+ * them, and of those at most peer_states and peer_mem for one requesting
+ * host (cfg.host: all the requesters -- sockets, QPs -- on one host share
+ * it, since a host can open as many of them as it likes), so that one
+ * that holds its replies waiting for credit it never grants cannot shut
+ * the others out; a request beyond gets ENOMEM at once (the requester goes
+ * to the next source) after requests whose reply is wholly sent, oldest
+ * first (the host's own first when it is at its share), were dropped to
+ * make room.  A request idle for ttl is freed.  Error replies need no
+ * state: at most IBC_SRV_ERR_MAX wait to go out.
  *
  * Peers are opaque pointers (the transport's sender address); the same
  * pointer must name the same requester for as long as a request lives. */
@@ -43,6 +44,11 @@
 #define IBC_SRV_ERR_MAX	256
 /* The least max_mem: one full reply (the response and 1 MiB of pages) */
 #define IBC_SRV_MEM_MIN	(GFCC_RES_LEN + GFCC_MAX_BYTES)
+#define IBC_SRV_HOST_MAX	24
+
+/* The host a peer is on, as at most IBC_SRV_HOST_MAX bytes that are the
+ * same for every peer on it (xdg_addr_host()); returns how many. */
+typedef size_t (*ibc_srv_host_fn)(const void *peer, uint8_t key[IBC_SRV_HOST_MAX]);
 
 struct ibc_srv_cfg {
 	enum gfcc_flavour flavour;	/* GFCC_UDP, or GFCC_UD (ud://) */
@@ -51,8 +57,9 @@ struct ibc_srv_cfg {
 	uint64_t max_mem;		/* 0: 256 MiB; else at least IBC_SRV_MEM_MIN */
 	uint64_t ttl_ns;		/* 0: 2 s */
 	uint32_t burst;			/* datagrams of one request per turn (0: 64) */
-	uint32_t peer_states;		/* of max_states one requester may hold (0: a quarter) */
+	uint32_t peer_states;		/* of max_states one host may hold (0: a quarter) */
 	uint64_t peer_mem;		/* of max_mem (0: a quarter, at least IBC_SRV_MEM_MIN) */
+	ibc_srv_host_fn host;		/* NULL: each peer pointer is a host of its own */
 };
 
 /* The page store: fills buf with the prefix of q's pages it holds, in

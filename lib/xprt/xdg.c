@@ -60,6 +60,12 @@ struct xdg_addr *xdg_resolve(struct xdg *d, const struct xuri *peer, char *err, 
 
 const char *xdg_addr_str(const struct xdg_addr *a) { return a->str; }
 
+size_t xdg_addr_host(const struct xdg_addr *a, uint8_t key[XDG_HOST_MAX])
+{
+	memcpy(key, a->host, a->hostlen);
+	return a->hostlen;
+}
+
 int xdg_send(struct xdg *d, const struct xdg_addr *to, const void *buf, size_t len,
 	     uint64_t wr_id, unsigned flags)
 {

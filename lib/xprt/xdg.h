@@ -74,6 +74,18 @@ struct xdg_addr *xdg_resolve(struct xdg *d, const struct xuri *peer, char *err, 
 /* "ADDR:PORT" (udp) or "GID/QPN" (ud). */
 const char *xdg_addr_str(const struct xdg_addr *a);
 
+/* The host an address is on, without what tells its sockets or queue
+ * pairs apart: udp the IP address without the port (a v4-mapped one as
+ * the v4 address, an IPv6 one with its scope), ud the GID, or the LID for
+ * a sender whose datagrams came without a GRH (InfiniBand within one
+ * subnet; ibv_init_ah_from_wc() leaves the GID zero then).  Addresses of
+ * one host give the same bytes, byte for byte, so that a server can share
+ * out what it holds per host rather than per socket: a host opens as many
+ * ports or QPs as it likes.  Writes at most XDG_HOST_MAX bytes into key
+ * and returns how many. */
+#define XDG_HOST_MAX	24
+size_t xdg_addr_host(const struct xdg_addr *a, uint8_t key[XDG_HOST_MAX]);
+
 /* Sends one datagram of at most xdg_mtu() bytes.  The payload is copied or
  * handed to the device before this returns unless XDG_ZCOPY is given, in
  * which case buf must stay put until the send's completion.  0, -EMSGSIZE,

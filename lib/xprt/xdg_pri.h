@@ -44,6 +44,8 @@ struct xdg {
 struct xdg_addr {
 	char str[80];
 	const struct xdg_ops *ops;	/* the backend it belongs to (xdg_addr_import) */
+	uint8_t host[XDG_HOST_MAX];	/* xdg_addr_host(), set by the backend */
+	uint8_t hostlen;
 };
 
 /* What xdg_mem_reg() returns; the backend's own object embeds it first. */

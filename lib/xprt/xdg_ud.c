@@ -181,6 +181,17 @@ static struct udaddr *addr_get(struct udep *d, struct ibv_ah_attr *attr, uint32_
 	a->qpn = qpn;
 	a->qkey = qkey;
 	a->gid = *g;
+	/* the host (xdg_addr_host): the port's GID where the datagram had a
+	 * GRH (RoCE always), else the LID it came from */
+	if (attr->is_global) {
+		a->base.host[0] = 'G';
+		memcpy(a->base.host + 1, g->raw, 16);
+		a->base.hostlen = 17;
+	} else {
+		a->base.host[0] = 'L';
+		memcpy(a->base.host + 1, &attr->dlid, sizeof(attr->dlid));
+		a->base.hostlen = 1 + sizeof(attr->dlid);
+	}
 	a->pinned = false;
 	a->tx_last = 0;
 	inet_ntop(AF_INET6, g->raw, gs, sizeof(gs));

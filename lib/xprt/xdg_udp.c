@@ -134,6 +134,26 @@ static uint32_t key_hash(const struct akey *k)
 	return h & (HASH_SIZE - 1);
 }
 
+/* The sender's host (xdg_addr_host): a tag for the family, then the
+ * address; a v4-mapped one as v4, so that a dual-stack socket sees a v4
+ * host as one host whichever way it came, and IPv6 with its scope id,
+ * since fe80::1 on two links is two hosts. */
+static void host_key(const struct akey *k, struct xdg_addr *b)
+{
+	const struct in6_addr *a6 = (const struct in6_addr *)(const void *)k->addr;
+
+	if (k->family == AF_INET || (k->family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6))) {
+		b->host[0] = 4;
+		memcpy(b->host + 1, k->family == AF_INET ? k->addr : k->addr + 12, 4);
+		b->hostlen = 5;
+	} else {
+		b->host[0] = 6;
+		memcpy(b->host + 1, &k->scope, 4);
+		memcpy(b->host + 5, k->addr, 16);
+		b->hostlen = 21;
+	}
+}
+
 static void addr_fmt(struct udp_addr *a)
 {
 	char h[64], p[8];	/* fits str[80] with brackets and port */
@@ -190,6 +210,7 @@ static struct udp_addr *addr_get(struct udp_ep *e, const struct sockaddr *sa, so
 	}
 	a->key = k;
 	a->base.ops = &xdg_udp_ops;
+	host_key(&k, &a->base);
 	memcpy(&a->sa, sa, sl);
 	a->sl = sl;
 	a->pinned = false;

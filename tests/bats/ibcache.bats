@@ -436,14 +436,15 @@ print(h.hex())')" \
 	[ "$(srv_status refused)" -eq 0 ]
 }
 
-@test "a requester that never grants credit cannot shut the others out; a busy peer is named" {
+@test "a host that never grants credit, from however many sockets, cannot shut the others out; a busy peer is named" {
 	mkdata big 1048576
 	mkdata g 2097152
 	start_serve --max-mem 16M udp://127.0.0.1:0
 	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/g" g
 	gen=$(stat_of gen)
-	# 40 full requests every 0.2 s from one socket, each would hold 1 MiB
-	flood "${URIS[0]}" big 40 0.2 300
+	# 40 full requests every 0.2 s, each would hold 1 MiB, from 8 sockets
+	# of one host: a share each would be all of --max-mem twice over
+	flood "${URIS[0]}" big 40 0.2 300 8
 	for _ in $(seq 100); do [ "$(srv_status refused)" -gt 0 ] && break; sleep 0.05; done
 	[ "$(srv_status refused)" -gt 0 ] || die "the flood was not refused"
 	# the others are served: all from the peer, no origin needed

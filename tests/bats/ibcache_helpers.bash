@@ -139,13 +139,15 @@ same() {
 	cmp "$1" "$2" || die "$1 and $2 differ"
 }
 
-# flood URI NAME N PAUSE ROUNDS: in the background, ROUNDS times N full
-# requests (256 pages, window 1) for $EXP/NAME from one socket, PAUSE
-# seconds apart, never granting credit nor reading a reply.
+# flood URI NAME N PAUSE ROUNDS [SOCKETS]: in the background, ROUNDS times
+# N full requests (256 pages, window 1) for $EXP/NAME, PAUSE seconds apart,
+# never granting credit nor reading a reply; from SOCKETS sockets (default
+# 1) taking turns, all on 127.0.0.2: another host than the fetches' 127.0.0.1
+# to the server, which shares out its room per host.
 flood() {
-	python3 - "${1##*:}" "$EXP/$2" "$2" "$3" "$4" "$5" <<-'EOF' 3>&- &
+	python3 - "${1##*:}" "$EXP/$2" "$2" "$3" "$4" "$5" "${6:-1}" <<-'EOF' 3>&- &
 	import os, socket, struct, sys, time
-	port, path, name, n, pause, rounds = sys.argv[1:]
+	port, path, name, n, pause, rounds, nsock = sys.argv[1:]
 	def fnv(b):
 	    h = 0xcbf29ce484222325
 	    for x in b:
@@ -153,7 +155,10 @@ flood() {
 	    return h
 	st = os.stat(path)
 	gen = fnv(struct.pack("<QQ", st.st_size, st.st_mtime_ns)) or 1
-	s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+	socks = []
+	for _ in range(int(nsock)):
+	    socks.append(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+	    socks[-1].bind(("127.0.0.2", 0))
 	rid = 0
 	for _ in range(int(rounds)):
 	    for _ in range(int(n)):
@@ -161,7 +166,7 @@ flood() {
 	        q = b"gfcc1\0\0\0" + struct.pack("<QQQqqIIIIiiQQ", rid, fnv(name.encode()), gen,
 	            0, 1 << 20, 0x1234, 0, 2, 4096, 256, 1, 0, 256)
 	        q += b"gfcx" + struct.pack("<BBHII", 1, 0, 1400, 1, 0)
-	        s.sendto(q, ("127.0.0.1", int(port)))
+	        socks[rid % len(socks)].sendto(q, ("127.0.0.1", int(port)))
 	    time.sleep(float(pause))
 	EOF
 	BG_PIDS+=($!)

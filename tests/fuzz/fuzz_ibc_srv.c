@@ -67,6 +67,13 @@ static void *peer_of(uint32_t v)
 	return (void *)(uintptr_t)(0x1000 + (v & 3) * 0x10);
 }
 
+/* With hosts: the four peers are two ports each of two hosts. */
+static size_t host_of(const void *peer, uint8_t key[IBC_SRV_HOST_MAX])
+{
+	key[0] = (uint8_t)((uintptr_t)peer >> 5);
+	return 1;
+}
+
 static size_t mk_request(struct rd *r, uint8_t *out, uint32_t mtu)
 {
 	struct gfcc_req q = { .cmd = GFCC_CMD_READ_REQ, .qkey = QKEY };
@@ -158,7 +165,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 	struct ibc_srv_cfg c = { .flavour = setup & 1 ? GFCC_UD : GFCC_UDP,
 				 .mtu = mtus[(setup >> 1) % 6], .max_states = 1 + (setup >> 4 & 3),
 				 .max_mem = (setup & 0x40 ? 2u : 64u) << 20, .ttl_ns = 1000,
-				 .burst = 1 + (setup >> 7) * 7 };
+				 .burst = 1 + (setup >> 7) * 7,
+				 .host = setup & 0x10 ? host_of : NULL };
 	struct ibc_srv *s;
 	struct ibc_srv_stats st;
 	static struct ibc_out out[128];

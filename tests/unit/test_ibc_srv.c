@@ -461,6 +461,76 @@ static void test_peer_share(void **s_)
 	ibc_srv_free(s);
 }
 
+/* Peers in these tests are small numbers; with hosts, 0xHPP is port PP
+ * of host H. */
+static size_t host_of(const void *peer, uint8_t key[IBC_SRV_HOST_MAX])
+{
+	key[0] = (uint8_t)((uintptr_t)peer >> 8);
+	return 1;
+}
+
+static struct ibc_srv *mk_hosts(uint32_t states, uint64_t mem)
+{
+	struct ibc_srv_cfg c = { .flavour = GFCC_UDP, .mtu = 65507, .max_states = states,
+				 .max_mem = mem, .ttl_ns = 100 * MS, .burst = 8,
+				 .host = host_of };
+	struct ibc_srv *s = ibc_srv_new(&c, store, NULL);
+
+	assert_non_null(s);
+	held = 1000;
+	return s;
+}
+
+/* The share is one host's, not one socket's: the requesters on one host
+ * (other ports) hold a quarter together, so that a host cannot take
+ * everything by opening four sockets, while another host is still
+ * served; at its share the host's own wholly sent replies, whichever
+ * port they went to, make room first. */
+static void test_host_share(void **s_)
+{
+	struct ibc_srv *s = mk_hosts(8, 0);
+	uint8_t b[GFCC_REQ_MAX];
+	size_t len;
+
+	for (uintptr_t p = 0x101; p <= 0x104; p++) {
+		len = req(b, 1, INO, 0, 16, 1484, 1);
+		assert_int_equal(ibc_srv_input(s, (void *)p, b, len, 0), p <= 0x102 ? 0 : -ENOMEM);
+	}
+	len = req(b, 1, INO, 0, 16, 1484, 1);
+	assert_int_equal(ibc_srv_input(s, (void *)0x201, b, len, 0), 0);
+	assert_int_equal(ibc_srv_input(s, (void *)0x302, b, len, 0), 0);
+	expect_held(s, 2, 0, 4);
+	while (drain(s, NULL, 64, 1, NULL))
+		;
+	/* port 1's reply wholly sent: port 3 of the same host takes its room */
+	len = ctl(b, 1, 0x1234, GFCC_X_CREDIT, 1000, 0, NULL, 0);
+	assert_int_equal(ibc_srv_input(s, (void *)0x101, b, len, 2), 0);
+	while (drain(s, NULL, 64, 2, NULL))
+		;
+	len = req(b, 2, INO, 0, 16, 1484, 1);
+	assert_int_equal(ibc_srv_input(s, (void *)0x103, b, len, 3), 0);
+	expect_held(s, 2, 1, 4);
+	/* a host that held its share and let it go has it whole again */
+	len = ctl(b, 1, 0x1234, GFCC_X_FIN, 0, 0, NULL, 0);
+	assert_int_equal(ibc_srv_input(s, (void *)0x102, b, len, 4), 0);
+	len = ctl(b, 2, 0x1234, GFCC_X_FIN, 0, 0, NULL, 0);
+	assert_int_equal(ibc_srv_input(s, (void *)0x103, b, len, 4), 0);
+	len = req(b, 3, INO, 0, 16, 1484, 1);
+	assert_int_equal(ibc_srv_input(s, (void *)0x104, b, len, 5), 0);
+	assert_int_equal(ibc_srv_input(s, (void *)0x105, b, len, 5), 0);
+	assert_int_equal(ibc_srv_input(s, (void *)0x106, b, len, 5), -ENOMEM);
+	expect_held(s, 3, 1, 4);
+	ibc_srv_free(s);
+
+	/* memory: 8 MiB, 2 MiB a host; 1 MiB + 32 bytes a request */
+	s = mk_hosts(0, 8u << 20);
+	for (uintptr_t p = 0x101; p <= 0x104; p++)
+		assert_int_equal(ask_full(s, p, 10), p == 0x101 ? 0 : -ENOMEM);
+	assert_int_equal(ask_full(s, 0x201, 10), 0);
+	expect_held(s, 3, 0, 2);
+	ibc_srv_free(s);
+}
+
 static void test_round_robin_unsent(void **s_)
 {
 	struct ibc_srv *s = mk(GFCC_UDP, 1500, 0, 0);
@@ -544,6 +614,7 @@ int main(void)
 		cmocka_unit_test(test_ttl),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_peer_share),
+		cmocka_unit_test(test_host_share),
 		cmocka_unit_test(test_round_robin_unsent),
 		cmocka_unit_test(test_ud),
 	};

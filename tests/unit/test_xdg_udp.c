@@ -240,6 +240,51 @@ static void test_many_senders_cache(void **state)
 	xdg_close(s);
 }
 
+/* xdg_addr_host(): a host's senders, whatever their ports, give the same
+ * bytes; another address (127.0.0.2 is loopback too on Linux) others; a
+ * v4 peer seen on a dual-stack socket is the same host as on a v4 one. */
+static void test_addr_host(void **state)
+{
+	struct xdg *s = open_ep("127.0.0.1", NULL), *c[3];
+	uint8_t k[3][XDG_HOST_MAX], r[XDG_HOST_MAX];
+	size_t kl[3];
+	struct xdg_wc wc;
+	char x = 'x';
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		c[i] = open_ep(i < 2 ? "127.0.0.1" : "127.0.0.2", NULL);
+		assert_int_equal(xdg_send(c[i], resolve(c[i], "127.0.0.1", xdg_port(s)), &x, 1, 0,
+					  0), 0);
+		assert_int_equal(recv_n(s, &wc, 1), 1);
+		kl[i] = xdg_addr_host(wc.src, k[i]);
+		assert_true(kl[i] > 0 && kl[i] <= XDG_HOST_MAX);
+	}
+	assert_int_equal(kl[0], kl[1]);
+	assert_memory_equal(k[0], k[1], kl[0]);
+	assert_true(kl[2] != kl[0] || memcmp(k[0], k[2], kl[0]));
+	/* resolved, another port: the same host */
+	assert_int_equal(xdg_addr_host(resolve(s, "127.0.0.1", 9), r), kl[0]);
+	assert_memory_equal(r, k[0], kl[0]);
+	for (int i = 0; i < 3; i++)
+		xdg_close(c[i]);
+	xdg_close(s);
+
+	int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+	struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		skip();	/* no IPv6 here */
+	}
+	close(fd);
+	s = open_ep("::", NULL);
+	assert_int_equal(xdg_addr_host(resolve(s, "127.0.0.1", 7), r), kl[0]);
+	assert_memory_equal(r, k[0], kl[0]);
+	xdg_close(s);
+}
+
 static void test_ipv6(void **state)
 {
 	int fd = socket(AF_INET6, SOCK_DGRAM, 0);
@@ -407,6 +452,7 @@ int main(void)
 		cmocka_unit_test(test_batch_and_truncation),
 		cmocka_unit_test(test_tx_queue_full),
 		cmocka_unit_test(test_many_senders_cache),
+		cmocka_unit_test(test_addr_host),
 		cmocka_unit_test(test_ipv6),
 		cmocka_unit_test(test_gso_gro),
 	};
