@@ -7,6 +7,7 @@
  * costs a counter and at most a rate-limited log line, never the service. */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -49,12 +50,31 @@ struct server {
 	uint64_t spin_ns;		/* --spin: busy-poll after the last work */
 	struct ibc_srv_cfg cfg;
 	uint32_t recv_depth, send_depth;
+	uint64_t collisions_said;	/* the export's collisions last logged */
 };
 
 static int read_pages(void *ctx, const struct gfcc_req *q, uint8_t *buf, uint64_t now,
 		      uint64_t *size)
 {
 	return ibc_export_read(ctx, q, buf, now, size);
+}
+
+/* Files the export does not serve because their paths share an inode
+ * number (ibc_map.h): said when the export finds them, once for as long
+ * as their number stays the same, since a rescan finds them again. */
+static void say_collisions(struct server *s)
+{
+	struct ibc_export_stats xs;
+	const char *a, *b;
+
+	ibc_export_get_stats(s->x, &xs);
+	if (xs.collisions == s->collisions_said)
+		return;
+	s->collisions_said = xs.collisions;
+	if (ibc_export_collision(s->x, &a, &b))
+		xlog_warn("%s: %" PRIu64 " files are not served: another path has the same "
+			  "inode number (FNV-1a 64 of the path), as %s and %s do; rename one of each",
+			  ibc_export_root(s->x), xs.collisions, a, b);
 }
 
 /* The engine shares out what it holds per requesting host: the sender's
@@ -433,6 +453,7 @@ static void serve_loop(struct server *s, struct xctl *ctl, int epfd)
 		if (now >= next_timer) {
 			for (int i = 0; i < s->nl; i++)
 				ibc_srv_timer(s->l[i].srv, now);
+			say_collisions(s);
 			next_timer = now + TIMER_NS;
 		}
 		if (ctl && now >= next_ctl) {
@@ -491,6 +512,7 @@ int cmd_serve(int argc, char **argv)
 	s->x = ibc_export_open(so.root, &so.xo, err, sizeof(err));
 	if (!s->x)
 		return fail("-e %s", err);
+	say_collisions(s);
 	for (int i = 0; i < so.nlisten; i++)
 		if ((c = add_listener(s, so.listen[i], so.mtu)) != EXIT_OK) {
 			server_free(s);

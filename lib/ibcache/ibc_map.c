@@ -232,6 +232,7 @@ int ibc_pages_read(int fd, uint64_t size, uint32_t psize, uint64_t first, uint64
 struct ent {
 	uint64_t ino;
 	char *path;
+	bool collided;			/* another path has its ino: not served */
 	int fd;				/* -1 while closed */
 	struct stat st;			/* of fd when gen was computed */
 	uint64_t gen;
@@ -254,6 +255,7 @@ struct ibc_export {
 	uint32_t nopen;
 	uint64_t last_scan_ns;
 	bool scanned;
+	const char *coll[2];		/* a colliding pair of the index, for a log */
 	struct ibc_export_stats st;
 };
 
@@ -294,6 +296,8 @@ static void index_free(struct ibc_export *x)
 	x->tab = NULL;
 	x->nbucket = 0;
 	x->st.files = 0;
+	x->st.collisions = 0;
+	x->coll[0] = x->coll[1] = NULL;
 }
 
 struct scan {
@@ -397,21 +401,33 @@ static int scan(struct ibc_export *x, uint64_t now_ns)
 	x->all = sc->list;
 	x->st.files = sc->n;
 	x->st.scans++;
+	/* Two paths, one ino: neither is served.  A request names its file
+	 * by ino alone (gfcc_obj: ino, gen, off, len; no name travels, and
+	 * gfarm's requester sends an inode number of its own), so nothing
+	 * tells which of the two is meant, and serving either -- the first
+	 * one readdir() happened to give, say -- serves one path's bytes
+	 * for the other's whenever their generations agree, which a crafted
+	 * FNV-1a collision with the same size and mtime (or the gen xattr)
+	 * arranges.  Both answer ENOENT: the requester goes on to the next
+	 * source.  The first is kept in the table, flagged, to catch a third. */
 	for (struct ent *e = x->all; e; e = e->next) {
-		struct ent **b = &tab[e->ino & (nb - 1)];
-		bool dup = false;
+		struct ent **b = &tab[e->ino & (nb - 1)], *o;
 
-		for (struct ent *o = *b; o; o = o->hnext)
-			dup |= o->ino == e->ino;
-		if (dup) {
-			/* two paths, one 64-bit ino: neither may be served
-			 * as the other, so the later one is not indexed */
-			x->st.collisions++;
-			e->ino = 0;
+		for (o = *b; o && o->ino != e->ino; o = o->hnext)
+			;
+		if (!o) {
+			e->hnext = *b;
+			*b = e;
 			continue;
 		}
-		e->hnext = *b;
-		*b = e;
+		if (!o->collided) {
+			o->collided = true;
+			x->st.collisions++;
+			x->coll[0] = o->path;
+			x->coll[1] = e->path;
+		}
+		e->collided = true;
+		x->st.collisions++;
 	}
 	x->last_scan_ns = now_ns;
 	x->scanned = true;
@@ -419,13 +435,14 @@ static int scan(struct ibc_export *x, uint64_t now_ns)
 	return 0;
 }
 
+/* The entry an ino names, if exactly one does. */
 static struct ent *lookup(struct ibc_export *x, uint64_t ino)
 {
 	if (!x->nbucket)
 		return NULL;
 	for (struct ent *e = x->tab[ino & (x->nbucket - 1)]; e; e = e->hnext)
 		if (e->ino == ino)
-			return e;
+			return e->collided ? NULL : e;
 	return NULL;
 }
 
@@ -590,6 +607,15 @@ void ibc_export_get_stats(const struct ibc_export *x, struct ibc_export_stats *s
 	*s = x->st;
 }
 
+bool ibc_export_collision(const struct ibc_export *x, const char **a, const char **b)
+{
+	if (!x->coll[0])
+		return false;
+	*a = x->coll[0];
+	*b = x->coll[1];
+	return true;
+}
+
 int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf, uint64_t now_ns,
 		    uint64_t *size)
 {
@@ -602,7 +628,7 @@ int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf
 		if (scan(x, now_ns) == 0)
 			e = lookup(x, q->obj.ino);
 	}
-	if (!e || !q->obj.ino)
+	if (!e)
 		return -ENOENT;
 	if ((rc = ent_ready(x, e, now_ns)))
 		return rc;

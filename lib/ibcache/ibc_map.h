@@ -27,7 +27,12 @@
  *
  * The export (responder side) indexes every regular file under its root
  * by ino, never following a symbolic link (a link out of the export must
- * not serve what lies outside it), and keeps a bounded set of them open. */
+ * not serve what lies outside it), and keeps a bounded set of them open.
+ * Paths whose inos collide (FNV-1a collisions are easy to make) are not
+ * served at all: the request carries the ino, not the path, so nothing
+ * says which one it means.  What the responder cannot see -- a colliding
+ * path outside its export, or made since its last scan -- only the
+ * generation check stands against. */
 #ifndef XPRT_IBCACHE_IBC_MAP_H
 #define XPRT_IBCACHE_IBC_MAP_H
 
@@ -73,7 +78,8 @@ struct ibc_export_opts {
 };
 
 struct ibc_export_stats {
-	uint64_t files, scans, collisions, opens, skipped;
+	uint64_t files, scans, opens, skipped;
+	uint64_t collisions;	/* files of the index not served: their ino is another's too */
 };
 
 struct ibc_export;
@@ -83,6 +89,9 @@ struct ibc_export *ibc_export_open(const char *root, const struct ibc_export_opt
 void ibc_export_close(struct ibc_export *x);		/* NULL ok */
 const char *ibc_export_root(const struct ibc_export *x);
 void ibc_export_get_stats(const struct ibc_export *x, struct ibc_export_stats *s);
+/* Two paths of the index with one ino (neither served), for the operator;
+ * false when there are none.  Valid until the next call into x. */
+bool ibc_export_collision(const struct ibc_export *x, const char **a, const char **b);
 
 /* The reply's pages for q: the prefix of q's pages (in request order) this
  * export holds, read into buf (npage * psize bytes of room), and the size

@@ -325,6 +325,35 @@ S=$IBCACHE_SERVE
 	[ "$(srv_status skipped)" -ge 2 ]
 }
 
+@test "two exported paths with one inode number: neither is served, never one for the other; said once" {
+	# FNV-1a 64 of both names is 0x734a0e5c974adc29 (test_ibc_map has how);
+	# the same size and mtime, so the same generation too
+	local a=cyrmkzup3aeydA b=cf51og4zffrgfj n
+	mkdata "$a" 8192
+	mkdata "$b" 8192
+	touch -r "$ORG/$a" "$ORG/$b" "$EXP/$b"
+	start_serve udp://127.0.0.1:0
+	for n in "$a" "$b" "$a"; do
+		fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/$n" "$n"
+		same "$BATS_TEST_TMPDIR/o" "$ORG/$n"
+		[ "$(stat_of peer_pages)" -eq 0 ] && [ "$(stat_of origin_pages)" -eq 2 ] ||
+			die "$n: $STATS"
+		sleep 0.6	# a miss rescans at most once a second: the next one does
+	done
+	[ "$(srv_status not_found)" -eq 3 ]
+	[ "$(srv_status collisions)" -eq 2 ]
+	[ "$(srv_status scans)" -ge 2 ]
+	[ "$(grep -c 'files are not served' "$SRV_ERR")" -eq 1 ] || die "$(cat "$SRV_ERR")"
+	grep -q "^ibcache-serve: $EXP: 2 files are not served: another path has the same inode number (FNV-1a 64 of the path), as \($a and $b\|$b and $a\) do; rename one of each\$" "$SRV_ERR" ||
+		die "$(cat "$SRV_ERR")"
+	# one of them gone: the other is served again
+	rm "$EXP/$a"
+	sleep 1.1
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/$b" "$b"
+	same "$BATS_TEST_TMPDIR/o" "$ORG/$b"
+	[ "$(stat_of peer_pages)" -eq 2 ] || die "$STATS"
+}
+
 @test "--spin: 50us where there is more than one CPU, 0 on one; checked; a sleeping server serves" {
 	run_tool 2 "$S" -e "$EXP" --spin 2s
 	expect_stderr_match "^ibcache-serve: --spin: '2s'"
