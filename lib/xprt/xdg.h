@@ -71,7 +71,8 @@ enum xuri_scheme xdg_scheme(const struct xdg *d);
 /* Resolves a peer endpoint (blocking, bounded).  The result stays valid
  * until xdg_close(); resolving the same peer twice returns the same one. */
 struct xdg_addr *xdg_resolve(struct xdg *d, const struct xuri *peer, char *err, size_t errlen);
-/* "ADDR:PORT" (udp) or "GID/QPN" (ud). */
+/* "ADDR:PORT" (udp), "GID/QPN" or, for a sender without a GRH, "lid LID/QPN"
+ * (ud). */
 const char *xdg_addr_str(const struct xdg_addr *a);
 
 /* The host an address is on, without what tells its sockets or queue

@@ -54,7 +54,6 @@ struct udaddr {
 	struct ibv_ah *ah;
 	struct ibv_ah_attr attr;	/* what it was made from (xdg_addr_import) */
 	uint32_t qpn, qkey;
-	union ibv_gid gid;
 	bool pinned;		/* from xdg_resolve(): never reused */
 	uint64_t tx_last;	/* send sequence + 1 of the last send to it */
 	struct udaddr *next;	/* hash chain */
@@ -108,18 +107,35 @@ struct udep {
 };
 
 
-static unsigned addr_hash(const union ibv_gid *g, uint32_t qpn)
+/* A sender is its host (ud_host) and QP number: the GID alone is not
+ * enough, as datagrams without a GRH (InfiniBand within a subnet) all
+ * carry the zero GID and senders on two hosts may have one QP number. */
+static unsigned addr_hash(const uint8_t *host, size_t hostlen, uint32_t qpn)
 {
 	uint32_t h = qpn * 2654435761u;
 
-	for (int i = 0; i < 16; i++)
-		h = (h ^ g->raw[i]) * 16777619u;
+	for (size_t i = 0; i < hostlen; i++)
+		h = (h ^ host[i]) * 16777619u;
 	return h % NBUCKET;
+}
+
+/* The host of a sender (xdg_addr_host): the port's GID where the
+ * datagram had a GRH (RoCE always), else the LID it came from. */
+static uint8_t ud_host(const struct ibv_ah_attr *attr, uint8_t key[XDG_HOST_MAX])
+{
+	if (attr->is_global) {
+		key[0] = 'G';
+		memcpy(key + 1, attr->grh.dgid.raw, 16);
+		return 17;
+	}
+	key[0] = 'L';
+	memcpy(key + 1, &attr->dlid, sizeof(attr->dlid));
+	return 1 + sizeof(attr->dlid);
 }
 
 static void hash_unlink(struct udep *d, struct udaddr *a)
 {
-	struct udaddr **pp = &d->bucket[addr_hash(&a->gid, a->qpn)];
+	struct udaddr **pp = &d->bucket[addr_hash(a->base.host, a->base.hostlen, a->qpn)];
 
 	while (*pp && *pp != a)
 		pp = &(*pp)->next;
@@ -140,20 +156,22 @@ static struct udaddr *lru_victim(const struct udep *d)
 	return NULL;
 }
 
-/* The cached address for (gid, qpn), made from ah_attr when new (taking
+/* The cached address for (host, qpn), made from ah_attr when new (taking
  * over the least recently seen sender's entry when the cache is full);
  * NULL with errno set when the address handle or memory fails. */
 static struct udaddr *addr_get(struct udep *d, struct ibv_ah_attr *attr, uint32_t qpn,
 			       uint32_t qkey)
 {
 	const union ibv_gid *g = &attr->grh.dgid;
-	unsigned h = addr_hash(g, qpn);
+	uint8_t host[XDG_HOST_MAX], hostlen = ud_host(attr, host);
+	unsigned h = addr_hash(host, hostlen, qpn);
 	struct udaddr *a;
 	struct ibv_ah *ah;
 	char gs[INET6_ADDRSTRLEN];
 
 	for (a = d->bucket[h]; a; a = a->next)
-		if (a->qpn == qpn && !memcmp(&a->gid, g, sizeof(*g))) {
+		if (a->qpn == qpn && a->base.hostlen == hostlen &&
+		    !memcmp(a->base.host, host, hostlen)) {
 			if (!a->pinned)
 				xdg_lru_touch(&d->lru, &a->lru);
 			return a;
@@ -180,22 +198,16 @@ static struct udaddr *addr_get(struct udep *d, struct ibv_ah_attr *attr, uint32_
 	a->base.ops = &xdg_ud_ops;
 	a->qpn = qpn;
 	a->qkey = qkey;
-	a->gid = *g;
-	/* the host (xdg_addr_host): the port's GID where the datagram had a
-	 * GRH (RoCE always), else the LID it came from */
-	if (attr->is_global) {
-		a->base.host[0] = 'G';
-		memcpy(a->base.host + 1, g->raw, 16);
-		a->base.hostlen = 17;
-	} else {
-		a->base.host[0] = 'L';
-		memcpy(a->base.host + 1, &attr->dlid, sizeof(attr->dlid));
-		a->base.hostlen = 1 + sizeof(attr->dlid);
-	}
+	memcpy(a->base.host, host, hostlen);
+	a->base.hostlen = hostlen;
 	a->pinned = false;
 	a->tx_last = 0;
-	inet_ntop(AF_INET6, g->raw, gs, sizeof(gs));
-	snprintf(a->base.str, sizeof(a->base.str), "%s/%u", gs, qpn);
+	if (attr->is_global) {
+		inet_ntop(AF_INET6, g->raw, gs, sizeof(gs));
+		snprintf(a->base.str, sizeof(a->base.str), "%s/%u", gs, qpn);
+	} else {
+		snprintf(a->base.str, sizeof(a->base.str), "lid %u/%u", attr->dlid, qpn);
+	}
 	a->next = d->bucket[h];
 	d->bucket[h] = a;
 	xdg_lru_front(&d->lru, &a->lru);
