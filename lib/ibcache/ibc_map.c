@@ -4,15 +4,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ibcache/ibc_map.h"
+
+#include "core/xtime.h"
 
 #define FNV_OFF		0xcbf29ce484222325ull
 #define FNV_PRIME	0x100000001b3ull
@@ -255,6 +260,7 @@ struct ibc_export {
 	uint32_t nopen;
 	uint64_t last_scan_ns;
 	bool scanned;
+	struct scan *job;		/* a rescan running on its own thread */
 	const char *coll[2];		/* a colliding pair of the index, for a log */
 	struct ibc_export_stats st;
 };
@@ -300,13 +306,28 @@ static void index_free(struct ibc_export *x)
 	x->coll[0] = x->coll[1] = NULL;
 }
 
+/* One walk of the root and the index made of it.  A rescan runs on a
+ * thread of its own, so that a large export does not stop the serving
+ * loop while it is read: the thread owns everything here until it sets
+ * done (under lock), the loop owns it after. */
 struct scan {
+	int dfd;			/* the root, for the walk */
+	uint64_t max_files;
 	struct ent *list;
-	uint64_t n;
+	uint64_t n, skipped;
+	struct ent **tab;		/* the index: NULL when out of memory */
+	size_t nb;
+	uint64_t collisions;
+	const char *coll[2];
+	pthread_t th;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	bool done;
+	atomic_bool stop;		/* the export is closing: give up */
 	char path[IBC_PATH_MAX];
 };
 
-static void walk(struct ibc_export *x, int dfd, size_t plen, int depth, struct scan *sc)
+static void walk(struct scan *sc, int dfd, size_t plen, int depth)
 {
 	DIR *d = fdopendir(dfd);
 	struct dirent *de;
@@ -315,7 +336,8 @@ static void walk(struct ibc_export *x, int dfd, size_t plen, int depth, struct s
 		close(dfd);
 		return;
 	}
-	while ((de = readdir(d)) && sc->n < x->o.max_files) {
+	while ((de = readdir(d)) && sc->n < sc->max_files &&
+	       !atomic_load_explicit(&sc->stop, memory_order_relaxed)) {
 		size_t nl = strlen(de->d_name);
 		unsigned char t = de->d_type;
 		struct stat st;
@@ -323,7 +345,7 @@ static void walk(struct ibc_export *x, int dfd, size_t plen, int depth, struct s
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
 		if (plen + nl + 2 > sizeof(sc->path)) {
-			x->st.skipped++;
+			sc->skipped++;
 			continue;
 		}
 		if (t == DT_UNKNOWN) {
@@ -332,7 +354,7 @@ static void walk(struct ibc_export *x, int dfd, size_t plen, int depth, struct s
 			t = S_ISREG(st.st_mode) ? DT_REG : S_ISDIR(st.st_mode) ? DT_DIR : DT_LNK;
 		}
 		if (t != DT_REG && t != DT_DIR) {
-			x->st.skipped++;	/* links, devices, sockets: never served */
+			sc->skipped++;	/* links, devices, sockets: never served */
 			continue;
 		}
 		if (plen)
@@ -342,13 +364,13 @@ static void walk(struct ibc_export *x, int dfd, size_t plen, int depth, struct s
 			int fd;
 
 			if (depth >= MAX_DEPTH) {
-				x->st.skipped++;
+				sc->skipped++;
 				continue;
 			}
 			fd = openat(dirfd(d), de->d_name,
 				    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (fd >= 0)
-				walk(x, fd, plen + (plen ? 1 : 0) + nl, depth + 1, sc);
+				walk(sc, fd, plen + (plen ? 1 : 0) + nl, depth + 1);
 		} else {
 			struct ent *e = calloc(1, sizeof(*e));
 
@@ -367,40 +389,19 @@ static void walk(struct ibc_export *x, int dfd, size_t plen, int depth, struct s
 	closedir(d);
 }
 
-/* Builds the index afresh: the files under the root now. */
-static int scan(struct ibc_export *x, uint64_t now_ns)
+/* Walks the root and hashes what it found (sc->tab NULL: no memory). */
+static void scan_build(struct scan *sc)
 {
-	struct scan *sc = calloc(1, sizeof(*sc));
 	size_t nb = 64;
-	struct ent **tab;
-	int fd;
 
-	if (!sc)
-		return -ENOMEM;
-	fd = openat(x->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		free(sc);
-		return -errno;
-	}
-	walk(x, fd, 0, 0, sc);
+	walk(sc, sc->dfd, 0, 0);
+	sc->dfd = -1;	/* closed by the walk */
 	while (nb < 2 * sc->n)
 		nb *= 2;
-	tab = calloc(nb, sizeof(*tab));
-	if (!tab) {
-		for (struct ent *e = sc->list, *n; e; e = n) {
-			n = e->next;
-			free(e->path);
-			free(e);
-		}
-		free(sc);
-		return -ENOMEM;
-	}
-	index_free(x);
-	x->tab = tab;
-	x->nbucket = nb;
-	x->all = sc->list;
-	x->st.files = sc->n;
-	x->st.scans++;
+	sc->tab = calloc(nb, sizeof(*sc->tab));
+	if (!sc->tab)
+		return;
+	sc->nb = nb;
 	/* Two paths, one ino: neither is served.  A request names its file
 	 * by ino alone (gfcc_obj: ino, gen, off, len; no name travels, and
 	 * gfarm's requester sends an inode number of its own), so nothing
@@ -410,8 +411,8 @@ static int scan(struct ibc_export *x, uint64_t now_ns)
 	 * FNV-1a collision with the same size and mtime (or the gen xattr)
 	 * arranges.  Both answer ENOENT: the requester goes on to the next
 	 * source.  The first is kept in the table, flagged, to catch a third. */
-	for (struct ent *e = x->all; e; e = e->next) {
-		struct ent **b = &tab[e->ino & (nb - 1)], *o;
+	for (struct ent *e = sc->list; e; e = e->next) {
+		struct ent **b = &sc->tab[e->ino & (nb - 1)], *o;
 
 		for (o = *b; o && o->ino != e->ino; o = o->hnext)
 			;
@@ -422,17 +423,155 @@ static int scan(struct ibc_export *x, uint64_t now_ns)
 		}
 		if (!o->collided) {
 			o->collided = true;
-			x->st.collisions++;
-			x->coll[0] = o->path;
-			x->coll[1] = e->path;
+			sc->collisions++;
+			sc->coll[0] = o->path;
+			sc->coll[1] = e->path;
 		}
 		e->collided = true;
-		x->st.collisions++;
+		sc->collisions++;
 	}
+}
+
+static void scan_free(struct scan *sc)
+{
+	for (struct ent *e = sc->list, *n; e; e = n) {
+		n = e->next;
+		free(e->path);
+		free(e);
+	}
+	free(sc->tab);
+	if (sc->dfd >= 0)
+		close(sc->dfd);
+	free(sc);
+}
+
+static struct scan *scan_new(struct ibc_export *x)
+{
+	struct scan *sc = calloc(1, sizeof(*sc));
+
+	if (!sc)
+		return NULL;
+	sc->max_files = x->o.max_files;
+	sc->dfd = openat(x->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sc->dfd < 0) {
+		free(sc);
+		return NULL;
+	}
+	return sc;
+}
+
+/* The index becomes what sc found (sc is freed).  0, or -ENOMEM with the
+ * index as it was. */
+static int scan_install(struct ibc_export *x, struct scan *sc, uint64_t now_ns)
+{
+	if (!sc->tab) {
+		scan_free(sc);
+		return -ENOMEM;
+	}
+	index_free(x);
+	x->tab = sc->tab;
+	x->nbucket = sc->nb;
+	x->all = sc->list;
+	x->st.files = sc->n;
+	x->st.skipped = sc->skipped;
+	x->st.collisions = sc->collisions;
+	x->coll[0] = sc->coll[0];
+	x->coll[1] = sc->coll[1];
+	x->st.scans++;
 	x->last_scan_ns = now_ns;
 	x->scanned = true;
-	free(sc);
+	sc->list = NULL;
+	sc->tab = NULL;
+	scan_free(sc);
 	return 0;
+}
+
+/* Builds the index afresh, here and now: the files under the root. */
+static int scan(struct ibc_export *x, uint64_t now_ns)
+{
+	struct scan *sc = scan_new(x);
+
+	if (!sc)
+		return errno ? -errno : -ENOMEM;
+	scan_build(sc);
+	return scan_install(x, sc, now_ns);
+}
+
+static void *scan_main(void *arg)
+{
+	struct scan *sc = arg;
+
+	scan_build(sc);
+	pthread_mutex_lock(&sc->lock);
+	sc->done = true;
+	pthread_cond_signal(&sc->cv);
+	pthread_mutex_unlock(&sc->lock);
+	return NULL;
+}
+
+/* Takes in a finished rescan: true when the index changed.  wait_ns: how
+ * long to wait for a running one. */
+static bool scan_reap(struct ibc_export *x, uint64_t now_ns, uint64_t wait_ns)
+{
+	struct scan *sc = x->job;
+	bool done;
+
+	if (!sc)
+		return false;
+	pthread_mutex_lock(&sc->lock);
+	if (!sc->done && wait_ns) {
+		struct timespec ts;
+		uint64_t t;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t = (uint64_t)ts.tv_sec * XTIME_NS_PER_S + (uint64_t)ts.tv_nsec + wait_ns;
+		ts.tv_sec = (time_t)(t / XTIME_NS_PER_S);
+		ts.tv_nsec = (long)(t % XTIME_NS_PER_S);
+		while (!sc->done && pthread_cond_timedwait(&sc->cv, &sc->lock, &ts) == 0)
+			;
+	}
+	done = sc->done;
+	pthread_mutex_unlock(&sc->lock);
+	if (!done)
+		return false;
+	pthread_join(sc->th, NULL);
+	pthread_mutex_destroy(&sc->lock);
+	pthread_cond_destroy(&sc->cv);
+	x->job = NULL;
+	return scan_install(x, sc, now_ns) == 0;
+}
+
+/* Starts a rescan on its own thread (or, without threads, runs it here)
+ * and waits o.scan_wait_ns for it: a small export is indexed by then and
+ * the file made a moment ago is served at once; a large one goes on in
+ * the background while the loop serves from the old index (the miss
+ * answers ENOENT, a later request finds the file).  True when the index
+ * changed. */
+static bool rescan(struct ibc_export *x, uint64_t now_ns)
+{
+	struct scan *sc;
+	pthread_condattr_t ca;
+
+	if (x->job)
+		return scan_reap(x, now_ns, 0);
+	/* the next one not before rescan_ns, however this one goes */
+	x->last_scan_ns = now_ns;
+	x->scanned = true;
+	if (!(sc = scan_new(x)))
+		return false;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_init(&sc->lock, NULL);
+	pthread_cond_init(&sc->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&sc->th, NULL, scan_main, sc)) {
+		pthread_mutex_destroy(&sc->lock);
+		pthread_cond_destroy(&sc->cv);
+		scan_build(sc);
+		return scan_install(x, sc, now_ns) == 0;
+	}
+	x->job = sc;
+	return scan_reap(x, now_ns, x->o.scan_wait_ns);
 }
 
 /* The entry an ino names, if exactly one does. */
@@ -571,6 +710,8 @@ struct ibc_export *ibc_export_open(const char *root, const struct ibc_export_opt
 		x->o.max_files = 1000000;
 	if (!x->o.rescan_ns)
 		x->o.rescan_ns = 1000000000ull;
+	if (!x->o.scan_wait_ns)
+		x->o.scan_wait_ns = 20 * XTIME_NS_PER_MS;
 	x->rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (x->rootfd < 0 || fstat(x->rootfd, &st) < 0) {
 		rc = errno;
@@ -593,6 +734,13 @@ void ibc_export_close(struct ibc_export *x)
 {
 	if (!x)
 		return;
+	if (x->job) {
+		atomic_store_explicit(&x->job->stop, true, memory_order_relaxed);
+		pthread_join(x->job->th, NULL);
+		pthread_mutex_destroy(&x->job->lock);
+		pthread_cond_destroy(&x->job->cv);
+		scan_free(x->job);
+	}
 	index_free(x);
 	if (x->rootfd >= 0)
 		close(x->rootfd);
@@ -623,9 +771,12 @@ int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf
 	uint32_t total = 0;
 	int rc;
 
-	/* a file made after the last scan: look again, not too often */
-	if (!e && (!x->scanned || now_ns - x->last_scan_ns >= x->o.rescan_ns)) {
-		if (scan(x, now_ns) == 0)
+	/* a rescan done meanwhile; or a file made after the last one: look
+	 * again, not too often */
+	if (x->job && scan_reap(x, now_ns, 0))
+		e = lookup(x, q->obj.ino);
+	if (!e && !x->job && (!x->scanned || now_ns - x->last_scan_ns >= x->o.rescan_ns)) {
+		if (rescan(x, now_ns))
 			e = lookup(x, q->obj.ino);
 	}
 	if (!e)

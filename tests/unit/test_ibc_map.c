@@ -422,6 +422,75 @@ static void test_export_collision(void **s)
 	unlink(p);
 }
 
+/* A rescan does not stop the caller: it runs on its own thread while the
+ * old index serves; the miss that started it answers ENOENT once its wait
+ * is up, a later request finds the new file, and closing the export with
+ * a rescan under way waits for it and leaks nothing. */
+#define MANY 20000
+
+static void test_export_rescan_in_background(void **s)
+{
+	struct ibc_export_opts o = { .scan_wait_ns = 1 };
+	struct ibc_export_stats st;
+	struct ibc_export *x;
+	struct gfcc_req q;
+	uint8_t buf[PS];
+	char err[256], p[512];
+	uint64_t size, files, t = 2000000000ull;
+	int rc = -ENOENT;
+
+	/* enough files that a walk takes milliseconds, not the microseconds
+	 * the caller needs to look whether it is done */
+	snprintf(p, sizeof(p), "%s/many", root);
+	assert_int_equal(mkdir(p, 0700), 0);
+	for (int i = 0; i < MANY; i++) {
+		snprintf(p, sizeof(p), "%s/many/%d", root, i);
+		int fd = open(p, O_CREAT | O_WRONLY, 0600);
+
+		assert_true(fd >= 0);
+		close(fd);
+	}
+	mkfile("bg1", PS, 5);
+	x = ibc_export_open(root, &o, err, sizeof(err));
+	assert_non_null(x);
+	ibc_export_get_stats(x, &st);
+	assert_true(st.files >= MANY + 1);
+	files = st.files;
+	mkfile("bg2", PS, 6);
+	q = req_for("bg2", gen_of("bg2"), 0, 1);
+	/* the rescan starts; the miss does not wait for it */
+	assert_int_equal(ibc_export_read(x, &q, buf, t, &size), -ENOENT);
+	q = req_for("bg1", gen_of("bg1"), 0, 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, t, &size), 1);
+	assert_int_equal(buf[0], 5);
+	/* within the same rescan period: found once the thread is done */
+	q = req_for("bg2", gen_of("bg2"), 0, 1);
+	for (int i = 0; i < 5000 && rc == -ENOENT; i++) {
+		rc = ibc_export_read(x, &q, buf, t + 1, &size);
+		if (rc == -ENOENT)
+			usleep(1000);
+	}
+	assert_int_equal(rc, 1);
+	assert_int_equal(buf[0], 6);
+	ibc_export_get_stats(x, &st);
+	assert_int_equal(st.scans, 2);
+	assert_int_equal(st.files, files + 1);
+	/* closed while a rescan runs */
+	q = req_for("nope", 1, 0, 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, 2 * t, &size), -ENOENT);
+	ibc_export_close(x);
+	for (int i = 1; i <= 2; i++) {
+		snprintf(p, sizeof(p), "%s/bg%d", root, i);
+		unlink(p);
+	}
+	for (int i = 0; i < MANY; i++) {
+		snprintf(p, sizeof(p), "%s/many/%d", root, i);
+		unlink(p);
+	}
+	snprintf(p, sizeof(p), "%s/many", root);
+	rmdir(p);
+}
+
 static void test_export_missing_root(void **s)
 {
 	char err[256];
@@ -443,6 +512,7 @@ int main(void)
 		cmocka_unit_test(test_export),
 		cmocka_unit_test(test_export_replaced),
 		cmocka_unit_test(test_export_collision),
+		cmocka_unit_test(test_export_rescan_in_background),
 		cmocka_unit_test(test_export_missing_root),
 	};
 
