@@ -429,7 +429,7 @@ static int serve_args(int argc, char **argv, struct serve_opts *so, struct serve
 	return -1;
 }
 
-/* Requests answered until SIGINT/SIGTERM: each listener served in turn,
+/* Requests answered until SIGINT/SIGTERM/SIGHUP: each listener in turn,
  * the engines' timers every TIMER_NS, the control socket every
  * CTL_EVERY_NS; after --spin without work, asleep in epoll until a
  * datagram, a status request or the next timer. */

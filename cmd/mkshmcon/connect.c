@@ -233,9 +233,10 @@ static int open_out(void)
 	return fd >= 0 ? fd : STDOUT_FILENO;
 }
 
-/* SIGINT, SIGTERM and SIGHUP: whatever main is waiting on (stdin, room in
- * the mailbox, a stalled stdout in the deliver up-call), stop it and close
- * the connection. */
+/* SIGINT, SIGTERM and SIGHUP (unless ignored at start, as under nohup(1):
+ * cli_stop_signals()): whatever main is waiting on (stdin, room in the
+ * mailbox, a stalled stdout in the deliver up-call), stop it and close the
+ * connection. */
 static void *signal_thread(void *arg)
 {
 	struct pipe_end *pe = arg;
@@ -717,10 +718,10 @@ int cmd_connect(int argc, char **argv)
 	/* Signals arrive through a signalfd, read by a thread of their own
 	 * (every thread, the library's too, has them blocked). */
 	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGHUP);
+	/* a blocked signal is queued even while ignored (the kernel's
+	 * sig_ignored()), so an ignored SIGHUP must stay out of the mask,
+	 * or nohup would not keep us connected */
+	cli_stop_signals(&mask);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	pe.sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	pe.wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

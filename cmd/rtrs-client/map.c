@@ -763,7 +763,8 @@ static int map_serve_ublk(struct map_opts *o, int status_fd)
 		fprintf(stderr, PROG " map: %s serves %s of session %s\n", dev, o->so.device,
 			o->so.session);
 	mapped(dev, status_fd);
-	/* until SIGTERM/SIGINT (unmap sends one) or someone else stops it */
+	/* until SIGTERM/SIGINT/SIGHUP (unmap sends SIGTERM) or someone else
+	 * stops it */
 	while (ublkx_running(x)) {
 		if (sess_run(&ss, 1000000000ull) == -EINTR)
 			break;
@@ -857,7 +858,7 @@ static int map_serve(struct map_opts *o, int status_fd)
 	/* until the kernel closes every socket: unmap, or our own stop */
 	while (nbdx_nconns(x) > 0) {
 		if (sess_run(&ss, 1000000000ull) == -EINTR) {
-			/* SIGTERM/SIGINT: unmap ourselves, then serve what the
+			/* a stop signal: unmap ourselves, then serve what the
 			 * kernel still flushes until it lets go (the loop must
 			 * go on looking at the sockets); a second one: now */
 			cli_stop_requested = 0;

@@ -13,7 +13,7 @@ static const struct cmd cmds[] = {
 	  "                     [--chunk-size SIZE] [--always-invalidate on|off] [--allow ADDR|SESSION]...\n"
 	  "                     [--hb-interval MS] [--hb-missed N] [--io-threads N]\n"
 	  "                     [--dev-search-path DIR] [--ctl PATH] [-v]",
-	  "export files and block devices until SIGINT/SIGTERM (the default command)" },
+	  "export files and block devices until SIGINT/SIGTERM/SIGHUP (the default command)" },
 	{ "status", cmd_status, "[--ctl PATH] [-o text|yaml|json]",
 	  "sessions, paths, counters and exports of a running server" },
 	{ "disconnect", cmd_disconnect, "SESSION [PATH] [--ctl PATH]",

@@ -148,14 +148,34 @@ void cli_raise_nofile(void)
 	}
 }
 
+void cli_stop_signals(sigset_t *set)
+{
+	struct sigaction old;
+
+	sigemptyset(set);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGTERM);
+	/* A hangup (the terminal closed, the ssh session dropped) would
+	 * kill us by default and skip the cleanup; but nohup(1) and some
+	 * supervisors start us with it ignored so that we outlive the
+	 * terminal, and a disposition of SIG_IGN inherited across execve(2)
+	 * is theirs to keep (POSIX nohup). */
+	if (sigaction(SIGHUP, NULL, &old) < 0 || old.sa_handler != SIG_IGN)
+		sigaddset(set, SIGHUP);
+}
+
 void cli_stop_handlers(void)
 {
 	struct sigaction sa;
+	sigset_t stop;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_stop;
 	sigemptyset(&sa.sa_mask);
+	cli_stop_signals(&stop);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	if (sigismember(&stop, SIGHUP) == 1)
+		sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 }

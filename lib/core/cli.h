@@ -34,9 +34,16 @@ int cli_bad_option(const char *prog, const char *cmd, const char *optstring, cha
 /* "-o ARG": text, yaml or json; else the usage error naming ARG. */
 int cli_parse_fmt(const char *prog, const char *cmd, const char *arg, enum xfmt *f);
 
-/* SIGINT and SIGTERM set cli_stop_requested (no SA_RESTART: a sleeping
- * poll, epoll_wait or nanosleep returns EINTR, and the loop sees it);
- * SIGPIPE is ignored (a closed pipe is a write error, said once). */
+/* The signals that stop a tool cleanly: SIGINT, SIGTERM and SIGHUP --
+ * but not SIGHUP when it is ignored already (started by nohup(1) or a
+ * supervisor that means the tool to outlive its terminal).  For a tool
+ * that takes them through a signalfd instead of cli_stop_handlers(). */
+void cli_stop_signals(sigset_t *set);
+
+/* The signals of cli_stop_signals() set cli_stop_requested (no
+ * SA_RESTART: a sleeping poll, epoll_wait or nanosleep returns EINTR, and
+ * the loop sees it); SIGPIPE is ignored (a closed pipe is a write error,
+ * said once).  Called again, it keeps SIGHUP as the first call left it. */
 extern volatile sig_atomic_t cli_stop_requested;
 void cli_stop_handlers(void);
 

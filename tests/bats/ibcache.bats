@@ -369,6 +369,34 @@ S=$IBCACHE_SERVE
 	[ "$(stat_of peer_pages)" -eq 13 ]
 }
 
+@test "SIGHUP stops the server as SIGTERM does (exit 0, control socket removed), unless ignored at start (nohup)" {
+	local t=$BATS_TEST_TMPDIR pid rc=0
+	"$S" -e "$EXP" --ctl "$t/h.sock" -l udp://127.0.0.1:0 >"$t/h.out" 2>"$t/h.err" 3>&- &
+	pid=$!
+	BG_PIDS+=("$pid")
+	wait_listening ibcache-serve "$pid" "$t/h.out" "$t/h.err"
+	[ -S "$t/h.sock" ]
+	kill -HUP "$pid"
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 0 ] || die "exit $rc: $(cat "$t/h.err")"
+	[ ! -e "$t/h.sock" ]
+	# started as nohup(1) starts it: SIGHUP stays ignored
+	bash -c 'trap "" HUP; exec "$@"' nohup "$S" -e "$EXP" --ctl "$t/n.sock" -l udp://127.0.0.1:0 \
+		>"$t/n.out" 2>"$t/n.err" 3>&- &
+	pid=$!
+	BG_PIDS+=("$pid")
+	wait_listening ibcache-serve "$pid" "$t/n.out" "$t/n.err"
+	kill -HUP "$pid"
+	sleep 0.3
+	kill -0 "$pid" || die "it exited on SIGHUP: $(cat "$t/n.err")"
+	run_tool 0 "$S" status --ctl "$t/n.sock"
+	kill -TERM "$pid"
+	rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 0 ] || die "exit $rc: $(cat "$t/n.err")"
+	[ ! -e "$t/n.sock" ]
+}
+
 @test "stats and status: every counter, in text, yaml and json" {
 	mkdata st 300000
 	start_serve udp://127.0.0.1:0

@@ -1012,6 +1012,27 @@ $try"
 	expect_end A3 143 "mkshmcon: connection '$CONN' stopped by SIGTERM before a peer connected (0 bytes sent, 0 received)"
 }
 
+@test "connect: SIGHUP ignored at start (nohup) stays ignored; the connection goes on" {
+	local t=$BATS_TEST_TMPDIR
+	create_conn "$CONN"
+	hold_fifo "$t/fa"
+	hold_fifo "$t/fb"
+	# started as nohup(1) starts it (the subshell and the tool inherit it)
+	trap '' HUP
+	start_end A "$CONN" a "$t/fa"
+	trap - HUP
+	start_end B "$CONN" b "$t/fb"
+	wait_connected "$CONN"
+	kill -HUP "$(end_pid A)"
+	sleep 0.3
+	end_running A || die "a exited $(cat "$ENDS/A/rc") on SIGHUP: $(end_err A)"
+	[ "$(side_field "$CONN" a state)" = connected ]
+	echo hello >"$t/fa"
+	wait_size "$(end_out B)" 6
+	kill -TERM "$(end_pid A)"
+	expect_end A 143 "mkshmcon: connection '$CONN' stopped by SIGTERM before our input ended and before the peer's data ended (6 bytes sent, 0 received)"
+}
+
 @test "connect: exits 141 when its stdout is a closed pipe; the sender exits 1" {
 	local t=$BATS_TEST_TMPDIR
 	random_file "$t/in" 4000000

@@ -432,17 +432,22 @@ good 0"
 	kill -0 "$NBD_PID" || die "it exited: $(cat "$T/nbd-n1.err")"
 }
 
-@test "SIGTERM: the export closes, its socket file goes, exit 0" {
-	local port rc=0
+@test "SIGTERM, and SIGHUP (its terminal gone) alike: the export closes, its socket files go, exit 0" {
+	local port rc sig
 	port=$(free_port)
 	disk disk.img 4M
 	start_server "$port" -e "d1=$T/disk.img"
-	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
-	[ -S "$T/n1.sock" ]
-	kill -TERM "$NBD_PID"
-	wait "$NBD_PID" || rc=$?
-	[ "$rc" -eq 0 ] || die "exit $rc: $(cat "$T/nbd-n1.err")"
-	[ ! -e "$T/n1.sock" ]
+	for sig in TERM HUP; do
+		start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+		[ -S "$T/n1.sock" ]
+		[ -S "$XDG_RUNTIME_DIR/xprt/rtrs-client-n1.sock" ]
+		kill -"$sig" "$NBD_PID"
+		rc=0
+		wait "$NBD_PID" || rc=$?
+		[ "$rc" -eq 0 ] || die "SIG$sig: exit $rc: $(cat "$T/nbd-n1.err")"
+		[ ! -e "$T/n1.sock" ]
+		[ ! -e "$XDG_RUNTIME_DIR/xprt/rtrs-client-n1.sock" ]
+	done
 }
 
 @test "map, unmap, list-mapped: usage errors and what is not mapped, one line each" {

@@ -40,11 +40,14 @@ run_srv() {	# EXPECTED_RC ARGS...
 
 # start_server ARGS...: serve in the background on a free loopback port
 # (unless ARGS has -l or -c) with --ctl $CTL; waits for the listening lines.
-# Sets SRV_PID, PORT (the first listener's port).
+# Sets SRV_PID, PORT (the first listener's port).  With SRV_NOHUP=1 it
+# starts with SIGHUP ignored, as nohup(1) starts it (the same process:
+# exec).
 start_server() {
-	local i args=("$@")
+	local i args=("$@") pre=()
 	[[ " $* " == *" -l "* || " $* " == *" -c "* ]] || args+=(-l tcp://127.0.0.1:0)
-	"$RTRS_SERVER" "${args[@]}" --ctl "$CTL" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
+	[ "${SRV_NOHUP:-0}" = 1 ] && pre=(bash -c 'trap "" HUP; exec "$@"' nohup)
+	"${pre[@]}" "$RTRS_SERVER" "${args[@]}" --ctl "$CTL" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
 	SRV_PID=$!
 	BG_PIDS+=("$SRV_PID")
 	for i in $(seq 1 200); do
@@ -192,6 +195,27 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	[[ $output =~ NAME\ +PATH\ +TYPE ]]
 	[[ $output =~ d\ +$T/disk.img\ +file\ +4194304\ +no ]]
 	[[ $output =~ r\ +$T/disk.img\ +file\ +4194304\ +yes ]]
+	kill -TERM "$SRV_PID"
+	wait "$SRV_PID"
+	[ ! -e "$CTL" ]
+}
+
+@test "SIGHUP (its terminal gone) stops serve as SIGTERM does: exit 0, the control socket removed" {
+	start_server -e d=$T/disk.img
+	kill -HUP "$SRV_PID"
+	local rc=0
+	wait "$SRV_PID" || rc=$?
+	[ "$rc" -eq 0 ] || die "exit $rc: $(cat "$SRV_ERR")"
+	[ ! -e "$CTL" ]
+}
+
+@test "SIGHUP ignored at start (nohup): serve ignores it and goes on serving" {
+	SRV_NOHUP=1 start_server -e d=$T/disk.img
+	kill -HUP "$SRV_PID"
+	sleep 0.3
+	kill -0 "$SRV_PID" || die "it exited on SIGHUP: $(cat "$SRV_ERR")"
+	run_srv 0 status --ctl "$CTL"
+	[[ $output == *"server:"* ]]
 	kill -TERM "$SRV_PID"
 	wait "$SRV_PID"
 	[ ! -e "$CTL" ]
