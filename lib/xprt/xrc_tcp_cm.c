@@ -19,12 +19,11 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
-#define PENDING_MAX	64		/* half-read connect requests a listener keeps */
 #define ACCEPT_PAUSE_NS	100000000ull	/* out of fds: the listening socket rests */
 #define ACCEPT_HOLD_NS	10000000ull	/* every slot holds a young request: it rests */
-#define PENDING_GRACE_NS 1000000000ull	/* older: gives way to a newcomer when full */
 #define TIMER_TAG	UINT32_MAX	/* the pause's timer in the listener's epoll set */
 
 static void sock_setup(int fd, int family, uint8_t tos)
@@ -285,8 +284,8 @@ out_close:
  * The socket leaves the set for ACCEPT_PAUSE_NS instead, and a timer in
  * the set wakes the caller to put it back; the clients wait in the
  * kernel's backlog meanwhile.  So they do while every one of the
- * PENDING_MAX slots holds a request younger than PENDING_GRACE_NS (many
- * clients at once); an older one gives way to the next client. */
+ * XTCP_PENDING_MAX slots holds a request younger than XTCP_PENDING_GRACE_NS
+ * (many clients at once); an older one gives way to the next client. */
 
 struct pending {
 	int fd;			/* -1: free slot */
@@ -304,7 +303,7 @@ struct tcp_listener {
 	uint16_t port;
 	uint64_t timeout_ns;
 	uint64_t dropped;	/* garbage, timed out, gone, or no room */
-	struct pending pend[PENDING_MAX];
+	struct pending pend[XTCP_PENDING_MAX];
 };
 
 struct tcp_req {
@@ -335,8 +334,19 @@ static void accept_rest(struct tcp_listener *l, uint64_t ns)
 {
 	struct itimerspec ts = { .it_value = { 0, (long)ns } };
 
-	if (l->paused || timerfd_settime(l->tfd, 0, &ts, NULL) < 0)
+	if (l->paused)
 		return;
+	if (timerfd_settime(l->tfd, 0, &ts, NULL) < 0) {
+		/* timerfd_settime(2) fails only on a bad fd or time, which
+		 * it is not given; should it fail anyway, nothing would put
+		 * the socket back once out of the set, and left in it, it
+		 * is readable at once: the caller would come straight back,
+		 * a busy loop.  So it stays, and the caller's thread rests
+		 * here instead: the clients wait as long as they would
+		 * have, and the listener neither spins nor stops. */
+		nanosleep(&ts.it_value, NULL);
+		return;
+	}
 	epoll_ctl(l->efd, EPOLL_CTL_DEL, l->lfd, NULL);
 	l->paused = true;
 }
@@ -380,7 +390,7 @@ static void accept_all(struct tcp_listener *l, uint64_t now)
 		struct epoll_event ev = { .events = EPOLLIN };
 		int fd;
 
-		for (int i = 0; i < PENDING_MAX && !p; i++) {
+		for (int i = 0; i < XTCP_PENDING_MAX && !p; i++) {
 			struct pending *q = &l->pend[i];
 			if (q->fd < 0)
 				p = q;
@@ -391,7 +401,7 @@ static void accept_all(struct tcp_listener *l, uint64_t now)
 		 * client that connects and sends nothing cannot shut others
 		 * out); one still coming in (many clients at once: a
 		 * reconnect storm) is not dropped, the newcomers wait. */
-		if (!p && now - (oldest->deadline - l->timeout_ns) < PENDING_GRACE_NS) {
+		if (!p && now - (oldest->deadline - l->timeout_ns) < XTCP_PENDING_GRACE_NS) {
 			accept_rest(l, ACCEPT_HOLD_NS);
 			return;
 		}
@@ -477,7 +487,7 @@ static struct xrc_req *tcp_get_request(struct xrc_listener *xl, char *err, size_
 	uint64_t now = xtime_ns();
 	int n;
 
-	for (int i = 0; i < PENDING_MAX; i++)
+	for (int i = 0; i < XTCP_PENDING_MAX; i++)
 		if (l->pend[i].fd >= 0 && l->pend[i].deadline <= now) {
 			char why[96];
 
@@ -563,7 +573,7 @@ static void tcp_listener_close(struct xrc_listener *xl)
 {
 	struct tcp_listener *l = (struct tcp_listener *)xl;
 
-	for (int i = 0; i < PENDING_MAX; i++)
+	for (int i = 0; i < XTCP_PENDING_MAX; i++)
 		if (l->pend[i].fd >= 0)
 			close(l->pend[i].fd);
 	close(l->lfd);
@@ -615,7 +625,7 @@ static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_op
 	l->timeout_ns = o->timeout_ns;
 	l->efd = -1;
 	l->tfd = -1;
-	for (int i = 0; i < PENDING_MAX; i++)
+	for (int i = 0; i < XTCP_PENDING_MAX; i++)
 		l->pend[i].fd = -1;
 	l->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->lfd < 0) {

@@ -20,6 +20,11 @@
 struct xrc *xtcp_conn_new(int fd, const struct xrc_opts *o, uint32_t peer_max_send,
 			  uint32_t peer_sq_depth, const char *peer, char *err, size_t errlen);
 
+/* The listener keeps this many half-read connect requests; when all are
+ * taken, the oldest gives way to a newcomer once it is this old. */
+#define XTCP_PENDING_MAX	64
+#define XTCP_PENDING_GRACE_NS	1000000000ull
+
 /* Tests only: the tcp domain acts as a device without memory windows
  * (xrc_win_new and xrc_req_windows fail with EOPNOTSUPP). */
 extern _Atomic bool xtcp_test_no_windows;

@@ -2,7 +2,8 @@
  * backend must honour (xrc_contract.h), then what only tcp has -- fitting
  * options to a device's limits (plain arithmetic, tested here because it
  * needs no device), connect timeouts and name resolution, clients that
- * send garbage or stall, IPv6, and back-pressure through the socket. */
+ * send garbage or stall, a listener whose table of half-read requests is
+ * full, IPv6, and back-pressure through the socket. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -21,10 +22,12 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "core/xtime.h"
 #include "xprt/xrc.h"
+#include "xprt/xrc_tcp_pri.h"
 #include "xprt/xrc_tcp_wire.h"
 #include "xrc_contract.h"
 
@@ -425,9 +428,24 @@ static unsigned short_every, short_cuts;
 static uint64_t short_rng;
 static ssize_t (*real_send)(int, const void *, size_t, int);
 
+/* timerfd_settime(2), the listener's pause timer: it fails while
+ * settime_fails is set. */
+static bool settime_fails;
+static int (*real_settime)(int, int, const struct itimerspec *, struct itimerspec *);
+
 __attribute__((constructor)) static void find_send(void)
 {
 	*(void **)&real_send = dlsym(RTLD_NEXT, "send");
+	*(void **)&real_settime = dlsym(RTLD_NEXT, "timerfd_settime");
+}
+
+int timerfd_settime(int fd, int flags, const struct itimerspec *nv, struct itimerspec *ov)
+{
+	if (settime_fails) {
+		errno = EINVAL;
+		return -1;
+	}
+	return real_settime(fd, flags, nv, ov);
 }
 
 static uint64_t short_next(void)
@@ -711,6 +729,101 @@ static void test_many_at_once(void **state)
 	xrc_listener_close(l);
 }
 
+/* The listener's table of half-read connect requests filled with clients
+ * that connect and say nothing, one client more behind them with a whole
+ * CONN_REQ, the listener's fd polled as a server would.  While the
+ * silent ones are younger than the grace the newcomer waits in the
+ * backlog, and the listener rests between looks instead of spinning;
+ * then the oldest gives way (it reads EOF, counted dropped) and the
+ * newcomer is served.  Only the lower bound is exact: no slot can be
+ * free before the first silent client is a grace old. */
+static void full_table(void)
+{
+	enum { N = XTCP_PENDING_MAX };
+	/* no silent client times out meanwhile */
+	struct xrc_listener *l = xc_listen(&(struct xrc_opts){ .timeout_ns = 60 * XTIME_NS_PER_S });
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(xrc_listener_port(l)),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct xtcp_frame f = { .type = XTCP_CONN_REQ, .len = 4, .max_send = 1, .rq_depth = 1,
+				.sq_depth = 1 };
+	uint8_t req[XTCP_HDR_MAX + 4];
+	size_t h = xtcp_encode(req, &f), n;
+	struct pollfd held;
+	struct xrc_req *r = NULL;
+	int silent[N], late;
+	unsigned wakes = 0;
+	uint64_t t0, waited;
+	char err[256], c;
+	const void *d;
+
+	memcpy(req + h, "late", 4);
+	t0 = xtime_ns();
+	for (int i = 0; i < N; i++) {
+		silent[i] = socket(AF_INET, SOCK_STREAM, 0);
+		if (connect(silent[i], (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			fail_msg("connect %d: %s", i, strerror(errno));
+		/* taken in as they come: ages in the order of connecting */
+		assert_null(xrc_get_request(l, err, sizeof(err)));
+	}
+	late = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(late, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(write(late, req, h + 4), (ssize_t)(h + 4));
+	while (xtime_ns() - t0 < 10 * XTIME_NS_PER_S) {
+		struct pollfd p = { xrc_listener_fd(l), POLLIN, 0 };
+
+		if ((r = xrc_get_request(l, err, sizeof(err))))
+			break;
+		assert_int_equal(errno, EAGAIN);
+		poll(&p, 1, 100);
+		wakes++;
+	}
+	waited = xtime_ns() - t0;
+	assert_non_null(r);
+	d = xrc_req_data(r, &n);
+	assert_int_equal(n, 4);
+	assert_memory_equal(d, "late", 4);
+	if (waited < XTCP_PENDING_GRACE_NS || waited > 5 * XTIME_NS_PER_S)
+		fail_msg("the newcomer was served %llu ms after the table began to fill",
+			 (unsigned long long)(waited / 1000000));
+	/* a look every 10 ms is about 200 wakes in the second; a busy
+	 * loop, at least a hundred times that */
+	if (wakes > 3000)
+		fail_msg("%u wakes in %llu ms: the listener spins", wakes,
+			 (unsigned long long)(waited / 1000000));
+	assert_int_equal(xrc_listener_dropped(l), 1);
+	/* the oldest gave way, the next one is still held */
+	assert_int_equal(read(silent[0], &c, 1), 0);
+	held = (struct pollfd){ silent[1], POLLIN, 0 };
+	assert_int_equal(poll(&held, 1, 0), 0);
+	xrc_reject(r, NULL, 0);
+	for (int i = 0; i < N; i++)
+		close(silent[i]);
+	close(late);
+	xrc_listener_close(l);
+}
+
+static void test_full_table(void **state)
+{
+	(void)state;
+	full_table();
+}
+
+/* The same when the pause timer cannot be armed: the listening socket
+ * stays in the set, and the listener must still not spin on it. */
+static void test_full_table_no_timer(void **state)
+{
+	(void)state;
+	settime_fails = true;
+	full_table();
+}
+
+static int settime_on(void **state)
+{
+	(void)state;
+	settime_fails = false;
+	return 0;
+}
+
 static void test_ipv6(void **state)
 {
 	int fd = socket(AF_INET6, SOCK_STREAM, 0);
@@ -865,6 +978,8 @@ int main(void)
 		cmocka_unit_test(test_abort),
 		cmocka_unit_test(test_garbage_client),
 		cmocka_unit_test(test_many_at_once),
+		cmocka_unit_test(test_full_table),
+		cmocka_unit_test_teardown(test_full_table_no_timer, settime_on),
 		cmocka_unit_test(test_ipv6),
 		cmocka_unit_test(test_key_table),
 	};
