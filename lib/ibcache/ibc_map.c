@@ -313,6 +313,7 @@ static void index_free(struct ibc_export *x)
 struct scan {
 	int dfd;			/* the root, for the walk */
 	uint64_t max_files;
+	uint64_t start_ns;		/* the index is the tree as of then */
 	struct ent *list;
 	uint64_t n, skipped;
 	struct ent **tab;		/* the index: NULL when out of memory */
@@ -445,13 +446,14 @@ static void scan_free(struct scan *sc)
 	free(sc);
 }
 
-static struct scan *scan_new(struct ibc_export *x)
+static struct scan *scan_new(struct ibc_export *x, uint64_t now_ns)
 {
 	struct scan *sc = calloc(1, sizeof(*sc));
 
 	if (!sc)
 		return NULL;
 	sc->max_files = x->o.max_files;
+	sc->start_ns = now_ns;
 	sc->dfd = openat(x->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (sc->dfd < 0) {
 		free(sc);
@@ -461,8 +463,10 @@ static struct scan *scan_new(struct ibc_export *x)
 }
 
 /* The index becomes what sc found (sc is freed).  0, or -ENOMEM with the
- * index as it was. */
-static int scan_install(struct ibc_export *x, struct scan *sc, uint64_t now_ns)
+ * index as it was.  The next rescan is due rescan_ns after this one
+ * began, not after it was taken in: a file made while it walked may be
+ * missing from it. */
+static int scan_install(struct ibc_export *x, struct scan *sc)
 {
 	if (!sc->tab) {
 		scan_free(sc);
@@ -478,7 +482,7 @@ static int scan_install(struct ibc_export *x, struct scan *sc, uint64_t now_ns)
 	x->coll[0] = sc->coll[0];
 	x->coll[1] = sc->coll[1];
 	x->st.scans++;
-	x->last_scan_ns = now_ns;
+	x->last_scan_ns = sc->start_ns;
 	x->scanned = true;
 	sc->list = NULL;
 	sc->tab = NULL;
@@ -489,12 +493,12 @@ static int scan_install(struct ibc_export *x, struct scan *sc, uint64_t now_ns)
 /* Builds the index afresh, here and now: the files under the root. */
 static int scan(struct ibc_export *x, uint64_t now_ns)
 {
-	struct scan *sc = scan_new(x);
+	struct scan *sc = scan_new(x, now_ns);
 
 	if (!sc)
 		return errno ? -errno : -ENOMEM;
 	scan_build(sc);
-	return scan_install(x, sc, now_ns);
+	return scan_install(x, sc);
 }
 
 static void *scan_main(void *arg)
@@ -511,7 +515,7 @@ static void *scan_main(void *arg)
 
 /* Takes in a finished rescan: true when the index changed.  wait_ns: how
  * long to wait for a running one. */
-static bool scan_reap(struct ibc_export *x, uint64_t now_ns, uint64_t wait_ns)
+static bool scan_reap(struct ibc_export *x, uint64_t wait_ns)
 {
 	struct scan *sc = x->job;
 	bool done;
@@ -538,7 +542,7 @@ static bool scan_reap(struct ibc_export *x, uint64_t now_ns, uint64_t wait_ns)
 	pthread_mutex_destroy(&sc->lock);
 	pthread_cond_destroy(&sc->cv);
 	x->job = NULL;
-	return scan_install(x, sc, now_ns) == 0;
+	return scan_install(x, sc) == 0;
 }
 
 /* Starts a rescan on its own thread (or, without threads, runs it here)
@@ -553,11 +557,11 @@ static bool rescan(struct ibc_export *x, uint64_t now_ns)
 	pthread_condattr_t ca;
 
 	if (x->job)
-		return scan_reap(x, now_ns, 0);
+		return scan_reap(x, 0);
 	/* the next one not before rescan_ns, however this one goes */
 	x->last_scan_ns = now_ns;
 	x->scanned = true;
-	if (!(sc = scan_new(x)))
+	if (!(sc = scan_new(x, now_ns)))
 		return false;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -568,10 +572,10 @@ static bool rescan(struct ibc_export *x, uint64_t now_ns)
 		pthread_mutex_destroy(&sc->lock);
 		pthread_cond_destroy(&sc->cv);
 		scan_build(sc);
-		return scan_install(x, sc, now_ns) == 0;
+		return scan_install(x, sc) == 0;
 	}
 	x->job = sc;
-	return scan_reap(x, now_ns, x->o.scan_wait_ns);
+	return scan_reap(x, x->o.scan_wait_ns);
 }
 
 /* The entry an ino names, if exactly one does. */
@@ -773,7 +777,7 @@ int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf
 
 	/* a rescan done meanwhile; or a file made after the last one: look
 	 * again, not too often */
-	if (x->job && scan_reap(x, now_ns, 0))
+	if (x->job && scan_reap(x, 0))
 		e = lookup(x, q->obj.ino);
 	if (!e && !x->job && (!x->scanned || now_ns - x->last_scan_ns >= x->o.rescan_ns)) {
 		if (rescan(x, now_ns))

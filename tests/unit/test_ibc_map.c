@@ -22,6 +22,10 @@
 
 static char root[256], outside[256];
 
+/* A rescan is waited for as long as it takes (it takes milliseconds):
+ * what these tests look at is what it finds, not when. */
+static const struct ibc_export_opts sync_scan = { .scan_wait_ns = 10000000000ull };
+
 static void mkfile(const char *rel, size_t size, uint8_t seed)
 {
 	char p[512];
@@ -294,7 +298,7 @@ static void test_export(void **s)
 		assert_int_equal(write(fd, "secret", 6), 6);
 		close(fd);
 	}
-	x = ibc_export_open(root, NULL, err, sizeof(err));
+	x = ibc_export_open(root, &sync_scan, err, sizeof(err));
 	assert_non_null(x);
 	g = gen_of("d/e/f");
 	q = req_for("d/e/f", g, 0, 5);
@@ -341,7 +345,7 @@ static void test_export_replaced(void **s)
 
 	mkfile("r", PS, 1);
 	mkfile("r.new", PS, 99);
-	x = ibc_export_open(root, NULL, err, sizeof(err));
+	x = ibc_export_open(root, &sync_scan, err, sizeof(err));
 	q = req_for("r", gen_of("r"), 0, 1);
 	assert_int_equal(ibc_export_read(x, &q, buf, 10, &size), 1);
 	assert_int_equal(buf[0], 1);
@@ -384,7 +388,7 @@ static void test_export_collision(void **s)
 	}
 	mkfile("other", PS, 7);
 	assert_true(gen_of(name[0]) == gen_of(name[1]));
-	x = ibc_export_open(root, NULL, err, sizeof(err));
+	x = ibc_export_open(root, &sync_scan, err, sizeof(err));
 	assert_non_null(x);
 	for (int i = 0; i < 2; i++) {
 		q = req_for(name[i], gen_of(name[i]), 0, 1);
