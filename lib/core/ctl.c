@@ -20,9 +20,13 @@
  * this long in the middle of the answer is given up. */
 #define XCTL_REQ_TIMEOUT_NS (1000 * XTIME_NS_PER_MS)
 #define XCTL_OUT_TIMEOUT_NS (10000 * XTIME_NS_PER_MS)
-/* Exchanges in progress at once; a client beyond that pushes out the
- * oldest one still sending its request. */
+/* Exchanges in progress at once.  A client beyond that pushes out the
+ * oldest one still sending its request, once that one has had
+ * XCTL_EVICT_GRACE_NS (a client writes its request right after
+ * connecting: a burst of status calls is served, not cut); until then the
+ * newcomers wait in the listen backlog. */
 #define XCTL_MAX_CONNS 16
+#define XCTL_EVICT_GRACE_NS (250 * XTIME_NS_PER_MS)
 
 /* One exchange: the request coming in, then the answer going out, each a
  * step of xctl_poll() as the socket allows -- the owner's loop never waits
@@ -30,6 +34,7 @@
 struct xconn {
 	int fd;
 	bool answering;		/* the request is in: out[] is being sent */
+	uint64_t born;		/* xtime_ns() of the accept */
 	uint64_t deadline;	/* xtime_ns(): dropped when nothing moved by then */
 	size_t have;		/* request bytes */
 	char *out;		/* status line + output */
@@ -42,6 +47,8 @@ struct xctl {
 	int ep;		/* what the owner watches: the listener, the exchanges, the timer */
 	int tfd;	/* fires at the earliest deadline */
 	int spare;	/* /dev/null held for a process out of fds (xctl_poll) */
+	bool listen_off;	/* the listener is out of ep: no room for a client */
+	uint64_t retry_ns;	/* out of fds: when to listen again (0: a slot frees) */
 	int nconn;
 	struct xconn *conn[XCTL_MAX_CONNS];
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -195,6 +202,18 @@ static int request_args(struct xconn *k, char **argv)
 	return argc;
 }
 
+/* Whether the owner is woken for new clients.  Out of room (every slot
+ * taken by a young exchange, or no fd for one), the listener, readable
+ * while clients wait in its backlog, would keep waking an owner that can
+ * take none: it leaves the set until a slot frees or grows old. */
+static void listener_on(struct xctl *c, bool on)
+{
+	if (c->listen_off == !on)
+		return;
+	if (watch(c, c->fd, EPOLL_CTL_MOD, on ? EPOLLIN : 0) == 0)
+		c->listen_off = !on;
+}
+
 static void conn_close(struct xctl *c, int i)
 {
 	struct xconn *k = c->conn[i];
@@ -208,6 +227,7 @@ static void conn_close(struct xctl *c, int i)
 	 * this very exchange, see xctl_poll) */
 	if (c->spare == -1)
 		c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	listener_on(c, true);
 }
 
 /* Runs the command: its status line and output become k->out. */
@@ -287,28 +307,30 @@ static int conn_step(struct xctl *c, struct xconn *k, xctl_handler fn, void *ctx
 	return ran ? 1 | 2 : -1;
 }
 
-/* A new exchange.  Room is made by pushing out the oldest one still
- * waiting for its request (an answer on its way is never cut); false when
- * every slot is answering. */
+/* The exchange a newcomer may push out: the oldest one still sending its
+ * request, when it has had its grace; -1 when none may go. */
+static int evictable(const struct xctl *c, uint64_t now)
+{
+	int old = -1;
+
+	for (int i = 0; i < c->nconn; i++) {
+		const struct xconn *k = c->conn[i];
+
+		if (!k->answering && now - k->born >= XCTL_EVICT_GRACE_NS &&
+		    (old < 0 || k->born < c->conn[old]->born))
+			old = i;
+	}
+	return old;
+}
+
+/* A new exchange (the caller made room).  False when out of memory. */
 static bool conn_add(struct xctl *c, int fd, uint64_t now)
 {
-	struct xconn *k;
+	struct xconn *k = malloc(sizeof(*k));
 
-	if (c->nconn == XCTL_MAX_CONNS) {
-		int old = -1;
-
-		for (int i = 0; i < c->nconn; i++)
-			if (!c->conn[i]->answering &&
-			    (old < 0 || c->conn[i]->deadline < c->conn[old]->deadline))
-				old = i;
-		if (old < 0)
-			return false;
-		conn_close(c, old);
-	}
-	k = malloc(sizeof(*k));
 	if (!k)
 		return false;
-	*k = (struct xconn){ .fd = fd, .deadline = now + XCTL_REQ_TIMEOUT_NS };
+	*k = (struct xconn){ .fd = fd, .born = now, .deadline = now + XCTL_REQ_TIMEOUT_NS };
 	if (watch(c, fd, EPOLL_CTL_ADD, EPOLLIN) < 0) {
 		free(k);
 		return false;
@@ -321,12 +343,19 @@ static bool conn_add(struct xctl *c, int fd, uint64_t now)
  * xctl_fd() comes back to drop a silent client. */
 static void arm_timer(struct xctl *c)
 {
-	uint64_t first = UINT64_MAX;
+	uint64_t first = c->listen_off && c->retry_ns ? c->retry_ns : UINT64_MAX;
 	struct itimerspec ts = { 0 };
 
-	for (int i = 0; i < c->nconn; i++)
-		if (c->conn[i]->deadline < first)
-			first = c->conn[i]->deadline;
+	for (int i = 0; i < c->nconn; i++) {
+		const struct xconn *k = c->conn[i];
+
+		if (k->deadline < first)
+			first = k->deadline;
+		/* newcomers wait for a slot: when one may be pushed out */
+		if (c->listen_off && c->nconn == XCTL_MAX_CONNS && !k->answering &&
+		    k->born + XCTL_EVICT_GRACE_NS < first)
+			first = k->born + XCTL_EVICT_GRACE_NS;
+	}
 	if (first != UINT64_MAX) {
 		ts.it_value.tv_sec = (time_t)(first / XTIME_NS_PER_S);
 		ts.it_value.tv_nsec = (long)(first % XTIME_NS_PER_S);
@@ -355,9 +384,17 @@ int xctl_poll(struct xctl *c, xctl_handler fn, void *ctx)
 		else
 			i++;
 	}
+	listener_on(c, true);
+	c->retry_ns = 0;
 	for (;;) {
-		int fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		int fd, old = -1;
 
+		/* room for one more: a free slot, or one to push out */
+		if (c->nconn == XCTL_MAX_CONNS && (old = evictable(c, now)) < 0) {
+			listener_on(c, false);
+			break;
+		}
+		fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		/* Out of fds (a server full of clients, or under attack), the
 		 * socket would stay readable and its owner's loop spin: the
 		 * spare descriptor makes room for this one question, the one
@@ -374,9 +411,19 @@ int xctl_poll(struct xctl *c, xctl_handler fn, void *ctx)
 				c->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 			if (e == EAGAIN || e == EWOULDBLOCK || e == ECONNABORTED || e == EINTR)
 				break;
+			if (e == EMFILE || e == ENFILE) {
+				/* the spare is with an exchange still going, or
+				 * gone to another thread: the next client waits
+				 * for an exchange to end, or a while */
+				listener_on(c, false);
+				c->retry_ns = now + 100 * XTIME_NS_PER_MS;
+				break;
+			}
 			arm_timer(c);
 			return -e;
 		}
+		if (old >= 0)
+			conn_close(c, old);
 		if (!conn_add(c, fd, now)) {
 			close(fd);
 			if (c->spare == -1)

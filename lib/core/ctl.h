@@ -42,10 +42,12 @@ typedef int (*xctl_handler)(void *ctx, int argc, char **argv, FILE *out);
 /* Takes every exchange as far as it goes without waiting, and never
  * blocks: accepts new clients, runs the commands whose request is whole,
  * sends what the sockets take of the answers.  At most 16 exchanges at
- * once (a new client pushes out the oldest one still sending its
- * request); a client that does not send its request within 1 s, or stops
- * reading its answer for 10 s, is dropped.  Returns the number of
- * commands run, or -errno for a listener failure. */
+ * once: a new client pushes out the oldest one still sending its request
+ * once that one is 250 ms old, and waits in the listen backlog until then
+ * (or, out of fds, until an exchange ends).  A client that does not send
+ * its request within 1 s, or stops reading its answer for 10 s, is
+ * dropped.  Returns the number of commands run, or -errno for a listener
+ * failure. */
 int xctl_poll(struct xctl *c, xctl_handler fn, void *ctx);
 
 /* Closes and unlinks the socket; answers still being sent get up to a
