@@ -513,15 +513,16 @@ int cmd_serve(int argc, char **argv)
 	if (!s->x)
 		return fail("-e %s", err);
 	say_collisions(s);
+	/* a supervisor (or a test) that has read the "listening" lines may
+	 * stop us or ask for status at once: the handlers and the control
+	 * socket come first, the lines go out after them */
+	cli_stop_handlers();
 	for (int i = 0; i < so.nlisten; i++)
 		if ((c = add_listener(s, so.listen[i], so.mtu)) != EXIT_OK) {
 			server_free(s);
 			return c;
 		}
-	fflush(stdout);
 	s->started_ns = xtime_ns();
-
-	cli_stop_handlers();
 
 	c = ctl_path(so.name, so.ctlp, path, sizeof(path));
 	if (c == 0)
@@ -532,6 +533,7 @@ int cmd_serve(int argc, char **argv)
 			c ? strerror(-c) : err, c || so.name || so.ctlp ? "" : "; give --name");
 	else if (so.verbose)
 		fprintf(stderr, PROG ": control socket %s\n", path);
+	fflush(stdout);
 
 	epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (epfd < 0) {

@@ -392,13 +392,14 @@ static int start(struct serve_state *st, struct srv_conf *c, struct xctl **ctl)
 		xuri_format(rtrs_srv_listener_uri(st->srv, (unsigned)rc), name, sizeof(name));
 		printf("listening %s\n", name);
 	}
-	fflush(stdout);
 	if (!c->ctl[0] && (rc = xctl_default_path(CTL_NAME, c->ctl, sizeof(c->ctl))) < 0)
 		return fail("control socket: %s", strerror(-rc));
 	*ctl = xctl_listen(c->ctl, err, sizeof(err));
 	if (!*ctl)
 		return fail(errno == EADDRINUSE ? "%s (another rtrs-server? give this one --ctl PATH)"
 			    : "%s", err);
+	/* whoever read the "listening" lines may ask for status at once */
+	fflush(stdout);
 	return EXIT_OK;
 }
 

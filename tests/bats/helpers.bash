@@ -94,7 +94,12 @@ start_end() {
 	rm -f "$d/pid" "$d/rc"
 	(
 		set +e	# bats' errexit would end this shell on a failing end
-		"$MKSHMCON" connect "$name" -x "$side" "$@" <"$in" >"$d/out" 2>"$d/err" &
+		# SIGHUP's default action, whatever the suite was started under
+		# (nohup would leave it ignored, and so would the end), unless
+		# END_HUP_IGNORED=1 asks for an end started as nohup starts it
+		local pre=(env --default-signal=HUP)
+		[ "${END_HUP_IGNORED:-0}" = 1 ] && pre=(bash -c 'trap "" HUP; exec "$@"' nohup)
+		"${pre[@]}" "$MKSHMCON" connect "$name" -x "$side" "$@" <"$in" >"$d/out" 2>"$d/err" &
 		echo $! >"$d/pid.tmp"
 		mv "$d/pid.tmp" "$d/pid"
 		wait $!

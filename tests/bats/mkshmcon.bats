@@ -1017,10 +1017,8 @@ $try"
 	create_conn "$CONN"
 	hold_fifo "$t/fa"
 	hold_fifo "$t/fb"
-	# started as nohup(1) starts it (the subshell and the tool inherit it)
-	trap '' HUP
-	start_end A "$CONN" a "$t/fa"
-	trap - HUP
+	# started as nohup(1) starts it
+	END_HUP_IGNORED=1 start_end A "$CONN" a "$t/fa"
 	start_end B "$CONN" b "$t/fb"
 	wait_connected "$CONN"
 	kill -HUP "$(end_pid A)"

@@ -27,7 +27,8 @@ start_nbd() {
 	local i s=$1
 	shift
 	NBD_OUT=$T/nbd-$s.out
-	"$RTRS_CLIENT" nbd -s "$s" "$@" >"$NBD_OUT" 2>"$T/nbd-$s.err" &
+	# (SIGHUP's default action, whatever the suite was started under)
+	env --default-signal=HUP "$RTRS_CLIENT" nbd -s "$s" "$@" >"$NBD_OUT" 2>"$T/nbd-$s.err" &
 	NBD_PID=$!
 	BG_PIDS+=("$NBD_PID")
 	for i in $(seq 1 200); do

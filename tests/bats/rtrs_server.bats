@@ -44,7 +44,9 @@ run_srv() {	# EXPECTED_RC ARGS...
 # starts with SIGHUP ignored, as nohup(1) starts it (the same process:
 # exec).
 start_server() {
-	local i args=("$@") pre=()
+	# (SIGHUP as a terminal leaves it, whatever the suite was started
+	# under: nohup would leave it ignored)
+	local i args=("$@") pre=(env --default-signal=HUP)
 	[[ " $* " == *" -l "* || " $* " == *" -c "* ]] || args+=(-l tcp://127.0.0.1:0)
 	[ "${SRV_NOHUP:-0}" = 1 ] && pre=(bash -c 'trap "" HUP; exec "$@"' nohup)
 	"${pre[@]}" "$RTRS_SERVER" "${args[@]}" --ctl "$CTL" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
