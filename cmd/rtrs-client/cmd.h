@@ -117,6 +117,7 @@ struct sess {
 };
 #define SESS_TAG_CLT 0		/* the session's fd */
 #define SESS_TAG_CTL 1		/* the control socket */
+#define SESS_TAG_STDIO 2	/* read/write: stdin or stdout waited on */
 
 /* Opens the session, the device and the control socket.  EXIT_OK, or
  * EXIT_FAIL (printed: "all paths to SESSION are down: ...", "device NAME:

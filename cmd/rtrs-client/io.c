@@ -7,8 +7,13 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define SECTOR 512u
@@ -118,6 +123,17 @@ static int submit(struct ring *r, struct slot *sl, unsigned op)
 	return EXIT_OK;
 }
 
+/* A stop signal: what is done, so that a user can go on from there (a
+ * write's completed bytes are on the server, not yet flushed; those in
+ * flight may or may not have landed). */
+static int interrupted(const struct sess *ss)
+{
+	if (!strcmp(ss->cmd, "write"))
+		return fail(ss->cmd, "interrupted: the first %llu bytes are written (not flushed), "
+			    "those after them perhaps in part", (unsigned long long)ss->done_bytes);
+	return fail(ss->cmd, "interrupted after %llu bytes", (unsigned long long)ss->done_bytes);
+}
+
 /* Waits for sl to finish.  EXIT_OK, or EXIT_FAIL printed. */
 static int wait_slot(struct ring *r, struct slot *sl, const char *what)
 {
@@ -125,7 +141,7 @@ static int wait_slot(struct ring *r, struct slot *sl, const char *what)
 
 	while (sl->state == 1) {
 		if (sess_run(r->ss, 200000000ull) == -EINTR)
-			return fail(r->ss->cmd, "interrupted");
+			return interrupted(r->ss);
 	}
 	if (sl->err)
 		return fail(r->ss->cmd, "%s at offset %llu: %s", what, (unsigned long long)sl->off,
@@ -133,15 +149,72 @@ static int wait_slot(struct ring *r, struct slot *sl, const char *what)
 	return EXIT_OK;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
+/* Waits until fd is ready (POLLIN or POLLOUT) while the session runs: a
+ * producer or a consumer that stalls (`| less`, a quiet `tail -f`) must
+ * not stall the session with it, or the server, hearing no heartbeat,
+ * takes it for dead and the client reconnects.  0, or -EINTR (a stop
+ * signal). */
+static int wait_fd(struct sess *ss, int fd, short events)
 {
-	while (n) {
-		ssize_t w = write(fd, p, n);
+	struct pollfd p = { .fd = fd, .events = events };
+	struct epoll_event ev = { .events = events == POLLIN ? EPOLLIN : EPOLLOUT,
+				  .data.u64 = SESS_TAG_STDIO };
+	bool watched = false;
+	int rc = 0;
 
+	while (poll(&p, 1, 0) == 0) {
+		/* a regular file is always ready; anything epoll refuses is
+		 * looked at again every 10 ms */
+		if (!watched)
+			watched = epoll_ctl(ss->epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+		if (sess_run(ss, watched ? 1000000000ull : 10000000ull) == -EINTR) {
+			rc = -EINTR;
+			break;
+		}
+	}
+	if (watched)
+		epoll_ctl(ss->epfd, EPOLL_CTL_DEL, fd, NULL);
+	return rc || !cli_stop_requested ? rc : -EINTR;
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/* Writes p to stdout.  Room for some of it is waited for with the session
+ * running (wait_fd); the write itself has an alarm every 100 ms armed, as
+ * a blocking write into a pipe or a socket with less room than it needs
+ * waits for the reader, and a signal cuts it short with what it wrote
+ * (pipe_write, sk_stream_wait_memory): the session runs in between.  0 or
+ * -errno (-EINTR: a stop signal). */
+static int write_out(struct sess *ss, const uint8_t *p, size_t n)
+{
+	static const struct itimerval on = { { 0, 100000 }, { 0, 100000 } }, off;
+	static bool handler;
+	int rc;
+
+	if (!handler) {
+		struct sigaction sa = { .sa_handler = on_alarm };	/* no SA_RESTART */
+
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGALRM, &sa, NULL);
+		handler = true;
+	}
+	while (n) {
+		ssize_t w;
+		int e;
+
+		if ((rc = wait_fd(ss, STDOUT_FILENO, POLLOUT)))
+			return rc;
+		setitimer(ITIMER_REAL, &on, NULL);
+		w = write(STDOUT_FILENO, p, n);
+		e = errno;
+		setitimer(ITIMER_REAL, &off, NULL);
 		if (w < 0) {
-			if (errno == EINTR)
+			if (e == EINTR)
 				continue;
-			return -errno;
+			return -e;
 		}
 		p += w;
 		n -= (size_t)w;
@@ -260,8 +333,8 @@ int cmd_read(int argc, char **argv)
 
 		sl->state = 0;
 		tail++;
-		if (b > a && (rc = write_all(STDOUT_FILENO, sl->buf + (a - sl->off), b - a))) {
-			rc = fail("read", "stdout: %s", strerror(-rc));
+		if (b > a && (rc = write_out(&ss, sl->buf + (a - sl->off), b - a))) {
+			rc = rc == -EINTR ? interrupted(&ss) : fail("read", "stdout: %s", strerror(-rc));
 			goto out_ring;
 		}
 		out_off = b;
@@ -279,12 +352,17 @@ out:
 	return rc;
 }
 
-/* Fills sl from stdin: a whole chunk unless the input ends.  Returns the
- * bytes read, or -errno. */
-static ssize_t fill(struct slot *sl, uint32_t chunk)
+/* Fills sl from stdin: a whole chunk unless the input ends; the session
+ * runs while stdin has nothing (wait_fd).  Returns the bytes read, or
+ * -errno. */
+static ssize_t fill(struct sess *ss, struct slot *sl, uint32_t chunk)
 {
 	sl->fill = 0;
 	while (sl->fill < chunk) {
+		int rc = wait_fd(ss, STDIN_FILENO, POLLIN);
+
+		if (rc)
+			return rc;
 		ssize_t n = read(STDIN_FILENO, sl->buf + sl->fill, chunk - sl->fill);
 
 		if (n < 0) {
@@ -338,10 +416,10 @@ int cmd_write(int argc, char **argv)
 	while (!eof || head != tail) {
 		while (!eof && head - tail < r.depth) {
 			struct slot *sl = &r.s[head % r.depth];
-			ssize_t n = fill(sl, r.chunk);
+			ssize_t n = fill(&ss, sl, r.chunk);
 
 			if (n < 0) {
-				rc = n == -EINTR ? fail("write", "interrupted")
+				rc = n == -EINTR ? interrupted(&ss)
 						 : fail("write", "stdin: %s", strerror((int)-n));
 				goto out_ring;
 			}

@@ -289,6 +289,28 @@ Try 'rtrs-client read --help'."
 	cmp "$T/back" "$T/disk.img"
 }
 
+@test "stdin or stdout that stalls past the heartbeat timeout: the session stays up, nothing lost" {
+	local port hb="--hb-interval 100 --hb-missed 2"
+	port=$(free_port)
+	truncate -s 8M "$T/disk.img"
+	# shellcheck disable=SC2086  # $hb is two options
+	start_server "$port" -e "d1=$T/disk.img" $hb -v
+	head -c 1M /dev/urandom >"$T/a"
+	head -c 1M /dev/urandom >"$T/b"
+	# a producer quiet for 2 s, ten times the server's patience
+	run_limited 30 rtrs-client 0 bash -c "{ cat '$T/a'; sleep 2; cat '$T/b'; } |
+		'$RTRS_CLIENT' write -s st1 -p tcp://127.0.0.1:$port -d d1 $hb"
+	[ -z "$stderr" ] || die "write said: $stderr"
+	cmp <(cat "$T/a" "$T/b") <(head -c 2M "$T/disk.img")
+	# a consumer that reads nothing for 2 s
+	run_limited 30 rtrs-client 0 bash -c "'$RTRS_CLIENT' read -s st2 -p tcp://127.0.0.1:$port -d d1 $hb |
+		{ sleep 2; cat; } | cmp - '$T/disk.img'"
+	[ -z "$stderr" ] || die "read said: $stderr"
+	# neither session was taken for dead and brought back
+	! grep -h "heartbeats missed" "$SRV_OUT" "$SRV_ERR" || die "the server dropped a session"
+	[ "$(grep -ch "session 'st[12]' up" "$SRV_OUT" "$SRV_ERR" | paste -sd+ | bc)" -eq 2 ]
+}
+
 @test "a missing export and a read-only export: one line, exit 1" {
 	local port
 	port=$(free_port)
