@@ -259,6 +259,7 @@ struct ibc_export {
 	struct ent *ohead, *otail;
 	uint32_t nopen;
 	uint64_t last_scan_ns;
+	uint64_t scan_gap_ns;		/* from one rescan's start to the next */
 	bool scanned;
 	struct scan *job;		/* a rescan running on its own thread */
 	const char *coll[2];		/* a colliding pair of the index, for a log */
@@ -314,6 +315,7 @@ struct scan {
 	int dfd;			/* the root, for the walk */
 	uint64_t max_files;
 	uint64_t start_ns;		/* the index is the tree as of then */
+	uint64_t took_ns;		/* the walk and the hashing, on the clock */
 	struct ent *list;
 	uint64_t n, skipped;
 	struct ent **tab;		/* the index: NULL when out of memory */
@@ -393,6 +395,7 @@ static void walk(struct scan *sc, int dfd, size_t plen, int depth)
 /* Walks the root and hashes what it found (sc->tab NULL: no memory). */
 static void scan_build(struct scan *sc)
 {
+	uint64_t t0 = xtime_ns();
 	size_t nb = 64;
 
 	walk(sc, sc->dfd, 0, 0);
@@ -400,6 +403,7 @@ static void scan_build(struct scan *sc)
 	while (nb < 2 * sc->n)
 		nb *= 2;
 	sc->tab = calloc(nb, sizeof(*sc->tab));
+	sc->took_ns = xtime_ns() - t0;
 	if (!sc->tab)
 		return;
 	sc->nb = nb;
@@ -464,8 +468,10 @@ static struct scan *scan_new(struct ibc_export *x, uint64_t now_ns)
 
 /* The index becomes what sc found (sc is freed).  0, or -ENOMEM with the
  * index as it was.  The next rescan is due rescan_ns after this one
- * began, not after it was taken in: a file made while it walked may be
- * missing from it. */
+ * began, not after it was taken in (a file made while it walked may be
+ * missing from it) -- or ten times as long as it took, so that a large
+ * export is not walked over and over by a core of its own while peers
+ * ask for files it does not have, as they do. */
 static int scan_install(struct ibc_export *x, struct scan *sc)
 {
 	if (!sc->tab) {
@@ -483,6 +489,7 @@ static int scan_install(struct ibc_export *x, struct scan *sc)
 	x->coll[1] = sc->coll[1];
 	x->st.scans++;
 	x->last_scan_ns = sc->start_ns;
+	x->scan_gap_ns = 10 * sc->took_ns > x->o.rescan_ns ? 10 * sc->took_ns : x->o.rescan_ns;
 	x->scanned = true;
 	sc->list = NULL;
 	sc->tab = NULL;
@@ -558,7 +565,7 @@ static bool rescan(struct ibc_export *x, uint64_t now_ns)
 
 	if (x->job)
 		return scan_reap(x, 0);
-	/* the next one not before rescan_ns, however this one goes */
+	/* the next one not before scan_gap_ns, however this one goes */
 	x->last_scan_ns = now_ns;
 	x->scanned = true;
 	if (!(sc = scan_new(x, now_ns)))
@@ -779,7 +786,7 @@ int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf
 	 * again, not too often */
 	if (x->job && scan_reap(x, 0))
 		e = lookup(x, q->obj.ino);
-	if (!e && !x->job && (!x->scanned || now_ns - x->last_scan_ns >= x->o.rescan_ns)) {
+	if (!e && !x->job && (!x->scanned || now_ns - x->last_scan_ns >= x->scan_gap_ns)) {
 		if (rescan(x, now_ns))
 			e = lookup(x, q->obj.ino);
 	}

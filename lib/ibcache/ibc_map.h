@@ -74,7 +74,9 @@ struct ibc_export_opts {
 	bool resident_only;
 	uint32_t max_open;	/* files kept open (0: 256) */
 	uint32_t max_files;	/* indexed at most (0: 1000000) */
-	uint64_t rescan_ns;	/* a miss rescans the root at most this often (0: 1 s) */
+	uint64_t rescan_ns;	/* a miss rescans the root at most this often (0: 1 s),
+				 * and no sooner than ten times what the last
+				 * rescan took after its start */
 	uint64_t scan_wait_ns;	/* the rescan runs on a thread of its own; the miss
 				 * that started it waits this long for it (0: 20 ms),
 				 * then answers ENOENT while the old index serves */

@@ -434,7 +434,7 @@ static void test_export_collision(void **s)
 
 static void test_export_rescan_in_background(void **s)
 {
-	struct ibc_export_opts o = { .scan_wait_ns = 1 };
+	struct ibc_export_opts o = { .scan_wait_ns = 1, .rescan_ns = 1000 };
 	struct ibc_export_stats st;
 	struct ibc_export *x;
 	struct gfcc_req q;
@@ -479,6 +479,16 @@ static void test_export_rescan_in_background(void **s)
 	ibc_export_get_stats(x, &st);
 	assert_int_equal(st.scans, 2);
 	assert_int_equal(st.files, files + 1);
+	/* rescan_ns (1 us) is long past, but not ten times what a walk of
+	 * 20000 files took: a miss does not walk them again yet */
+	q = req_for("nope", 1, 0, 1);
+	assert_int_equal(ibc_export_read(x, &q, buf, t + 2000, &size), -ENOENT);
+	for (int i = 0; i < 50; i++) {
+		usleep(1000);
+		assert_int_equal(ibc_export_read(x, &q, buf, t + 2000, &size), -ENOENT);
+	}
+	ibc_export_get_stats(x, &st);
+	assert_int_equal(st.scans, 2);
 	/* closed while a rescan runs */
 	q = req_for("nope", 1, 0, 1);
 	assert_int_equal(ibc_export_read(x, &q, buf, 2 * t, &size), -ENOENT);
