@@ -149,32 +149,39 @@ static int wait_slot(struct ring *r, struct slot *sl, const char *what)
 	return EXIT_OK;
 }
 
-/* Waits until fd is ready (POLLIN or POLLOUT) while the session runs: a
- * producer or a consumer that stalls (`| less`, a quiet `tail -f`) must
- * not stall the session with it, or the server, hearing no heartbeat,
- * takes it for dead and the client reconnects.  0, or -EINTR (a stop
- * signal). */
-static int wait_fd(struct sess *ss, int fd, short events)
+/* Waits until fd is ready (POLLIN or POLLOUT), at most timeout_ns, while
+ * the session runs: a producer or a consumer that stalls (`| less`, a
+ * quiet `tail -f`) must not stall the session with it, or the server,
+ * hearing no heartbeat, takes it for dead and the client reconnects.
+ * 1 ready, 0 timed out, or -EINTR (a stop signal). */
+static int wait_fd(struct sess *ss, int fd, short events, uint64_t timeout_ns)
 {
 	struct pollfd p = { .fd = fd, .events = events };
 	struct epoll_event ev = { .events = events == POLLIN ? EPOLLIN : EPOLLOUT,
 				  .data.u64 = SESS_TAG_STDIO };
+	uint64_t end = timeout_ns == UINT64_MAX ? UINT64_MAX : xtime_ns() + timeout_ns, now;
 	bool watched = false;
-	int rc = 0;
+	int rc = 1;
 
 	while (poll(&p, 1, 0) == 0) {
+		if ((now = xtime_ns()) >= end) {
+			rc = 0;
+			break;
+		}
 		/* a regular file is always ready; anything epoll refuses is
 		 * looked at again every 10 ms */
 		if (!watched)
 			watched = epoll_ctl(ss->epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
-		if (sess_run(ss, watched ? 1000000000ull : 10000000ull) == -EINTR) {
+		uint64_t nap = watched ? 1000000000ull : 10000000ull;
+
+		if (sess_run(ss, end - now < nap ? end - now : nap) == -EINTR) {
 			rc = -EINTR;
 			break;
 		}
 	}
 	if (watched)
 		epoll_ctl(ss->epfd, EPOLL_CTL_DEL, fd, NULL);
-	return rc || !cli_stop_requested ? rc : -EINTR;
+	return cli_stop_requested ? -EINTR : rc;
 }
 
 static void on_alarm(int sig)
@@ -205,7 +212,7 @@ static int write_out(struct sess *ss, const uint8_t *p, size_t n)
 		ssize_t w;
 		int e;
 
-		if ((rc = wait_fd(ss, STDOUT_FILENO, POLLOUT)))
+		if ((rc = wait_fd(ss, STDOUT_FILENO, POLLOUT, UINT64_MAX)) < 0)
 			return rc;
 		setitimer(ITIMER_REAL, &on, NULL);
 		w = write(STDOUT_FILENO, p, n);
@@ -352,17 +359,41 @@ out:
 	return rc;
 }
 
-/* Fills sl from stdin: a whole chunk unless the input ends; the session
- * runs while stdin has nothing (wait_fd).  Returns the bytes read, or
- * -errno. */
-static ssize_t fill(struct sess *ss, struct slot *sl, uint32_t chunk)
-{
-	sl->fill = 0;
-	while (sl->fill < chunk) {
-		int rc = wait_fd(ss, STDIN_FILENO, POLLIN);
+/* Bytes of input short of a sector, carried from one request to the next
+ * (fill). */
+struct carry {
+	uint32_t n;
+	uint8_t b[SECTOR];
+};
 
-		if (rc)
+/* stdin quiet this long with a sector or more in hand: what is whole goes
+ * out now (a slow producer's data lands within this, not when a request's
+ * worth has come; a fast one's stays in whole requests) */
+#define STDIN_IDLE_NS (50 * XTIME_NS_PER_MS)
+
+/* Fills sl from stdin, after the bytes carried from the last one: a whole
+ * chunk, unless the input ends (*eof) or pauses for STDIN_IDLE_NS with a
+ * sector or more in, when the whole sectors go and the rest is carried.
+ * The session runs while stdin has nothing (wait_fd).  Returns the bytes
+ * to write, or -errno. */
+static ssize_t fill(struct sess *ss, struct slot *sl, uint32_t chunk, struct carry *cy,
+		    bool *eof)
+{
+	memcpy(sl->buf, cy->b, cy->n);
+	sl->fill = cy->n;
+	cy->n = 0;
+	while (sl->fill < chunk) {
+		int rc = wait_fd(ss, STDIN_FILENO, POLLIN,
+				 sl->fill >= SECTOR ? STDIN_IDLE_NS : UINT64_MAX);
+
+		if (rc < 0)
 			return rc;
+		if (rc == 0) {
+			cy->n = sl->fill % SECTOR;
+			sl->fill -= cy->n;
+			memcpy(cy->b, sl->buf + sl->fill, cy->n);
+			break;
+		}
 		ssize_t n = read(STDIN_FILENO, sl->buf + sl->fill, chunk - sl->fill);
 
 		if (n < 0) {
@@ -373,11 +404,29 @@ static ssize_t fill(struct sess *ss, struct slot *sl, uint32_t chunk)
 			}
 			return -errno;
 		}
-		if (n == 0)
+		if (n == 0) {
+			*eof = true;
 			break;
+		}
 		sl->fill += (uint32_t)n;
 	}
 	return sl->fill;
+}
+
+/* The oldest write in flight, waited for and counted.  EXIT_OK or
+ * EXIT_FAIL (printed). */
+static int write_done(struct ring *r, unsigned *tail)
+{
+	struct slot *sl = &r->s[*tail % r->depth];
+	int rc = wait_slot(r, sl, "write");
+
+	if (rc)
+		return rc;
+	sl->state = 0;
+	++*tail;
+	r->ss->done_bytes += sl->fill;
+	progress(r, r->ss->done_bytes, 0, false);
+	return EXIT_OK;
 }
 
 int cmd_write(int argc, char **argv)
@@ -387,6 +436,7 @@ int cmd_write(int argc, char **argv)
 	struct ring r;
 	uint64_t off = 0, next, size;
 	unsigned head = 0, tail = 0;
+	struct carry cy = { 0 };
 	bool eof = false;
 	char e[128];
 	int rc;
@@ -416,15 +466,20 @@ int cmd_write(int argc, char **argv)
 	while (!eof || head != tail) {
 		while (!eof && head - tail < r.depth) {
 			struct slot *sl = &r.s[head % r.depth];
-			ssize_t n = fill(&ss, sl, r.chunk);
+			ssize_t n;
 
+			/* what is done already is counted now, not when the
+			 * ring is full (status, progress, an interruption's
+			 * count) */
+			while (head != tail && r.s[tail % r.depth].state == 2)
+				if ((rc = write_done(&r, &tail)))
+					goto out_ring;
+			n = fill(&ss, sl, r.chunk, &cy, &eof);
 			if (n < 0) {
 				rc = n == -EINTR ? interrupted(&ss)
 						 : fail("write", "stdin: %s", strerror((int)-n));
 				goto out_ring;
 			}
-			if ((uint32_t)n < r.chunk)
-				eof = true;
 			if (!n)
 				break;
 			sl->off = next;
@@ -458,14 +513,8 @@ int cmd_write(int argc, char **argv)
 		}
 		if (head == tail)
 			break;
-		struct slot *sl = &r.s[tail % r.depth];
-
-		if ((rc = wait_slot(&r, sl, "write")))
+		if ((rc = write_done(&r, &tail)))
 			goto out_ring;
-		sl->state = 0;
-		tail++;
-		ss.done_bytes += sl->fill;
-		progress(&r, ss.done_bytes, 0, false);
 	}
 	/* the data is on the server's device when the flush is answered
 	 * (the kernel's fsync sends one too) */

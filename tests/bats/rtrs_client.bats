@@ -311,6 +311,57 @@ Try 'rtrs-client read --help'."
 	[ "$(grep -ch "session 'st[12]' up" "$SRV_OUT" "$SRV_ERR" | paste -sd+ | bc)" -eq 2 ]
 }
 
+@test "write from a slow producer: whole sectors land while it pauses; random pieces and pauses, byte for byte" {
+	local port seed=${XPRT_SEED:-$RANDOM}
+	port=$(free_port)
+	truncate -s 8M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	head -c 1000 /dev/urandom >"$T/p1"
+	# 1000 bytes, then nothing for 3 s: the first sector is on the
+	# device long before the input ends
+	{ cat "$T/p1"; sleep 3; } | "$RTRS_CLIENT" write -s sp1 -p "tcp://127.0.0.1:$port" -d d1 \
+		2>"$T/w.err" &
+	local wp=$! i
+	BG_PIDS+=("$wp")
+	for i in $(seq 1 40); do
+		cmp -s -n 512 "$T/p1" "$T/disk.img" && break
+		sleep 0.05
+	done
+	cmp -n 512 "$T/p1" "$T/disk.img" || die "the first sector did not land while the input paused"
+	wait "$wp" || die "write: $(cat "$T/w.err")"
+	cmp -n 1000 "$T/p1" "$T/disk.img"
+	cmp -n 24 -i 1000:1000 /dev/zero "$T/disk.img"	# the rest of its sector kept
+	# randomized: pieces of 1 byte to 70000 around the sector size,
+	# pauses below and above the 50 ms the writer waits for
+	echo "# seed $seed (XPRT_SEED=$seed to replay)" >&3
+	run_limited 120 rtrs-client 0 python3 - "$RTRS_CLIENT" "tcp://127.0.0.1:$port" "$T/disk.img" "$seed" <<'PY'
+import os, random, subprocess, sys, time
+clt, uri, disk, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+rnd = random.Random(seed)
+for trial in range(4):
+    off = rnd.randrange(0, 4096) * 512
+    data = rnd.randbytes(rnd.randrange(1, 400000))
+    p = subprocess.Popen([clt, "write", "-s", "rnd%d" % trial, "-p", uri, "-d", "d1",
+                          "--offset", str(off)], stdin=subprocess.PIPE)
+    i = 0
+    while i < len(data):
+        k = rnd.choice([1, 7, 511, 512, 513, 4096, 10000, 70000])
+        p.stdin.write(data[i:i + k])
+        p.stdin.flush()
+        i += k
+        if rnd.random() < 0.15:
+            time.sleep(rnd.choice([0.01, 0.06, 0.12]))
+    p.stdin.close()
+    rc = p.wait()
+    with open(disk, "rb") as f:
+        f.seek(off)
+        got = f.read(len(data))
+    if rc != 0 or got != data:
+        sys.exit("trial %d: %d bytes at %d: rc %d, %s" % (trial, len(data), off, rc,
+                 "same" if got == data else "differs"))
+PY
+}
+
 @test "a missing export and a read-only export: one line, exit 1" {
 	local port
 	port=$(free_port)
