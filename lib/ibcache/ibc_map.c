@@ -17,6 +17,7 @@
 
 #include "ibcache/ibc_map.h"
 
+#include "core/xthread.h"
 #include "core/xtime.h"
 
 #define FNV_OFF		0xcbf29ce484222325ull
@@ -575,7 +576,7 @@ static bool rescan(struct ibc_export *x, uint64_t now_ns)
 	pthread_mutex_init(&sc->lock, NULL);
 	pthread_cond_init(&sc->cv, &ca);
 	pthread_condattr_destroy(&ca);
-	if (pthread_create(&sc->th, NULL, scan_main, sc)) {
+	if (xthread_create(&sc->th, scan_main, sc)) {
 		pthread_mutex_destroy(&sc->lock);
 		pthread_cond_destroy(&sc->cv);
 		scan_build(sc);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/xthread.h"
 #include "core/xtime.h"
 #include "rnbd/rnbd_srv.h"
 #include "rnbd/rnbd_srv_core.h"
@@ -682,7 +683,7 @@ int rnbd_srv_set_io_threads(struct rnbd_srv *r, unsigned n, char *err, size_t er
 	pl->done_tail = &pl->done;
 	pl->stop = false;
 	for (unsigned i = 0; i < n; i++) {
-		int rc = pthread_create(&pl->th[i], NULL, worker_main, pl);
+		int rc = xthread_create(&pl->th[i], worker_main, pl);
 
 		if (rc) {
 			pl->n = i;

@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "core/xthread.h"
 #include "core/xtime.h"
 #include "rtrs/rtrs_clt_pri.h"
 
@@ -271,7 +272,7 @@ int rtrs_conn_start(struct rtrs_conn_job *j)
 	if (j->efd < 0)
 		return -errno;
 	atomic_store(&j->finished, false);
-	rc = pthread_create(&j->th, NULL, job_main, j);
+	rc = xthread_create(&j->th, job_main, j);
 	if (rc) {
 		close(j->efd);
 		j->efd = -1;

@@ -1,5 +1,6 @@
 #include "shmcm/shmcm_pri.h"
 #include "core/log.h"
+#include "core/xthread.h"
 #include "core/xtime.h"
 #include "xprt/futex.h"
 
@@ -505,12 +506,12 @@ struct shmcm_conn *shmcm_open(const struct shmcm_params *p,
 	if (tick_ns < SHMCM_TICK_MIN_MS)
 		tick_ns = SHMCM_TICK_MIN_MS;
 	c->tick_ns = tick_ns * XTIME_NS_PER_MS;
-	if ((rc = pthread_create(&c->cm_thread, NULL, cm_thread, c)) != 0) {
+	if ((rc = xthread_create(&c->cm_thread, cm_thread, c)) != 0) {
 		snprintf(err, errlen, "connection '%s': cannot start thread: %s", p->name, strerror(rc));
 		goto out_free;
 	}
 	if (!c->poll_mode) {
-		if ((rc = pthread_create(&c->rx_thread, NULL, shmcm_rx_thread, c)) != 0) {
+		if ((rc = xthread_create(&c->rx_thread, shmcm_rx_thread, c)) != 0) {
 			snprintf(err, errlen, "connection '%s': cannot start rx thread: %s",
 				 p->name, strerror(rc));
 			shmcm_job_run(c, JOB_DESTROY, 0, 0);
