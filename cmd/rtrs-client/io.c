@@ -31,8 +31,13 @@ struct slot {
 struct ring {
 	struct sess *ss;
 	struct slot s[RING];
+	/* write's own requests besides the ring's: the read of a last
+	 * partial sector, the flush (kept here, not on the stack, so that
+	 * one still in flight after a stop signal lands in live memory) */
+	struct slot sector, flush;
 	unsigned depth;
 	uint32_t chunk;
+	uint32_t unit;		/* write: what an idle flush sends whole (fill) */
 	uint8_t *mem;
 	uint64_t t0, last_progress;
 	bool progress;
@@ -52,9 +57,16 @@ static int ring_init(struct ring *r, struct sess *ss)
 
 	memset(r, 0, sizeof(*r));
 	r->ss = ss;
+	uint32_t lbs = rnbd_clt_geom(ss->dev)->logical_block_size;
+
 	r->chunk = rnbd_clt_max_io(ss->dev);
 	if (r->chunk >= 4096)
 		r->chunk &= ~4095u;
+	r->chunk -= r->chunk % SECTOR;	/* whatever the server said */
+	/* the device's logical block where it is a sane one: a 4Kn disk
+	 * behind the kernel's rnbd-server refuses smaller writes */
+	r->unit = lbs > SECTOR && lbs % SECTOR == 0 && !(lbs & (lbs - 1)) && lbs <= r->chunk ? lbs
+													 : SECTOR;
 	r->depth = qd < RING ? qd : RING;
 	if (!r->depth || !r->chunk)
 		return fail(ss->cmd, "session %s: no room for requests", ss->o->session);
@@ -79,6 +91,8 @@ static void ring_fini(struct ring *r)
 	for (unsigned i = 0; i < r->depth; i++)
 		if (r->s[i].state == 1)
 			return;
+	if (r->sector.state == 1)
+		return;
 	if (r->mem && r->ss->clt)
 		rtrs_clt_del_mem(r->ss->clt, r->mem);
 	free(r->mem);
@@ -163,7 +177,13 @@ static int wait_fd(struct sess *ss, int fd, short events, uint64_t timeout_ns)
 	bool watched = false;
 	int rc = 1;
 
-	while (poll(&p, 1, 0) == 0) {
+	for (;;) {
+		int k = poll(&p, 1, 0);
+
+		if (k > 0 || (k < 0 && errno != EINTR))
+			break;	/* ready (or no fd to wait on: the read says so) */
+		if (cli_stop_requested)
+			break;
 		if ((now = xtime_ns()) >= end) {
 			rc = 0;
 			break;
@@ -189,12 +209,12 @@ static void on_alarm(int sig)
 	(void)sig;
 }
 
-/* Writes p to stdout.  Room for some of it is waited for with the session
- * running (wait_fd); the write itself has an alarm every 100 ms armed, as
- * a blocking write into a pipe or a socket with less room than it needs
- * waits for the reader, and a signal cuts it short with what it wrote
- * (pipe_write, sk_stream_wait_memory): the session runs in between.  0 or
- * -errno (-EINTR: a stop signal). */
+/* Writes p to stdout, counting what went in ss->done_bytes.  Room for some
+ * of it is waited for with the session running (wait_fd); the write itself
+ * has an alarm every 100 ms armed, as a blocking write into a pipe or a
+ * socket with less room than it needs waits for the reader, and a signal
+ * cuts it short with what it wrote (pipe_write, sk_stream_wait_memory):
+ * the session runs in between.  0 or -errno (-EINTR: a stop signal). */
 static int write_out(struct sess *ss, const uint8_t *p, size_t n)
 {
 	static const struct itimerval on = { { 0, 100000 }, { 0, 100000 } }, off;
@@ -219,12 +239,15 @@ static int write_out(struct sess *ss, const uint8_t *p, size_t n)
 		e = errno;
 		setitimer(ITIMER_REAL, &off, NULL);
 		if (w < 0) {
-			if (e == EINTR)
+			if (e == EINTR || e == EAGAIN)	/* EAGAIN: a non-blocking stdout */
 				continue;
 			return -e;
 		}
 		p += w;
 		n -= (size_t)w;
+		ss->done_bytes += (uint64_t)w;
+		if (n)
+			sess_run(ss, 0);	/* cut short: a turn for the session */
 	}
 	return 0;
 }
@@ -345,7 +368,6 @@ int cmd_read(int argc, char **argv)
 			goto out_ring;
 		}
 		out_off = b;
-		ss.done_bytes = out_off - off;
 		progress(&r, ss.done_bytes, len, false);
 	}
 	progress(&r, 0, 0, true);
@@ -359,59 +381,17 @@ out:
 	return rc;
 }
 
-/* Bytes of input short of a sector, carried from one request to the next
- * (fill). */
+/* Bytes of input short of a whole unit (ring.unit: a sector, or the
+ * device's logical block), carried from one request to the next (fill). */
 struct carry {
 	uint32_t n;
-	uint8_t b[SECTOR];
+	uint8_t b[32768];	/* a logical block is a uint16_t power of two */
 };
 
-/* stdin quiet this long with a sector or more in hand: what is whole goes
+/* stdin quiet this long with a unit or more in hand: what is whole goes
  * out now (a slow producer's data lands within this, not when a request's
  * worth has come; a fast one's stays in whole requests) */
 #define STDIN_IDLE_NS (50 * XTIME_NS_PER_MS)
-
-/* Fills sl from stdin, after the bytes carried from the last one: a whole
- * chunk, unless the input ends (*eof) or pauses for STDIN_IDLE_NS with a
- * sector or more in, when the whole sectors go and the rest is carried.
- * The session runs while stdin has nothing (wait_fd).  Returns the bytes
- * to write, or -errno. */
-static ssize_t fill(struct sess *ss, struct slot *sl, uint32_t chunk, struct carry *cy,
-		    bool *eof)
-{
-	memcpy(sl->buf, cy->b, cy->n);
-	sl->fill = cy->n;
-	cy->n = 0;
-	while (sl->fill < chunk) {
-		int rc = wait_fd(ss, STDIN_FILENO, POLLIN,
-				 sl->fill >= SECTOR ? STDIN_IDLE_NS : UINT64_MAX);
-
-		if (rc < 0)
-			return rc;
-		if (rc == 0) {
-			cy->n = sl->fill % SECTOR;
-			sl->fill -= cy->n;
-			memcpy(cy->b, sl->buf + sl->fill, cy->n);
-			break;
-		}
-		ssize_t n = read(STDIN_FILENO, sl->buf + sl->fill, chunk - sl->fill);
-
-		if (n < 0) {
-			if (errno == EINTR) {
-				if (cli_stop_requested)
-					return -EINTR;
-				continue;
-			}
-			return -errno;
-		}
-		if (n == 0) {
-			*eof = true;
-			break;
-		}
-		sl->fill += (uint32_t)n;
-	}
-	return sl->fill;
-}
 
 /* The oldest write in flight, waited for and counted.  EXIT_OK or
  * EXIT_FAIL (printed). */
@@ -427,6 +407,73 @@ static int write_done(struct ring *r, unsigned *tail)
 	r->ss->done_bytes += sl->fill;
 	progress(r, r->ss->done_bytes, 0, false);
 	return EXIT_OK;
+}
+
+/* Fills sl from stdin, after the bytes carried from the last one: a whole
+ * chunk, unless the input ends (*eof) or pauses for STDIN_IDLE_NS with a
+ * unit or more in, when the whole units go and the rest is carried.  While
+ * stdin has nothing the session runs (wait_fd) and the writes that finish
+ * are taken in, in order (*tail): counted, and a failed one reported at
+ * once, not when more input comes.  Returns the bytes to write, or -1
+ * (EXIT_FAIL, printed). */
+static ssize_t fill(struct ring *r, struct slot *sl, struct carry *cy, bool *eof, unsigned head,
+		    unsigned *tail)
+{
+	struct sess *ss = r->ss;
+	uint64_t idle_end = 0;
+
+	memcpy(sl->buf, cy->b, cy->n);
+	sl->fill = cy->n;
+	cy->n = 0;
+	while (sl->fill < r->chunk) {
+		uint64_t wait = 100 * XTIME_NS_PER_MS, now = xtime_ns();
+		int w;
+
+		if (sl->fill >= r->unit) {
+			if (!idle_end)
+				idle_end = now + STDIN_IDLE_NS;
+			if (now >= idle_end) {
+				cy->n = sl->fill % r->unit;
+				sl->fill -= cy->n;
+				memcpy(cy->b, sl->buf + sl->fill, cy->n);
+				break;
+			}
+			if (idle_end - now < wait)
+				wait = idle_end - now;
+		}
+		w = wait_fd(ss, STDIN_FILENO, POLLIN, wait);
+		if (w < 0) {
+			interrupted(ss);
+			return -1;
+		}
+		if (w == 0) {
+			while (head != *tail && r->s[*tail % r->depth].state == 2)
+				if (write_done(r, tail))
+					return -1;
+			continue;
+		}
+		ssize_t n = read(STDIN_FILENO, sl->buf + sl->fill, r->chunk - sl->fill);
+
+		if (n < 0) {
+			/* EAGAIN: a non-blocking stdin someone else read first */
+			if (errno == EINTR || errno == EAGAIN) {
+				if (cli_stop_requested) {
+					interrupted(ss);
+					return -1;
+				}
+				continue;
+			}
+			fail("write", "stdin: %s", strerror(errno));
+			return -1;
+		}
+		if (n == 0) {
+			*eof = true;
+			break;
+		}
+		sl->fill += (uint32_t)n;
+		idle_end = 0;	/* it came: the quiet starts again */
+	}
+	return sl->fill;
 }
 
 int cmd_write(int argc, char **argv)
@@ -474,10 +521,9 @@ int cmd_write(int argc, char **argv)
 			while (head != tail && r.s[tail % r.depth].state == 2)
 				if ((rc = write_done(&r, &tail)))
 					goto out_ring;
-			n = fill(&ss, sl, r.chunk, &cy, &eof);
+			n = fill(&r, sl, &cy, &eof, head, &tail);
 			if (n < 0) {
-				rc = n == -EINTR ? interrupted(&ss)
-						 : fail("write", "stdin: %s", strerror((int)-n));
+				rc = EXIT_FAIL;
 				goto out_ring;
 			}
 			if (!n)
@@ -493,16 +539,17 @@ int cmd_write(int argc, char **argv)
 				/* a last partial sector: the rest of it keeps what
 				 * the device has, so read that sector first (the
 				 * writes before it end before sl->off) */
-				struct slot tmp = *sl;
+				struct slot *rd = &r.sector;
 				uint32_t keep = sl->len - (uint32_t)n;
 				uint8_t save[SECTOR];
 
 				memcpy(save, sl->buf + sl->len - SECTOR, SECTOR - keep);
-				tmp.off = sl->off + sl->len - SECTOR;
-				tmp.len = SECTOR;
-				tmp.buf = sl->buf + sl->len - SECTOR;
-				if ((rc = submit(&r, &tmp, RNBD_OP_READ)) ||
-				    (rc = wait_slot(&r, &tmp, "read")))
+				*rd = *sl;
+				rd->off = sl->off + sl->len - SECTOR;
+				rd->len = SECTOR;
+				rd->buf = sl->buf + sl->len - SECTOR;
+				if ((rc = submit(&r, rd, RNBD_OP_READ)) ||
+				    (rc = wait_slot(&r, rd, "read")))
 					goto out_ring;
 				memcpy(sl->buf + sl->len - SECTOR, save, SECTOR - keep);
 			}
@@ -519,16 +566,16 @@ int cmd_write(int argc, char **argv)
 	/* the data is on the server's device when the flush is answered
 	 * (the kernel's fsync sends one too) */
 	{
-		struct slot fl = { .off = 0, .len = 0 };
+		struct slot *fl = &r.flush;
 
-		fl.state = 1;
-		rc = rnbd_clt_submit(ss.dev, RNBD_OP_FLUSH, 0, 0, NULL, 0, slot_done, &fl);
+		*fl = (struct slot){ .state = 1 };
+		rc = rnbd_clt_submit(ss.dev, RNBD_OP_FLUSH, 0, 0, NULL, 0, slot_done, fl);
 		if (rc && rc != -EOPNOTSUPP) {
-			fl.state = 0;
+			fl->state = 0;
 			rc = fail("write", "flush: %s", sess_strerror(&ss, rc, e, sizeof(e)));
 			goto out_ring;
 		}
-		if (rc == 0 && (rc = wait_slot(&r, &fl, "flush")))
+		if (rc == 0 && (rc = wait_slot(&r, fl, "flush")))
 			goto out_ring;
 	}
 	progress(&r, 0, 0, true);

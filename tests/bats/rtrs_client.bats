@@ -290,14 +290,14 @@ Try 'rtrs-client read --help'."
 }
 
 @test "stdin or stdout that stalls past the heartbeat timeout: the session stays up, nothing lost" {
-	local port hb="--hb-interval 100 --hb-missed 2"
+	local port hb="--hb-interval 200 --hb-missed 3"
 	port=$(free_port)
 	truncate -s 8M "$T/disk.img"
 	# shellcheck disable=SC2086  # $hb is two options
 	start_server "$port" -e "d1=$T/disk.img" $hb -v
 	head -c 1M /dev/urandom >"$T/a"
 	head -c 1M /dev/urandom >"$T/b"
-	# a producer quiet for 2 s, ten times the server's patience
+	# a producer quiet for 2 s, twice the server's patience
 	run_limited 30 rtrs-client 0 bash -c "{ cat '$T/a'; sleep 2; cat '$T/b'; } |
 		'$RTRS_CLIENT' write -s st1 -p tcp://127.0.0.1:$port -d d1 $hb"
 	[ -z "$stderr" ] || die "write said: $stderr"
@@ -317,14 +317,13 @@ Try 'rtrs-client read --help'."
 	truncate -s 8M "$T/disk.img"
 	start_server "$port" -e "d1=$T/disk.img"
 	head -c 1000 /dev/urandom >"$T/p1"
-	# 1000 bytes, then nothing for 3 s: the first sector is on the
+	# 1000 bytes, then nothing for 10 s: the first sector is on the
 	# device long before the input ends
-	{ cat "$T/p1"; sleep 3; } | "$RTRS_CLIENT" write -s sp1 -p "tcp://127.0.0.1:$port" -d d1 \
+	{ cat "$T/p1"; sleep 10; } | "$RTRS_CLIENT" write -s sp1 -p "tcp://127.0.0.1:$port" -d d1 \
 		2>"$T/w.err" &
-	local wp=$! i
+	local wp=$! end=$((SECONDS + 8))
 	BG_PIDS+=("$wp")
-	for i in $(seq 1 40); do
-		cmp -s -n 512 "$T/p1" "$T/disk.img" && break
+	while [ $SECONDS -lt $end ] && ! cmp -s -n 512 "$T/p1" "$T/disk.img"; do
 		sleep 0.05
 	done
 	cmp -n 512 "$T/p1" "$T/disk.img" || die "the first sector did not land while the input paused"
@@ -360,6 +359,60 @@ for trial in range(4):
         sys.exit("trial %d: %d bytes at %d: rc %d, %s" % (trial, len(data), off, rc,
                  "same" if got == data else "differs"))
 PY
+}
+
+@test "write: a request that fails while stdin is quiet is reported at once, not when more input comes" {
+	local port rc=0 end
+	port=$(free_port)
+	truncate -s 8M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	mkfifo "$T/in"
+	exec 7<>"$T/in"	# held open: the input never ends
+	"$RTRS_CLIENT" write -s fq1 -p "tcp://127.0.0.1:$port" -d d1 --down-timeout 1s \
+		--max-reconnect-attempts 1 <"$T/in" 2>"$T/w.err" &
+	local wp=$!
+	BG_PIDS+=("$wp")
+	wait_status fq1 "j['paths'][0]['state'] == 'connected'"
+	# the server takes the request but never answers, then dies
+	kill -STOP "$SRV_PID"
+	head -c 1000 /dev/urandom >&7
+	sleep 0.5
+	kill -KILL "$SRV_PID"
+	end=$((SECONDS + 20))
+	while [ $SECONDS -lt $end ] && kill -0 "$wp" 2>/dev/null; do
+		sleep 0.1
+	done
+	kill -0 "$wp" 2>/dev/null && die "still waiting for input: $(cat "$T/w.err")"
+	wait "$wp" || rc=$?
+	exec 7>&-
+	[ "$rc" -eq 1 ] || die "exit $rc: $(cat "$T/w.err")"
+	grep -q "^rtrs-client write: write at offset 0: " "$T/w.err" || die "$(cat "$T/w.err")"
+}
+
+@test "read stopped while its reader pauses: it says exactly how many bytes went out, and they are the device's" {
+	local port rc=0 n
+	port=$(free_port)
+	head -c 32M /dev/urandom >"$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	# the reader takes 300000 bytes, pauses, then takes what is left
+	mkfifo "$T/pipe"
+	{ head -c 300000 >"$T/got"; sleep 3; cat >>"$T/got"; } <"$T/pipe" &
+	local cp=$!
+	BG_PIDS+=("$cp")
+	"$RTRS_CLIENT" read -s rs1 -p "tcp://127.0.0.1:$port" -d d1 >"$T/pipe" 2>"$T/r.err" &
+	local rp=$!
+	BG_PIDS+=("$rp")
+	wait_status rs1 "j.get('done_bytes', 0) >= 200000"
+	sleep 0.5
+	kill -TERM "$rp"
+	wait "$rp" || rc=$?
+	wait "$cp"
+	[ "$rc" -eq 1 ] || die "exit $rc: $(cat "$T/r.err")"
+	[[ $(cat "$T/r.err") =~ ^rtrs-client\ read:\ interrupted\ after\ ([0-9]+)\ bytes$ ]] ||
+		die "$(cat "$T/r.err")"
+	n=${BASH_REMATCH[1]}
+	[ "$(stat -c %s "$T/got")" -eq "$n" ] || die "said $n, wrote $(stat -c %s "$T/got")"
+	cmp "$T/got" <(head -c "$n" "$T/disk.img")
 }
 
 @test "a missing export and a read-only export: one line, exit 1" {
