@@ -535,6 +535,8 @@ static bool scan_reap(struct ibc_export *x, uint64_t wait_ns)
 		struct timespec ts;
 		uint64_t t;
 
+		if (wait_ns > 3600 * XTIME_NS_PER_S)
+			wait_ns = 3600 * XTIME_NS_PER_S;	/* no overflow below */
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		t = (uint64_t)ts.tv_sec * XTIME_NS_PER_S + (uint64_t)ts.tv_nsec + wait_ns;
 		ts.tv_sec = (time_t)(t / XTIME_NS_PER_S);
@@ -765,6 +767,7 @@ const char *ibc_export_root(const struct ibc_export *x) { return x->root; }
 void ibc_export_get_stats(const struct ibc_export *x, struct ibc_export_stats *s)
 {
 	*s = x->st;
+	s->rescanning = x->job != NULL;
 }
 
 bool ibc_export_collision(const struct ibc_export *x, const char **a, const char **b)
