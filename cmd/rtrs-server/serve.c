@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -395,9 +396,12 @@ static int start(struct serve_state *st, struct srv_conf *c, struct xctl **ctl)
 	if (!c->ctl[0] && (rc = xctl_default_path(CTL_NAME, c->ctl, sizeof(c->ctl))) < 0)
 		return fail("control socket: %s", strerror(-rc));
 	*ctl = xctl_listen(c->ctl, err, sizeof(err));
-	if (!*ctl)
+	if (!*ctl) {
+		/* a server that did not start says nothing of listening */
+		__fpurge(stdout);
 		return fail(errno == EADDRINUSE ? "%s (another rtrs-server? give this one --ctl PATH)"
 			    : "%s", err);
+	}
 	/* whoever read the "listening" lines may ask for status at once */
 	fflush(stdout);
 	return EXIT_OK;

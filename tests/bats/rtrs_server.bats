@@ -255,6 +255,7 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	[[ $output == *"$XDG_RUNTIME_DIR/xprt/rtrs-server.sock"* ]]
 	run_srv 1 -e d=$T/disk.img -l tcp://127.0.0.1:0
 	expect_stderr_match "^rtrs-server: control socket .*: in use by a running process \(another rtrs-server\? give this one --ctl PATH\)$"
+	[ -z "$output" ] || die "a server that did not start said: $output"
 }
 
 @test "a config file gives listeners, exports and settings; the command line wins" {
