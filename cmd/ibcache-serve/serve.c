@@ -228,6 +228,7 @@ static struct xnode *status_node(const struct server *s)
 	}
 	xstats_to_node(&sum, srv_stats, NSTATS, root);
 	xnode_set_u64(root, "scans", xs.scans);
+	xnode_set_bool(root, "rescanning", xs.rescanning);
 	xnode_set_u64(root, "collisions", xs.collisions);
 	xnode_set_u64(root, "skipped", xs.skipped);
 	return root;

@@ -357,6 +357,7 @@ S=$IBCACHE_SERVE
 		[ "$(stat_of peer_pages)" -eq 2 ] && break
 	done
 	[ "$(stat_of peer_pages)" -eq 2 ] || die "$STATS"
+	[ "$(srv_status rescanning)" = False ]	# the last rescan is in
 }
 
 @test "--spin: 50us where there is more than one CPU, 0 on one; checked; a sleeping server serves" {
