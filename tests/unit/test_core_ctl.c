@@ -233,7 +233,7 @@ static void silent_client_stalls_nothing(void **state)
 	uint64_t t0 = ms_now();
 
 	assert_int_equal(xctl_poll(c, handler, &calls), 0);
-	assert_true(ms_now() - t0 < 900);	/* the old code waited a second */
+	assert_true(ms_now() - t0 < 900);	/* not the silent client's second */
 	assert_true(still_waiting(quiet) && still_waiting(half));
 	serve_until_exit(c, call_in_child(2, (char **)a1, pfd), &calls);
 	read_all(pfd[0], out, sizeof(out));
@@ -282,8 +282,8 @@ static void slow_reader_gets_all_of_a_big_answer(void **state)
 	}
 	assert_int_equal(calls, 1);
 	/* the client reads at last; the owner serves when xctl_fd() says so
-	 * (the old code gave up after a second of a full socket: the answer
-	 * came short) */
+	 * (a server that gave up on a full socket after a second would
+	 * send it short) */
 	char *buf = malloc((size_t)big + 64);
 	size_t got = 0;
 

@@ -85,6 +85,18 @@ static int drain(struct ibc_srv *s, struct gfcc_reasm *ra, int max, uint64_t now
 	return n;
 }
 
+/* peer grants request 1 all the credit it needs at `now`, and the server
+ * sends everything: the reply is wholly sent. */
+static void send_all_of_1(struct ibc_srv *s, void *peer, uint64_t now)
+{
+	uint8_t b[GFCC_REQ_MAX];
+	size_t len = ctl(b, 1, 0x1234, GFCC_X_CREDIT, 1000, 0, NULL, 0);
+
+	assert_int_equal(ibc_srv_input(s, peer, b, len, now), 0);
+	while (drain(s, NULL, 64, now, NULL))
+		;
+}
+
 static void reasm_for(struct gfcc_reasm *ra, uint8_t **pages, uint64_t id, uint32_t n,
 		      uint32_t seglen)
 {
@@ -377,10 +389,7 @@ static void test_limits(void **s_)
 	assert_int_equal(gfcc_res_decode(out[0].buf, out[0].len, &r), 0);
 	assert_int_equal(r.err, ENOMEM);
 	/* request 1 wholly sent: it makes room for the next */
-	len = ctl(b, 1, 0x1234, GFCC_X_CREDIT, 1000, 0, NULL, 0);
-	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 3), 0);
-	while (drain(s, NULL, 64, 3, NULL))
-		;
+	send_all_of_1(s, (void *)1, 3);
 	len = req(b, 4, INO, 0, 16, 1484, 1);
 	assert_int_equal(ibc_srv_input(s, (void *)3, b, len, 4), 0);
 	expect_held(s, 1, 1, 2);
@@ -428,10 +437,7 @@ static void test_peer_share(void **s_)
 		assert_int_equal(ibc_srv_input(s, (void *)(uintptr_t)p, b, len, 1), 0);
 	}
 	/* request 1 of requester 1 wholly sent: its next one replaces it */
-	len = ctl(b, 1, 0x1234, GFCC_X_CREDIT, 1000, 0, NULL, 0);
-	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 2), 0);
-	while (drain(s, NULL, 64, 2, NULL))
-		;
+	send_all_of_1(s, (void *)1, 2);
 	len = req(b, 9, INO, 0, 16, 1484, 1);
 	assert_int_equal(ibc_srv_input(s, (void *)1, b, len, 3), 0);
 	assert_int_equal(ibc_srv_pump(s, out, 4, 3), 1);
@@ -503,10 +509,7 @@ static void test_host_share(void **s_)
 	while (drain(s, NULL, 64, 1, NULL))
 		;
 	/* port 1's reply wholly sent: port 3 of the same host takes its room */
-	len = ctl(b, 1, 0x1234, GFCC_X_CREDIT, 1000, 0, NULL, 0);
-	assert_int_equal(ibc_srv_input(s, (void *)0x101, b, len, 2), 0);
-	while (drain(s, NULL, 64, 2, NULL))
-		;
+	send_all_of_1(s, (void *)0x101, 2);
 	len = req(b, 2, INO, 0, 16, 1484, 1);
 	assert_int_equal(ibc_srv_input(s, (void *)0x103, b, len, 3), 0);
 	expect_held(s, 2, 1, 4);
