@@ -304,6 +304,7 @@ int cmd_bench(int argc, char **argv)
 	struct sess ss;
 	struct bench b;
 	uint64_t size, start, last = 0, last_ios = 0;
+	uint32_t lbs;
 	bool progress;
 	char e1[128];
 	int rc;
@@ -329,6 +330,12 @@ int cmd_bench(int argc, char **argv)
 	b.o = &o;
 	b.rng = mix(xtime_ns()) | 1;
 	size = rnbd_clt_geom(ss.dev)->size;
+	lbs = rnbd_clt_geom(ss.dev)->logical_block_size;
+	if (lbs > SECTOR && o.bs % lbs) {
+		rc = fail("bench", "--bs: %llu is not a multiple of device %s's logical block "
+			  "size (%u bytes)", (unsigned long long)o.bs, so.device, lbs);
+		goto out;
+	}
 	if (o.size && o.size < size)
 		size = o.size;
 	b.blocks = size / o.bs;

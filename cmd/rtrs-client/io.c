@@ -21,7 +21,7 @@
 
 struct slot {
 	uint64_t off;		/* device offset of the request */
-	uint32_t len;		/* request bytes (sector multiple) */
+	uint32_t len;		/* request bytes (a multiple of ring.unit) */
 	uint32_t fill;		/* write: bytes of input in it */
 	int state;		/* 0 free, 1 in flight, 2 done */
 	int err;
@@ -32,12 +32,13 @@ struct ring {
 	struct sess *ss;
 	struct slot s[RING];
 	/* write's own requests besides the ring's: the read of a last
-	 * partial sector, the flush (kept here, not on the stack, so that
+	 * partial block, the flush (kept here, not on the stack, so that
 	 * one still in flight after a stop signal lands in live memory) */
-	struct slot sector, flush;
+	struct slot block, flush;
 	unsigned depth;
 	uint32_t chunk;
-	uint32_t unit;		/* write: what an idle flush sends whole (fill) */
+	uint32_t unit;		/* the device's logical block: what every request
+				 * is a multiple of and starts on */
 	uint8_t *mem;
 	uint64_t t0, last_progress;
 	bool progress;
@@ -67,6 +68,7 @@ static int ring_init(struct ring *r, struct sess *ss)
 	 * behind the kernel's rnbd-server refuses smaller writes */
 	r->unit = lbs > SECTOR && lbs % SECTOR == 0 && !(lbs & (lbs - 1)) && lbs <= r->chunk ? lbs
 													 : SECTOR;
+	r->chunk -= r->chunk % r->unit;
 	r->depth = qd < RING ? qd : RING;
 	if (!r->depth || !r->chunk)
 		return fail(ss->cmd, "session %s: no room for requests", ss->o->session);
@@ -91,7 +93,7 @@ static void ring_fini(struct ring *r)
 	for (unsigned i = 0; i < r->depth; i++)
 		if (r->s[i].state == 1)
 			return;
-	if (r->sector.state == 1)
+	if (r->block.state == 1)
 		return;
 	if (r->mem && r->ss->clt)
 		rtrs_clt_del_mem(r->ss->clt, r->mem);
@@ -333,11 +335,13 @@ int cmd_read(int argc, char **argv)
 	}
 	if ((rc = ring_init(&r, &ss)))
 		goto out;
-	/* whole sectors from start to end; the bytes before off and after
-	 * off + len are not written out */
-	start = off - off % SECTOR;
+	/* whole logical blocks from start to end; the bytes before off and
+	 * after off + len are not written out */
+	start = off - off % r.unit;
 	end = off + len;
-	end += (SECTOR - end % SECTOR) % SECTOR;
+	end += (r.unit - end % r.unit) % r.unit;
+	if (end > size)		/* a device whose size is no whole block */
+		end = size;
 	next = start;
 	out_off = off;
 	ss.activity = "read";
@@ -508,6 +512,11 @@ int cmd_write(int argc, char **argv)
 	}
 	if ((rc = ring_init(&r, &ss)))
 		goto out;
+	if (off % r.unit) {
+		rc = fail("write", "--offset: %llu is not a multiple of device %s's logical "
+			  "block size (%u bytes)", (unsigned long long)off, o.device, r.unit);
+		goto out_ring;
+	}
 	next = off;
 	ss.activity = "write";
 	while (!eof || head != tail) {
@@ -529,29 +538,30 @@ int cmd_write(int argc, char **argv)
 			if (!n)
 				break;
 			sl->off = next;
-			sl->len = (uint32_t)((n + SECTOR - 1) / SECTOR * SECTOR);
+			sl->len = (uint32_t)((n + r.unit - 1) / r.unit * r.unit);
 			if (sl->off + sl->len > size) {
 				rc = fail("write", "the data goes beyond the end of device %s "
 					  "(%llu bytes)", o.device, (unsigned long long)size);
 				goto out_ring;
 			}
 			if (sl->len != (uint32_t)n) {
-				/* a last partial sector: the rest of it keeps what
-				 * the device has, so read that sector first (the
+				/* a last partial block: the rest of it keeps what
+				 * the device has, so read that block first (the
 				 * writes before it end before sl->off) */
-				struct slot *rd = &r.sector;
+				struct slot *rd = &r.block;
 				uint32_t keep = sl->len - (uint32_t)n;
-				uint8_t save[SECTOR];
 
-				memcpy(save, sl->buf + sl->len - SECTOR, SECTOR - keep);
+				/* the input has ended: the carry is empty and
+				 * holds the block's data meanwhile */
+				memcpy(cy.b, sl->buf + sl->len - r.unit, r.unit - keep);
 				*rd = *sl;
-				rd->off = sl->off + sl->len - SECTOR;
-				rd->len = SECTOR;
-				rd->buf = sl->buf + sl->len - SECTOR;
+				rd->off = sl->off + sl->len - r.unit;
+				rd->len = r.unit;
+				rd->buf = sl->buf + sl->len - r.unit;
 				if ((rc = submit(&r, rd, RNBD_OP_READ)) ||
 				    (rc = wait_slot(&r, rd, "read")))
 					goto out_ring;
-				memcpy(sl->buf + sl->len - SECTOR, save, SECTOR - keep);
+				memcpy(sl->buf + sl->len - r.unit, cy.b, r.unit - keep);
 			}
 			if ((rc = submit(&r, sl, RNBD_OP_WRITE)))
 				goto out_ring;

@@ -176,6 +176,12 @@ int rnbd_core_io(struct rnbd_core_sess *s, int dir, uint32_t datalen, const void
 		return -EROFS;
 	if (op != RNBD_OP_FLUSH && past)
 		return -EIO;
+	/* a device of 4 KiB logical blocks takes no smaller piece: the
+	 * kernel's block layer fails such a bio with EIO (bio_unaligned() in
+	 * blk_mq_submit_bio) */
+	if ((op == RNBD_OP_READ || op == RNBD_OP_WRITE) && e->lbs > 512 &&
+	    ((off | len) & (e->lbs - 1)))
+		return -EIO;
 	switch (op) {
 	case RNBD_OP_READ:
 		if (dir != RTRS_READ || len > datalen)

@@ -269,6 +269,46 @@ Try 'rtrs-client read --help'."
 	expect_stderr_line "rtrs-client read: offset 9437184 is beyond the end of device d1 (8388608 bytes)"
 }
 
+@test "a device of 4 KiB logical blocks: any byte range read and written, whole blocks on the wire" {
+	local port seed i off len rc
+	[ "$(id -u)" -eq 0 ] || skip "a loop device of 4 KiB sectors needs root"
+	port=$(free_port)
+	head -c 8M /dev/urandom >"$T/disk.img"
+	LOOP=$(losetup -f --show --sector-size 4096 "$T/disk.img" 2>"$T/lo.err") ||
+		skip "no loop device of 4 KiB sectors: $(cat "$T/lo.err")"
+	[ "$(blockdev --getss "$LOOP")" -eq 4096 ]
+	start_server "$port" -e "d1=$LOOP"
+	local c=(-s k1 -p "tcp://127.0.0.1:$port" -d d1)
+	head -c 5000 /dev/urandom >"$T/small"
+	run_clt 1 write "${c[@]}" --offset 512 <"$T/small"
+	expect_stderr_line "rtrs-client write: --offset: 512 is not a multiple of device d1's logical block size (4096 bytes)"
+	run_clt 1 bench "${c[@]}" --bs 512 --time 1
+	expect_stderr_line "rtrs-client bench: --bs: 512 is not a multiple of device d1's logical block size (4096 bytes)"
+	cmp "$T/disk.img" "$LOOP"
+	seed=${XPRT_SEED:-$RANDOM}
+	echo "# seed $seed (XPRT_SEED=$seed repeats it)" >&3
+	RANDOM=$seed
+	cp "$T/disk.img" "$T/want"
+	for i in $(seq 1 12); do
+		# a write at a block of any length: a partial last block keeps
+		# the rest of what the device has
+		off=$(((RANDOM % 1900) * 4096))
+		len=$((RANDOM % 3 == 0 ? RANDOM % 4096 + 1 : RANDOM * 7 % 300000 + 1))
+		head -c "$len" /dev/urandom >"$T/w"
+		run_clt 0 write "${c[@]}" --offset "$off" <"$T/w"
+		dd if="$T/w" of="$T/want" bs=1 seek="$off" conv=notrunc status=none
+		cmp "$T/want" "$LOOP" || die "seed $seed: write of $len bytes at $off"
+		# a read of any range
+		off=$((RANDOM * 256 % 8388608))
+		len=$((RANDOM * 13 % (8388608 - off) + 1))
+		rc=0
+		"$RTRS_CLIENT" read "${c[@]}" --offset "$off" --length "$len" -q >"$T/r" 2>"$T/r.err" || rc=$?
+		[ "$rc" -eq 0 ] || die "seed $seed: read of $len bytes at $off exited $rc: $(cat "$T/r.err")"
+		cmp "$T/r" <(tail -c +$((off + 1)) "$T/want" | head -c "$len") ||
+			die "seed $seed: read of $len bytes at $off"
+	done
+}
+
 @test "a read stopped and continued (^Z, fg) goes on to the end, byte for byte" {
 	local port rc=0 i
 	port=$(free_port)

@@ -29,6 +29,7 @@ setup() {
 
 teardown() {
 	kill_bg
+	[ -n "${LOOP:-}" ] && losetup -d "$LOOP"
 	[ "${NS_PATHS:-0}" -gt 0 ] && netns_teardown
 	return 0
 }

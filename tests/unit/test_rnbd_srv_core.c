@@ -226,6 +226,31 @@ static void test_io(void **state)
 	rnbd_core_sess_free(&s);
 }
 
+/* A device of 4 KiB logical blocks takes reads and writes of whole blocks
+ * only (the kernel's block layer fails smaller ones with EIO). */
+static void test_io_4kn(void **state)
+{
+	struct rnbd_core_export e = ex_rw();
+	struct rnbd_core_sess s = { 0 };
+	struct rnbd_core_io o;
+	struct rnbd_open_rsp r;
+
+	(void)state;
+	e.lbs = 4096;
+	assert_int_equal(open_as(&s, &e, RNBD_ACCESS_RW, &r), 0);
+	assert_int_equal(r.logical_block_size, 4096);
+	assert_int_equal(io(&s, RTRS_READ, 8192, 0, 8, RNBD_OP_READ, 8192, &o), 0);
+	assert_int_equal(io(&s, RTRS_WRITE, 4096, 0, 2040, RNBD_OP_WRITE, 4096, &o), 0);
+	/* a sector off the block, or a block and a sector */
+	assert_int_equal(io(&s, RTRS_READ, 4096, 0, 1, RNBD_OP_READ, 4096, &o), -EIO);
+	assert_int_equal(io(&s, RTRS_READ, 4608, 0, 8, RNBD_OP_READ, 4608, &o), -EIO);
+	assert_int_equal(io(&s, RTRS_WRITE, 512, 0, 8, RNBD_OP_WRITE, 512, &o), -EIO);
+	assert_int_equal(io(&s, RTRS_WRITE, 4096, 0, 4, RNBD_OP_WRITE, 4096, &o), -EIO);
+	/* no range: a flush */
+	assert_int_equal(io(&s, RTRS_WRITE, 0, 0, 3, RNBD_OP_FLUSH, 0, &o), 0);
+	rnbd_core_sess_free(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -233,6 +258,7 @@ int main(void)
 		cmocka_unit_test(test_open_ro),
 		cmocka_unit_test(test_messages),
 		cmocka_unit_test(test_io),
+		cmocka_unit_test(test_io_4kn),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
