@@ -372,13 +372,18 @@ static void accept_resume(struct tcp_listener *l)
 		return;
 	if (!l->paused)
 		return;
-	if (epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) == 0) {
-		l->paused = false;
-		return;
+	/* no room for it yet (ENOMEM, or ENOSPC: max_user_watches): another
+	 * pause on the timer; should the timer fail too, nothing would ever
+	 * put the socket back, so the thread rests here between tries, as
+	 * accept_rest does: the listener comes back late, never not at all */
+	while (epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) < 0 && errno != EEXIST) {
+		if (timerfd_settime(l->tfd, 0,
+				    &(struct itimerspec){ .it_value = { 0, (long)ACCEPT_PAUSE_NS } },
+				    NULL) == 0)
+			return;
+		nanosleep(&(struct timespec){ 0, (long)ACCEPT_HOLD_NS }, NULL);
 	}
-	/* no room for it yet: another pause */
-	timerfd_settime(l->tfd, 0, &(struct itimerspec){ .it_value = { 0, (long)ACCEPT_PAUSE_NS } },
-			NULL);
+	l->paused = false;
 }
 
 static void accept_all(struct tcp_listener *l, uint64_t now)

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/sockios.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -433,19 +434,45 @@ static ssize_t (*real_send)(int, const void *, size_t, int);
 static bool settime_fails;
 static int (*real_settime)(int, int, const struct itimerspec *, struct itimerspec *);
 
+/* epoll_ctl(2): while watch_fails is set, that many adds of a listening
+ * socket after its first (the listener's own, at listen) fail (ENOSPC:
+ * the user's max_user_watches), and the pause timer fails with them
+ * until an add succeeds. */
+static unsigned watch_fails, watch_failed, watch_adds;
+static bool watch_timer_down;
+static int (*real_epoll_ctl)(int, int, int, struct epoll_event *);
+
 __attribute__((constructor)) static void find_send(void)
 {
 	*(void **)&real_send = dlsym(RTLD_NEXT, "send");
 	*(void **)&real_settime = dlsym(RTLD_NEXT, "timerfd_settime");
+	*(void **)&real_epoll_ctl = dlsym(RTLD_NEXT, "epoll_ctl");
 }
 
 int timerfd_settime(int fd, int flags, const struct itimerspec *nv, struct itimerspec *ov)
 {
-	if (settime_fails) {
+	if (settime_fails || watch_timer_down) {
 		errno = EINVAL;
 		return -1;
 	}
 	return real_settime(fd, flags, nv, ov);
+}
+
+int epoll_ctl(int efd, int op, int fd, struct epoll_event *ev)
+{
+	int on = 0;
+	socklen_t len = sizeof(on);
+
+	if (watch_failed < watch_fails && op == EPOLL_CTL_ADD &&
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on && watch_adds++) {
+		watch_failed++;
+		watch_timer_down = true;
+		errno = ENOSPC;
+		return -1;
+	}
+	if (op == EPOLL_CTL_ADD)
+		watch_timer_down = false;
+	return real_epoll_ctl(efd, op, fd, ev);
 }
 
 static uint64_t short_next(void)
@@ -822,10 +849,24 @@ static void test_full_table_no_timer(void **state)
 	full_table();
 }
 
+/* The same when, at the end of a pause, the listening socket cannot go
+ * back into the set and the timer for another pause cannot be armed
+ * either: the listener still comes back (it rests between tries). */
+static void test_full_table_no_watch(void **state)
+{
+	(void)state;
+	watch_failed = watch_adds = 0;
+	watch_fails = 3;
+	full_table();
+	assert_int_equal(watch_failed, 3);
+}
+
 static int settime_on(void **state)
 {
 	(void)state;
 	settime_fails = false;
+	watch_fails = 0;
+	watch_timer_down = false;
 	return 0;
 }
 
@@ -985,6 +1026,7 @@ int main(void)
 		cmocka_unit_test(test_many_at_once),
 		cmocka_unit_test(test_full_table),
 		cmocka_unit_test_teardown(test_full_table_no_timer, settime_on),
+		cmocka_unit_test_teardown(test_full_table_no_watch, settime_on),
 		cmocka_unit_test(test_ipv6),
 		cmocka_unit_test(test_key_table),
 	};
