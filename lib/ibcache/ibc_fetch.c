@@ -5,6 +5,8 @@
 #include <linux/falloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,57 +365,13 @@ static int cache_dir(const char *root, const char *rel, char *name, size_t namel
 	return dfd;
 }
 
-/* --cache DIR: DIR/FILE of this generation, opened for writing.  One of
- * another generation (or size), or none, is replaced by a new sparse file
- * with the generation set, renamed into place: a server that has the old
- * one open keeps reading the old one, and none ever finds this
- * generation's name on another generation's bytes. */
-static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage)
+/* open_cache's new sparse file of this generation, made under a
+ * temporary name and renamed into place. */
+static int new_cache(struct ibc_fetch *f, char *err, size_t errlen)
 {
-	char tmp[NAME_MAX + 1], gen[24], det[2 * IBC_PATH_MAX + 8];
-	struct stat st, ost;
-	uint64_t g;
-	bool xa;
+	char tmp[NAME_MAX + 1], gen[24];
 	int fd, rc;
 
-	if (f->o.local) {
-		xerr(err, errlen, "--cache is the local copy: not with --local");
-		*usage = true;
-		return -EINVAL;
-	}
-	if (f->size < 0 || !f->have_gen) {
-		xerr(err, errlen, "--cache needs the size and generation of %s: give --origin, "
-		     "or --gen and --size", f->path);
-		*usage = true;
-		return -EINVAL;
-	}
-	f->cache_dfd = cache_dir(f->o.cache, f->path, f->cache_name, sizeof(f->cache_name));
-	if (f->cache_dfd < 0) {
-		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(-f->cache_dfd));
-		return f->cache_dfd;
-	}
-	/* The origin may be the very file the cache would hold (--origin
-	 * DIR/FILE, or a hard link to it).  Without the generation tag it
-	 * looks like another generation's copy, and the new sparse file
-	 * renamed over it would destroy the only whole copy.  It is whole
-	 * already: it is read as the local copy, and nothing is written. */
-	if (f->origin_fd >= 0 && fstat(f->origin_fd, &ost) == 0 &&
-	    fstatat(f->cache_dfd, f->cache_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    st.st_dev == ost.st_dev && st.st_ino == ost.st_ino) {
-		snprintf(det, sizeof(det), "%s/%s", f->o.cache, f->path);
-		note(f, -1, IBC_NOTE_CACHE_ORIGIN, det);
-		return 0;
-	}
-	/* (O_NONBLOCK: a FIFO or a device under that name is not waited on) */
-	fd = openat(f->cache_dfd, f->cache_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == f->size &&
-	    ibc_gen_fd(fd, &st, &g, &xa) == 0 && xa && g == f->gen) {
-		f->cache_fd = fd;
-		f->caching = true;
-		return 0;
-	}
-	if (fd >= 0)
-		close(fd);
 	for (int i = 0;; i++) {
 		snprintf(tmp, sizeof(tmp), ".%.200s.ibcache-%08x", f->cache_name,
 			 (unsigned)(xtime_ns() ^ (uint64_t)getpid() * 2654435761u) + (unsigned)i);
@@ -457,6 +415,72 @@ static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage
 fail:
 	unlinkat(f->cache_dfd, tmp, 0);
 	close(fd);
+	return rc;
+}
+
+/* --cache DIR: DIR/FILE of this generation, opened for writing.  One of
+ * another generation (or size), or none, is replaced by a new sparse file
+ * with the generation set, renamed into place: a server that has the old
+ * one open keeps reading the old one, and none ever finds this
+ * generation's name on another generation's bytes. */
+static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage)
+{
+	char det[2 * IBC_PATH_MAX + 8];
+	struct stat st, ost;
+	sigset_t stop, old;
+	uint64_t g;
+	bool xa;
+	int fd, rc;
+
+	if (f->o.local) {
+		xerr(err, errlen, "--cache is the local copy: not with --local");
+		*usage = true;
+		return -EINVAL;
+	}
+	if (f->size < 0 || !f->have_gen) {
+		xerr(err, errlen, "--cache needs the size and generation of %s: give --origin, "
+		     "or --gen and --size", f->path);
+		*usage = true;
+		return -EINVAL;
+	}
+	f->cache_dfd = cache_dir(f->o.cache, f->path, f->cache_name, sizeof(f->cache_name));
+	if (f->cache_dfd < 0) {
+		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(-f->cache_dfd));
+		return f->cache_dfd;
+	}
+	/* The origin may be the very file the cache would hold (--origin
+	 * DIR/FILE, or a hard link to it).  Without the generation tag it
+	 * looks like another generation's copy, and the new sparse file
+	 * renamed over it would destroy the only whole copy.  It is whole
+	 * already: it is read as the local copy, and nothing is written. */
+	if (f->origin_fd >= 0 && fstat(f->origin_fd, &ost) == 0 &&
+	    fstatat(f->cache_dfd, f->cache_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    st.st_dev == ost.st_dev && st.st_ino == ost.st_ino) {
+		snprintf(det, sizeof(det), "%s/%s", f->o.cache, f->path);
+		note(f, -1, IBC_NOTE_CACHE_ORIGIN, det);
+		return 0;
+	}
+	/* (O_NONBLOCK: a FIFO or a device under that name is not waited on) */
+	fd = openat(f->cache_dfd, f->cache_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == f->size &&
+	    ibc_gen_fd(fd, &st, &g, &xa) == 0 && xa && g == f->gen) {
+		f->cache_fd = fd;
+		f->caching = true;
+		return 0;
+	}
+	if (fd >= 0)
+		close(fd);
+	/* a stop signal between the temporary file's creation and its
+	 * rename or removal would leave it behind in an export: the signal
+	 * waits until that is done (and then does what it does) */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGHUP);
+	sigaddset(&stop, SIGQUIT);
+	pthread_sigmask(SIG_BLOCK, &stop, &old);
+	rc = new_cache(f, err, errlen);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return rc;
 }
 

@@ -592,6 +592,35 @@ xattr_gen() { python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.ib
 	[ "$(ls -A "$C/sub")" = f ] || die "left in the cache: $(ls -A "$C/sub")"
 }
 
+@test "--cache: a stop signal while the cache file is made leaves no temporary file behind" {
+	local C=$BATS_TEST_TMPDIR/cache sig sp child i rc
+	command -v strace >/dev/null || skip "strace is not installed (scripts/install-deps installs it)"
+	mkdir -p "$C"
+	mkdata f 100000
+	for sig in TERM INT HUP; do
+		rm -rf "${C:?}"/* "${C:?}"/.[!.]*
+		# the temporary file is made, and then its generation attribute
+		# is set: held there for a second, the signal comes
+		strace -f -o /dev/null -e trace=fsetxattr -e inject=fsetxattr:delay_enter=1000000 \
+			env --default-signal "$IBCACHE_FETCH" --origin "$ORG/f" --cache "$C" f \
+			>"$BATS_TEST_TMPDIR/o" 2>"$BATS_TEST_TMPDIR/e" &
+		sp=$!
+		BG_PIDS+=("$sp")
+		child=
+		for i in $(seq 1 100); do
+			child=$(pgrep -P "$sp") && [ -n "$(ls -A "$C")" ] && break
+			sleep 0.02
+		done
+		[ -n "$child" ] || die "no ibcache-fetch under strace"
+		sleep 0.3
+		kill -"$sig" "$child"
+		rc=0
+		wait "$sp" || rc=$?
+		[ "$rc" -ne 0 ] || die "SIG$sig: ibcache-fetch exited 0"
+		[ -z "$(find "$C" -name '.*ibcache-*')" ] || die "SIG$sig left: $(ls -A "$C")"
+	done
+}
+
 @test "--cache: bad uses in one line; symbolic links are not followed out of the cache" {
 	local C=$BATS_TEST_TMPDIR/cache out=$BATS_TEST_TMPDIR/outside
 	mkdir -p "$C" "$out"
