@@ -161,12 +161,16 @@ static void check_out(const struct ibc_out *o, uint32_t mtu, enum gfcc_flavour f
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
 	struct rd r = { d, n, 0 };
-	uint32_t setup = get(&r, 1);
+	/* each setting its own bits, so that every combination is had:
+	 * 0 flavour, 1-3 MTU, 4-5 max_states, 6 max_mem, 7 burst, 8 hosts,
+	 * 9 a size too big to tell, 10-15 pages held, 16-19 the last page's
+	 * shortfall */
+	uint32_t setup = get(&r, 3);
 	struct ibc_srv_cfg c = { .flavour = setup & 1 ? GFCC_UD : GFCC_UDP,
-				 .mtu = mtus[(setup >> 1) % 6], .max_states = 1 + (setup >> 4 & 3),
+				 .mtu = mtus[(setup >> 1 & 7) % 6], .max_states = 1 + (setup >> 4 & 3),
 				 .max_mem = (setup & 0x40 ? 2u : 64u) << 20, .ttl_ns = 1000,
-				 .burst = 1 + (setup >> 7) * 7,
-				 .host = setup & 0x10 ? host_of : NULL };
+				 .burst = 1 + (setup >> 7 & 1) * 7,
+				 .host = setup & 0x100 ? host_of : NULL };
 	struct ibc_srv *s;
 	struct ibc_srv_stats st;
 	static struct ibc_out out[128];
@@ -175,9 +179,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 
 	if (c.flavour == GFCC_UD && c.mtu > 4096)
 		c.mtu = 4096;
-	held_pages = 30 + (setup & 63);
+	held_pages = 30 + (setup >> 10 & 63);
 	/* a copy of some size, or one too big for the reply to tell */
-	held_size = setup & 0x20 ? GFCC_RES_SIZE_MAX + 1 + setup : held_pages * 4096 - (setup & 15);
+	held_size = setup & 0x200 ? GFCC_RES_SIZE_MAX + 1 + setup
+				  : held_pages * 4096 - (setup >> 16 & 15);
 	s = ibc_srv_new(&c, store, NULL);
 	if (!s)
 		__builtin_trap();
