@@ -198,7 +198,7 @@ int rtrs_clt_request(struct rtrs_clt *s, int dir, const void *usr, uint32_t usrl
 		return -EFAULT;
 	if (rtrs_core_all_closed(&s->core))
 		return -ENOTCONN;
-	id = rtrs_permit_get(&s->core);
+	id = dir & RTRS_CLT_ADMIN ? rtrs_permit_get(&s->core) : rtrs_permit_get_io(&s->core);
 	if (id == RTRS_CORE_NONE)
 		return -EAGAIN;
 	r = rtrs_core_req(&s->core, id);

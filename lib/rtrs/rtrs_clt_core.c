@@ -73,6 +73,17 @@ uint32_t rtrs_permit_get(struct rtrs_core *c)
 	return RTRS_CORE_NONE;
 }
 
+uint32_t rtrs_permit_get_io(struct rtrs_core *c)
+{
+	/* requests held across a reconnect keep their permits until the
+	 * layer above has re-opened its devices (rtrs_core_resume), and that
+	 * re-open is a request too: with every permit held it could never go
+	 * out.  So IO leaves the last one to session messages. */
+	if (c->depth > 1 && c->used + 1 >= c->depth)
+		return RTRS_CORE_NONE;
+	return rtrs_permit_get(c);
+}
+
 void rtrs_permit_put(struct rtrs_core *c, uint32_t id)
 {
 	if (id >= c->depth || !(c->map[id / 64] & (1ull << (id % 64))))

@@ -122,6 +122,9 @@ void rtrs_core_fini(struct rtrs_core *c);
 
 /* --- permits: the lowest free buffer id, or RTRS_CORE_NONE ----------- */
 uint32_t rtrs_permit_get(struct rtrs_core *c);
+/* The same for IO, which never takes the last one (a queue depth of 1
+ * aside): that one is for session messages (an RNBD re-open). */
+uint32_t rtrs_permit_get_io(struct rtrs_core *c);
 void rtrs_permit_put(struct rtrs_core *c, uint32_t id);
 
 /* --- paths ------------------------------------------------------------ */

@@ -701,6 +701,12 @@ restart_test() {
 	restart_test --always-invalidate off
 }
 
+@test "a server of 8 buffers killed and restarted with all 8 in use: the device is opened again, IO resumes" {
+	# bench keeps 32 in flight: every permit is held across the restart,
+	# and the re-open must still go out
+	restart_test --queue-depth 8
+}
+
 @test "a server restarted without the device: what waited fails, one line names the re-open" {
 	local port
 	port=$(free_port)

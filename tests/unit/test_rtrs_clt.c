@@ -133,6 +133,28 @@ static void permits_lowest_free_first(void **state)
 	done(f);
 }
 
+/* IO leaves the last permit to session messages, so that an RNBD re-open
+ * goes out even when every other permit is held across a reconnect; a
+ * depth of 1 has no permit to spare. */
+static void io_leaves_the_last_permit(void **state)
+{
+	struct fake *f = mk(1, 4, RTRS_MP_MIN_INFLIGHT, -1), *g = mk(1, 1, RTRS_MP_MIN_INFLIGHT, -1);
+
+	(void)state;
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(rtrs_permit_get_io(&f->c), i);
+	assert_int_equal(rtrs_permit_get_io(&f->c), RTRS_CORE_NONE);
+	assert_int_equal(rtrs_permit_get(&f->c), 3);
+	assert_int_equal(rtrs_permit_get(&f->c), RTRS_CORE_NONE);
+	rtrs_permit_put(&f->c, 3);
+	rtrs_permit_put(&f->c, 1);
+	assert_int_equal(rtrs_permit_get_io(&f->c), 1);
+	assert_int_equal(rtrs_permit_get_io(&f->c), RTRS_CORE_NONE);
+	assert_int_equal(rtrs_permit_get_io(&g->c), 0);
+	done(f);
+	done(g);
+}
+
 static void depth_is_set_once_and_bounded(void **state)
 {
 	struct rtrs_core c;
@@ -652,6 +674,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(permits_lowest_free_first),
+		cmocka_unit_test(io_leaves_the_last_permit),
 		cmocka_unit_test(depth_is_set_once_and_bounded),
 		cmocka_unit_test(min_inflight_takes_the_least_busy),
 		cmocka_unit_test(round_robin_skips_paths_that_are_down),
