@@ -380,6 +380,8 @@ int cmd_bench(int argc, char **argv)
 			if (sess_run(&ss, 100000000ull) == -EINTR)
 				b.stop = true;
 			now = xtime_ns();
+			if (b.stop && b.end_ns > now)
+				b.end_ns = now;	/* the end, for the wait below */
 			ss.done_bytes = b.rd.bytes + b.wr.bytes;
 			if (progress && !b.prefill && now - last >= 1000000000ull) {
 				if (last)
@@ -392,9 +394,10 @@ int cmd_bench(int argc, char **argv)
 				b.stop = true;
 			if (b.stop && !rtrs_clt_alive(ss.clt))
 				break;
-			/* past the end, IO that waits for a path that does not
-			 * come back is not waited for forever */
-			if (!b.prefill && now > b.end_ns + STUCK_NS && !rtrs_clt_connected(ss.clt)) {
+			/* past the end (or a stop), IO that waits for a path
+			 * that does not come back, or for an answer that does
+			 * not come, is not waited for forever */
+			if ((!b.prefill || b.stop) && now > b.end_ns + STUCK_NS) {
 				b.stop = b.stuck = true;
 				break;
 			}
@@ -412,14 +415,17 @@ int cmd_bench(int argc, char **argv)
 	else if (b.mismatches)
 		rc = fail("bench", "%llu blocks read back differ from what was written",
 			  (unsigned long long)b.mismatches);
-	else if (b.stuck)
+	else if (b.stuck && !rtrs_clt_connected(ss.clt))
 		rc = fail("bench", "%u IOs still waiting %llu s after the end: all paths to %s are down",
+			  b.inflight, (unsigned long long)(STUCK_NS / 1000000000ull), so.session);
+	else if (b.stuck)
+		rc = fail("bench", "%u IOs unanswered %llu s after the end (session %s is connected)",
 			  b.inflight, (unsigned long long)(STUCK_NS / 1000000000ull), so.session);
 	else if (cli_stop_requested && b.prefill)
 		rc = fail("bench", "interrupted");
 drain:
 	b.stop = true;
-	while (b.inflight && rtrs_clt_connected(ss.clt) && !cli_stop_requested)
+	while (b.inflight && !b.stuck && rtrs_clt_connected(ss.clt) && !cli_stop_requested)
 		sess_run(&ss, 100000000ull);
 out:
 	/* buffers a request may still write into stay until the end */
