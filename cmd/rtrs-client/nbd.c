@@ -1065,8 +1065,10 @@ static void nbdx_make_export(struct nbdx *s, const struct sess_opts *o)
 		f |= NBD_FLAG_SEND_TRIM;
 	if (g->max_write_zeroes_sectors)
 		f |= NBD_FLAG_SEND_WRITE_ZEROES;
+	/* read-only: nothing to flush, trim or zero (and the device refuses
+	 * every request but a read) */
 	if (o->access == RNBD_ACCESS_RO)
-		f |= NBD_FLAG_READ_ONLY;
+		f = NBD_FLAG_CAN_MULTI_CONN | NBD_FLAG_READ_ONLY;
 	snprintf(s->desc, sizeof(s->desc), "RNBD device %s over RTRS session %s", o->device,
 		 o->session);
 	s->exp = (struct nbd_export){

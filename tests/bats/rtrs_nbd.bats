@@ -309,7 +309,8 @@ good 0"
 	start_server "$port" -e "d1=$T/disk.img:ro"
 	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
 	[ "$(cat "$T/nbd-n1.err")" = "rtrs-client nbd: device d1 is a read-only export: serving it read-only" ]
-	[ "$(nbd_info 'e["is_read_only"], e["can_trim"], e["can_zero"]')" = "True False False" ]
+	# nothing to flush either: a flush would be refused
+	[ "$(nbd_info 'e["is_read_only"], e["can_trim"], e["can_zero"], e["can_flush"], e["can_fua"]')" = "True False False False False" ]
 	run_limited 20 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 write-ro
 	expect_output "write 1 read 0"
 	run_limited 60 nbdcopy 0 nbdcopy "$NBD_URI" "$T/back"
