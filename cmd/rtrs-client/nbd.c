@@ -30,6 +30,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -78,8 +79,6 @@ static uint8_t *arena_get(struct arena *a, uint32_t n)
 {
 	uint32_t run = 0;
 
-	if (ARENA_PAGES - a->used < n)
-		return NULL;
 	for (uint32_t i = 0; i < ARENA_PAGES; i++) {
 		if (!run && (i % 64) == 0 && a->map[i / 64] == ~0ull) {
 			i += 63;	/* a full word: skip it */
@@ -103,6 +102,67 @@ static void arena_put(struct arena *a, uint8_t *p, uint32_t n)
 		mark(a, (uint32_t)((p - a->mem) / PAGE), n, false);
 }
 
+/* A request's data: runs of arena pages, in order.  One run where the
+ * free pages allow, else as many as it takes: pages held by a client that
+ * asks and does not read can leave the free ones in pieces, and a request
+ * must fit once enough pages are free, wherever they are. */
+struct seg {
+	uint8_t *buf;
+	uint32_t npages;
+};
+
+static void segs_put(struct arena *a, struct seg *v, uint32_t nv)
+{
+	for (uint32_t k = 0; k < nv; k++)
+		arena_put(a, v[k].buf, v[k].npages);
+}
+
+/* n pages into *v (one, in *one; or a new array), each run a multiple of
+ * unit pages (a logical block: every part starts on one).  False when
+ * there are not so many to be had. */
+static bool arena_take(struct arena *a, uint32_t n, uint32_t unit, struct seg *one,
+		       struct seg **v, uint32_t *nv)
+{
+	uint32_t got = 0, k = 0;
+	struct seg *w;
+
+	if (ARENA_PAGES - a->used < n)
+		return false;
+	if ((one->buf = arena_get(a, n))) {
+		one->npages = n;
+		*v = one;
+		*nv = 1;
+		return true;
+	}
+	if (!(w = malloc(sizeof(*w) * (n / unit + 1))))
+		return false;
+	for (uint32_t i = 0; i < ARENA_PAGES && got < n;) {
+		uint32_t run = 0, take;
+
+		if (page_used(a, i)) {
+			i++;
+			continue;
+		}
+		while (i + run < ARENA_PAGES && run < n - got && !page_used(a, i + run))
+			run++;
+		take = run - run % unit;
+		if (take) {
+			mark(a, i, take, true);
+			w[k++] = (struct seg){ a->mem + (size_t)i * PAGE, take };
+			got += take;
+		}
+		i += run;
+	}
+	if (got < n) {
+		segs_put(a, w, k);
+		free(w);
+		return false;
+	}
+	*v = w;
+	*nv = k;
+	return true;
+}
+
 static uint32_t pages(uint32_t len)
 {
 	return (len + PAGE - 1) / PAGE;
@@ -119,8 +179,11 @@ struct nreq {
 	uint64_t cookie, off;
 	uint16_t type, flags;
 	uint32_t len;
-	uint8_t *buf;			/* arena: READ, WRITE */
-	uint32_t npages;
+	struct seg *segs;		/* arena: READ, WRITE (&seg1, or an array) */
+	uint32_t nsegs, npages;
+	uint32_t parts;			/* RNBD IOs still out (+1 while submitting) */
+	int perr;			/* the first one's error */
+	struct seg seg1;
 	uint32_t sent;			/* bytes of hdr (+ data) sent */
 	uint32_t err;			/* NBD error */
 	uint8_t hdr[NBD_REPLY_LEN];
@@ -178,6 +241,7 @@ struct nbdx {
 	struct conn *flush_head;
 	struct nreq *free_reqs;
 	unsigned nconns, next_id;
+	uint32_t unit;			/* pages of a logical block (1 for 512 or 4096) */
 	unsigned throttled;		/* connections stopped at CONN_INFLIGHT */
 	unsigned lis_paused;		/* listeners out of epoll for a while */
 	uint64_t accepted, proto_errors;
@@ -219,10 +283,34 @@ static struct nreq *req_new(struct conn *c)
 /* The request's pages back to the arena. */
 static void req_put_pages(struct nreq *r)
 {
-	arena_put(&r->c->srv->arena, r->buf, r->npages);
+	segs_put(&r->c->srv->arena, r->segs, r->nsegs);
+	if (r->segs != &r->seg1)
+		free(r->segs);
 	r->c->pages -= r->npages;
-	r->buf = NULL;
-	r->npages = 0;
+	r->segs = NULL;
+	r->nsegs = r->npages = 0;
+}
+
+/* iovecs (at most max) over r's data from byte at to its end: how many;
+ * *bytes, what they hold. */
+static size_t data_iov(const struct nreq *r, uint32_t at, struct iovec *iov, size_t max,
+		       uint32_t *bytes)
+{
+	uint32_t k = 0, base = 0, end = at;
+	size_t n = 0;
+
+	while (k < r->nsegs && base + r->segs[k].npages * PAGE <= at)
+		base += r->segs[k++].npages * PAGE;
+	for (; k < r->nsegs && n < max && end < r->len; k++) {
+		uint32_t sz = r->segs[k].npages * PAGE, from = end - base;
+		uint32_t m = sz - from < r->len - end ? sz - from : r->len - end;
+
+		iov[n++] = (struct iovec){ r->segs[k].buf + from, m };
+		end += m;
+		base += sz;
+	}
+	*bytes = end - at;
+	return n;
 }
 
 static void req_free(struct nreq *r)
@@ -378,6 +466,17 @@ static unsigned rnbd_op_of(unsigned type)
 	}
 }
 
+/* One of a READ's or WRITE's RNBD IOs (one per run of pages) answered. */
+static void part_done(void *priv, int err)
+{
+	struct nreq *r = priv;
+
+	if (err && !r->perr)
+		r->perr = err;
+	if (!--r->parts)
+		req_done(r, r->perr);
+}
+
 static void submit(struct nreq *r)
 {
 	struct nbdx *s = r->c->srv;
@@ -389,9 +488,30 @@ static void submit(struct nreq *r)
 	if (op == RNBD_OP_WRITE_ZEROES && (r->flags & NBD_CMD_FLAG_NO_HOLE))
 		rf |= RNBD_F_NOUNMAP;
 
+	if (op == RNBD_OP_READ || op == RNBD_OP_WRITE) {
+		uint64_t off = r->off;
+		uint32_t left = r->len;
+
+		r->parts = 1;	/* until every part is out */
+		r->perr = 0;
+		for (uint32_t k = 0; k < r->nsegs && left; k++) {
+			uint32_t n = r->segs[k].npages * PAGE < left ? r->segs[k].npages * PAGE : left;
+
+			r->parts++;
+			rc = rnbd_clt_submit(s->ss->dev, op, rf, off, r->segs[k].buf, n, part_done, r);
+			if (rc) {
+				r->parts--;
+				r->perr = rc;
+				break;
+			}
+			off += n;
+			left -= n;
+		}
+		part_done(r, 0);
+		return;
+	}
 	rc = rnbd_clt_submit(s->ss->dev, op, rf, op == RNBD_OP_FLUSH ? 0 : r->off,
-			     op == RNBD_OP_READ || op == RNBD_OP_WRITE ? r->buf : NULL,
-			     op == RNBD_OP_FLUSH ? 0 : r->len, req_done, r);
+			     NULL, op == RNBD_OP_FLUSH ? 0 : r->len, req_done, r);
 	if (rc)
 		req_done(r, rc);
 }
@@ -423,7 +543,8 @@ static bool start(struct conn *c)
 
 	if (!q->err && (q->type == NBD_CMD_READ || q->type == NBD_CMD_WRITE)) {
 		uint32_t np = pages(q->len);
-		uint8_t *buf;
+		struct seg one, *v;
+		uint32_t nv;
 
 		if (c->pages && c->pages + np > CONN_PAGES) {
 			/* its own replies must go first: it waits alone, not in
@@ -435,15 +556,20 @@ static bool start(struct conn *c)
 			}
 			return false;
 		}
-		if ((s->stall_head && s->stall_head != c) || !(buf = arena_get(&s->arena, np))) {
+		if ((s->stall_head && s->stall_head != c) ||
+		    !arena_take(&s->arena, np, s->unit, &one, &v, &nv)) {
 			stall(c);
 			return false;
 		}
 		if (!(r = req_new(c))) {
-			arena_put(&s->arena, buf, np);
+			segs_put(&s->arena, v, nv);
+			if (v != &one)
+				free(v);
 			goto nomem;
 		}
-		r->buf = buf;
+		r->seg1 = one;
+		r->segs = v == &one ? &r->seg1 : v;
+		r->nsegs = nv;
 		r->npages = np;
 		c->pages += np;
 	} else if (!(r = req_new(c))) {
@@ -546,17 +672,29 @@ static int take_payload(struct conn *c)
 {
 	struct nreq *r = c->wr;
 	size_t have = c->inlen - c->inoff, need = r->len - c->wr_got, k = have < need ? have : need;
+	struct iovec iov[16];
+	uint32_t want;
 	ssize_t n;
 
-	memcpy(r->buf + c->wr_got, c->in + c->inoff, k);
-	c->inoff += k;
-	c->wr_got += (uint32_t)k;
+	/* what the input buffer has of it first */
+	while (k) {
+		data_iov(r, c->wr_got, iov, 1, &want);
+		if (want > k)
+			want = (uint32_t)k;
+		memcpy(iov[0].iov_base, c->in + c->inoff, want);
+		c->inoff += want;
+		c->wr_got += want;
+		k -= want;
+	}
 	while (c->wr_got < r->len) {
+		size_t niov;
+
 		if (c->dry)
 			return 0;
-		n = read(c->fd, r->buf + c->wr_got, r->len - c->wr_got);
+		niov = data_iov(r, c->wr_got, iov, 16, &want);
+		n = readv(c->fd, iov, (int)niov);
 		if (n > 0) {
-			c->dry = (size_t)n < r->len - c->wr_got;	/* as in fill_in */
+			c->dry = (size_t)n < want;	/* as in fill_in */
 			c->wr_got += (uint32_t)n;
 			c->bytes_in += (uint64_t)n;
 			continue;
@@ -695,11 +833,15 @@ static void conn_flush(struct conn *c)
 			uint32_t hs = r->sent < NBD_REPLY_LEN ? r->sent : NBD_REPLY_LEN;
 			uint32_t ds = r->sent - hs;
 
+			uint32_t db = 0;
+
 			if (hs < NBD_REPLY_LEN)
 				iov[n++] = (struct iovec){ r->hdr + hs, NBD_REPLY_LEN - hs };
 			if (r->len)
-				iov[n++] = (struct iovec){ r->buf + ds, r->len - ds };
-			total += NBD_REPLY_LEN + r->len - r->sent;
+				n += data_iov(r, ds, iov + n, IOV_BATCH - n, &db);
+			total += NBD_REPLY_LEN - hs + db;
+			if (ds + db < r->len)
+				break;	/* the rest of it, and what follows, next time */
 		}
 		mh.msg_iovlen = n;
 		w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -1069,6 +1211,7 @@ static void nbdx_make_export(struct nbdx *s, const struct sess_opts *o)
 	 * every request but a read) */
 	if (o->access == RNBD_ACCESS_RO)
 		f = NBD_FLAG_CAN_MULTI_CONN | NBD_FLAG_READ_ONLY;
+	s->unit = g->logical_block_size > PAGE ? g->logical_block_size / PAGE : 1;
 	snprintf(s->desc, sizeof(s->desc), "RNBD device %s over RTRS session %s", o->device,
 		 o->session);
 	s->exp = (struct nbd_export){

@@ -51,6 +51,16 @@ disk() {
 	truncate -s "${2:-16M}" "$T/$1"
 }
 
+# one_export SIZE: rtrs-server on a new disk of SIZE (export d1), and
+# rtrs-client nbd n1 serving it on $T/n1.sock
+one_export() {
+	local port
+	port=$(free_port)
+	disk disk.img "$1"
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+}
+
 @test "nbd: usage errors and an unreachable server, one line each" {
 	run_clt 2 nbd -s n1 -p tcp://127.0.0.1
 	[[ ${stderr%%$'\n'*} == "rtrs-client nbd: a device is needed (-d DEVICE)" ]]
@@ -208,11 +218,7 @@ good 0"
 }
 
 @test "2000 requests sent at once, more than a connection may have open: every reply comes" {
-	local port
-	port=$(free_port)
-	disk disk.img 4M
-	start_server "$port" -e "d1=$T/disk.img"
-	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	one_export 4M
 	run_limited 30 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 pipeline
 	expect_output "2000 replies"
 }
@@ -259,12 +265,14 @@ good 0"
 	[ -s "$T/disk.img" ]
 }
 
+@test "free buffers left in pieces by a client that does not read: a 32 MiB request still goes, others too" {
+	one_export 80M
+	run_limited 60 abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 scatter
+	[[ $output == "seed "*": 32 MiB written and read back, then 4 KiB read: error 0" ]] || die "$output"
+}
+
 @test "a client that asks without reading, then reads: every answer comes and the handshake goes on" {
-	local port
-	port=$(free_port)
-	disk disk.img 8M
-	start_server "$port" -e "d1=$T/disk.img"
-	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	one_export 8M
 	for i in 1 2 3; do
 		run_limited 30 abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 flood-drain 50000
 		[[ $output == "50000 answers, then transmission: READ error 0" ]] || die "$output"
