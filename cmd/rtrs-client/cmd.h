@@ -157,9 +157,11 @@ int nbdx_adopt(struct nbdx *x, int fd, const char *peer);
 unsigned nbdx_nconns(const struct nbdx *x);
 /* After each sess_run(): replies out, waiting connections on. */
 void nbdx_after_round(struct nbdx *x);
-/* Closes listeners and connections, lets what is at the server come back
- * (5 s at most), frees x.  Before sess_close(). */
-void nbdx_close(struct nbdx *x);
+/* Closes listeners and connections (what was asked answered, what comes
+ * meanwhile answered ESHUTDOWN), lets what is at the server come back
+ * (5 s at most), frees x.  Before sess_close().  Returns how many
+ * requests got no answer (each connection's said on stderr). */
+unsigned nbdx_close(struct nbdx *x);
 
 /* --- the ublk serving core (ublk.c): map --ublk -------------------------- */
 

@@ -791,6 +791,7 @@ static int map_serve(struct map_opts *o, int status_fd)
 	char err[512], backend[RTRS_NAME_MAX + RNBD_NAME_MAX + 32], peer[32];
 	char ident[RTRS_NAME_MAX + RNBD_NAME_MAX + 32];	/* the kernel's backend identifier */
 	bool asked = false;
+	unsigned lost;
 	uint64_t asked_ns = 0, down_ns = o->so.ro.down_timeout_ns;
 	/* static: a thread the kernel never answers outlives this frame */
 	static struct knbd_job job = { .index = -1 }, tjob = { .set_timeout = true };
@@ -922,7 +923,8 @@ static int map_serve(struct map_opts *o, int status_fd)
 	if (o->so.verbose)
 		fprintf(stderr, PROG " map: /dev/nbd%d unmapped\n", index);
 out_nbdx:
-	nbdx_close(x);
+	if ((lost = nbdx_close(x)) && rc == EXIT_OK)
+		rc = fail("map", "%u request(s) of the kernel got no answer before the end", lost);
 out_sess:
 	sess_close(&ss);
 out_nl:

@@ -208,6 +208,9 @@ struct conn {
 	struct nreq *rq_head, *rq_tail;	/* replies to send */
 	unsigned inflight;		/* nreqs of this connection */
 	bool eof, disc, closing, dead;
+	bool shutting;			/* the export stops: what comes is
+					 * answered ESHUTDOWN, then it closes */
+	bool told_down;			/* ... and it was: its DISC ends it */
 	bool dry;			/* a read drained the socket: wait for
 					 * epoll's EPOLLIN before the next */
 	bool throttled;			/* stopped at CONN_INFLIGHT or CONN_PAGES */
@@ -398,13 +401,25 @@ static void srv_reap(struct nbdx *s)
 	}
 }
 
-/* A connection that has said goodbye (DISC, EOF, ABORT) closes once its
- * replies are out. */
+/* A connection that has said goodbye (DISC, EOF, ABORT), or whose export
+ * stops, closes once its replies are out.  One whose export stops and
+ * that sent nothing since closes then; one that did was answered
+ * ESHUTDOWN, and closes at its DISC (or EOF), as the NBD spec has it: the
+ * requests it sent meanwhile are answered too, and it reads its replies
+ * and then the end, not a reset (a socket closed with input unread sends
+ * RST).  nbdx_close() bounds the wait. */
 static void conn_maybe_close(struct conn *c)
 {
-	if (!c->dead && (c->disc || c->eof || c->closing) && !c->inflight && !c->nbd.outlen &&
-	    !c->wr && !c->have_pend)
-		conn_kill(c);
+	char b;
+
+	if (c->dead || !(c->disc || c->eof || c->closing || c->shutting) || c->inflight ||
+	    c->nbd.outlen || c->wr || c->have_pend || c->drop)
+		return;
+	if (c->shutting && !c->disc && !c->eof && !c->closing &&
+	    (c->told_down || c->inoff < c->inlen ||
+	     recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0))
+		return;	/* conn_pump answers what is there first */
+	conn_kill(c);
 }
 
 static void want_flush(struct conn *c)
@@ -788,6 +803,10 @@ static void conn_pump(struct conn *c)
 				logc(c, "export %s: transmission", s->exp.name);
 			continue;
 		case NBD_EV_REQ:
+			if (c->shutting && !q.err) {
+				q.err = NBD_ESHUTDOWN;	/* its WRITE data is dropped */
+				c->told_down = true;
+			}
 			c->pend = q;
 			c->have_pend = true;
 			continue;
@@ -1317,19 +1336,29 @@ void nbdx_after_round(struct nbdx *s)
 	srv_after_round(s);
 }
 
-void nbdx_close(struct nbdx *s)
+unsigned nbdx_close(struct nbdx *s)
 {
 	struct sess *ss = s->ss;
+	unsigned lost = 0;
 	uint64_t t0;
 
 	srv_after_round(s);
 	srv_close_listeners(s);
 	/* what was asked is answered (5 s at most; a second signal ends it
-	 * at once): nothing more is read, replies go out, and each
-	 * connection closes once it has nothing in flight */
+	 * at once): replies go out, requests that come meanwhile are
+	 * answered ESHUTDOWN (the NBD spec's "the server is shutting down",
+	 * after which a client sends only NBD_CMD_DISC), and each connection
+	 * closes once it has nothing in flight and nothing unread; one still
+	 * in the handshake closes at once */
 	for (struct conn *c = s->conns; c; c = c->next)
 		if (!c->dead) {
-			c->closing = true;
+			if (c->nbd.phase == NBD_PH_TRANSMISSION)
+				c->shutting = true;
+			else
+				c->closing = true;
+			conn_pump(c);
+			if (!c->dead && c->nbd.outlen)
+				conn_flush(c);
 			conn_maybe_close(c);
 			set_events(c);
 		}
@@ -1340,8 +1369,16 @@ void nbdx_close(struct nbdx *s)
 		sess_run(ss, 100000000ull);
 		srv_after_round(s);
 	}
+	/* what is left got no answer: said, and the exit status says so */
 	for (struct conn *c = s->conns; c; c = c->next)
-		conn_kill(c);
+		if (!c->dead) {
+			unsigned n = c->inflight + (c->have_pend ? 1u : 0u);
+
+			if (n && !s->quiet)
+				logc(c, "closed with %u request(s) unanswered", n);
+			lost += n;
+			conn_kill(c);
+		}
 	srv_after_round(s);
 	/* requests at the server write into the arena: they come back (or
 	 * fail) before it goes */
@@ -1360,7 +1397,7 @@ void nbdx_close(struct nbdx *s)
 	ss->on_fd = NULL;
 	ss->status_extra = NULL;
 	if (s->conns)
-		return;	/* still in flight: the memory stays (we are exiting) */
+		return lost;	/* still in flight: the memory stays (we are exiting) */
 	rtrs_clt_del_mem(ss->clt, s->arena.mem);
 	while (s->free_reqs) {
 		struct nreq *r = s->free_reqs;
@@ -1370,6 +1407,7 @@ void nbdx_close(struct nbdx *s)
 	}
 	free(s->arena.mem);
 	free(s);
+	return lost;
 }
 
 /* --- rtrs-client nbd ------------------------------------------------------ */
@@ -1437,6 +1475,7 @@ int cmd_nbd(int argc, char **argv)
 	struct sess ss;
 	struct nbdx *x;
 	char defpath[256];
+	unsigned lost;
 	int rc;
 
 	sess_opts_init(&o.so);
@@ -1480,7 +1519,8 @@ int cmd_nbd(int argc, char **argv)
 		}
 	}
 out_nbdx:
-	nbdx_close(x);
+	if ((lost = nbdx_close(x)) && rc == EXIT_OK)
+		rc = fail("nbd", "%u request(s) got no answer before the end", lost);
 out:
 	sess_close(&ss);
 	return rc;

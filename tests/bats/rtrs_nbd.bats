@@ -460,6 +460,28 @@ good 0"
 	done
 }
 
+@test "SIGTERM under a stream of writes: what was asked is answered, then ESHUTDOWN, then the end; exit 0, every write answered 0 is on disk" {
+	local seed rc=0 ap off sum
+	one_export 80M
+	seed=${XPRT_SEED:-$RANDOM}
+	echo "# seed $seed" >&3
+	"$ABUSE" "unix:$T/n1.sock" d1 stop "$seed" >"$T/a.out" 2>"$T/a.err" &
+	ap=$!
+	BG_PIDS+=($ap)
+	sleep 1
+	kill -TERM "$NBD_PID"
+	wait "$NBD_PID" || rc=$?
+	wait "$ap" || die "seed $seed: the client failed: $(tail -3 "$T/a.out") $(cat "$T/a.err")"
+	[ "$rc" -eq 0 ] || die "seed $seed: rtrs-client nbd exited $rc: $(cat "$T/nbd-n1.err")"
+	# the client saw the server say it was stopping, and read to the end
+	[[ $(tail -1 "$T/a.out") =~ ^[1-9][0-9]*\ written,\ [1-9][0-9]*\ ESHUTDOWN,\ 0\ unanswered,\ end\ of\ stream$ ]] ||
+		die "seed $seed: $(tail -1 "$T/a.out")"
+	while read -r _ off sum; do
+		[ "$(dd if="$T/disk.img" bs=4096 skip=$((off / 4096)) count=1 status=none | sha256sum | cut -d' ' -f1)" = "$sum" ] ||
+			die "seed $seed: the block at $off, answered 0, is not on disk"
+	done < <(grep '^ok ' "$T/a.out")
+}
+
 @test "map, unmap, list-mapped: usage errors and what is not mapped, one line each" {
 	run_clt 2 map -s m1 -p tcp://127.0.0.1
 	[[ ${stderr%%$'\n'*} == "rtrs-client map: a device is needed (-d DEVICE)" ]]
