@@ -169,11 +169,29 @@ static void flow_sent(struct xp_port *p, void *ctx, enum xp_status st)
 	flow_push(f);
 }
 
+/* A window that gets no acknowledgement for this long is stuck (a server
+ * stopped, or a path that drops everything): the run fails, as a --op
+ * run does after as long with no completion. */
+#define BW_STALL_NS (5 * XTIME_NS_PER_S)
+
+/* A first stop signal ends the measurement (what was sent is still
+ * counted, as ping's summary counts what came); a second ends the
+ * command.  True for the first. */
+static bool first_stop(bool *stopping)
+{
+	if (!cli_stop_requested || *stopping)
+		return false;
+	*stopping = true;
+	cli_stop_requested = 0;
+	return true;
+}
+
 static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_result *r)
 {
 	struct pclient c;
 	struct flow f = { 0 };
 	uint64_t start, last_progress;
+	bool stopping = false;
 	int rc, ret = EXIT_FAIL;
 
 	if ((rc = pclient_open(&c, "bw", u, o->co.spin_ns, (uint32_t)o->window, 0)))
@@ -198,7 +216,7 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 		fail("bw", "%s: send: %s", c.target, strerror(-rc));
 		goto out_free;
 	}
-	while (f.inflight && !cli_stop_requested) {
+	while (f.inflight) {
 		struct xp_event ev;
 		uint64_t done = f.done_msgs;
 
@@ -206,6 +224,10 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 		f.now = xtime_ns();
 		if (f.done_msgs != done)
 			f.last_ns = f.now;	/* the last acknowledgement, give or take a wait */
+		if (first_stop(&stopping))
+			f.end_ns = 0;	/* no new sends; the window drains */
+		else if (cli_stop_requested)
+			break;
 		if (rc == -ENOTCONN) {
 			fail("bw", "%s: connection lost", c.target);
 			goto out_free;
@@ -219,8 +241,12 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 			goto out_free;
 		}
 		progress(o, start, &last_progress, f.done_msgs * o->size);
-		if (cli_stop_requested)
-			f.end_ns = 0;	/* no new sends; let the window drain */
+		if (f.now - (f.last_ns ? f.last_ns : start) > BW_STALL_NS) {
+			progress_end(o);
+			fail("bw", "%s: no acknowledgement within %llu s (%u messages in flight)",
+			     c.target, (unsigned long long)(BW_STALL_NS / XTIME_NS_PER_S), f.inflight);
+			goto out_free;
+		}
 	}
 	progress_end(o);
 	if (cli_stop_requested && f.inflight) {
@@ -268,11 +294,9 @@ static int bw_vt(const struct bw_opts *o, const struct xuri *u, struct bw_result
 	start = xtime_ns();
 	sr = vt_stream(c, o->secs_ns, &r->msgs, &r->bytes, &last);
 	r->ns = (last > start ? last : xtime_ns()) - start;
-	if (sr == -EINTR) {
-		fail("bw", "interrupted");
-		goto out;
-	}
-	if (sr == 0 && vt_verify(c) == 0)
+	/* -EINTR: a stop signal ended the stream, and what was in flight
+	 * has landed (vt_stream drains): it counts, as over ports */
+	if ((sr == 0 || sr == -EINTR) && vt_verify(c) == 0)
 		rc = EXIT_OK;
 out:
 	vt_close(c);
@@ -292,7 +316,7 @@ static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	uint32_t session = (uint32_t)(xtime_real_ns() ^ (uint64_t)getpid() << 16), seq = 0;
 	uint64_t start, end, last_progress;
 	char err[512];
-	bool got = false;
+	bool got = false, stopping = false;
 	int ret = EXIT_FAIL;
 
 	xuri_format(u, r->target, sizeof(r->target));
@@ -350,6 +374,7 @@ static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	r->ns = xtime_ns() - start;
 	r->bytes = r->msgs * size;
 	progress_end(o);
+	first_stop(&stopping);	/* a stop ends the sending, not the count */
 	/* Let the tail arrive, then ask (datagrams: retry the question). */
 	for (int tries = 0; tries < 10 && !got && !cli_stop_requested; tries++) {
 		struct probe_dg pd = { .type = PROBE_DG_STATS_REQ, .session = session };
@@ -378,7 +403,11 @@ static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_res
 		}
 	}
 	if (!got) {
-		fail("bw", "%s: no statistics from the server (is it an xprobe server?)", r->target);
+		if (cli_stop_requested)
+			fail("bw", "interrupted");
+		else
+			fail("bw", "%s: no statistics from the server (is it an xprobe server?)",
+			     r->target);
 		goto out_close;
 	}
 	ret = EXIT_OK;

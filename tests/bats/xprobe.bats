@@ -672,7 +672,7 @@ PY
 	run_xprobe 0 ping "${URIS[0]}" -c 3 -i 0 -q
 }
 
-@test "verbs tests stopped with ^C: ping prints its statistics, bw says it was interrupted" {
+@test "verbs tests stopped with ^C: ping prints its statistics, bw what it moved until then" {
 	start_server tcp://127.0.0.1:0
 	local pid rc=0
 	"$XPROBE" ping "${URIS[0]}" --op read -i 0 -q >"$BATS_TEST_TMPDIR/p.out" 2>&1 3>&- &
@@ -683,15 +683,61 @@ PY
 	wait $pid || rc=$?
 	[ $rc -eq 0 ] || die "ping exit status $rc: $(cat "$BATS_TEST_TMPDIR/p.out")"
 	grep -q " received, 0.0% loss" "$BATS_TEST_TMPDIR/p.out" || die "$(cat "$BATS_TEST_TMPDIR/p.out")"
-	"$XPROBE" bw "${URIS[0]}" --op write -s 256k -T 30 -q >"$BATS_TEST_TMPDIR/b.out" 2>&1 3>&- &
+	interrupted "$BATS_TEST_TMPDIR/b.out" "$BATS_TEST_TMPDIR/b.out" bw "${URIS[0]}" --op write -s 256k -T 30 -q
+	[ $RC -eq 0 ] && grep -q "^[1-9][0-9]* operations, .* in 0\.[0-9]* s: " "$BATS_TEST_TMPDIR/b.out" ||
+		die "bw exit status $RC: $(cat "$BATS_TEST_TMPDIR/b.out")"
+}
+
+@test "bw stopped with ^C reports what it moved until then, over ports and datagrams; a second ^C ends it" {
+	local uri pid rc
+	start_server "shm://$SHM" tcp://127.0.0.1:0 udp://127.0.0.1:0
+	for uri in "shm://$SHM" "${URIS[1]}" "${URIS[2]}"; do
+		interrupted "$BATS_TEST_TMPDIR/b.out" "$BATS_TEST_TMPDIR/b.err" bw "$uri" -T 30 -q -o json
+		[ $RC -eq 0 ] || die "$uri: exit status $RC: $(cat "$BATS_TEST_TMPDIR/b.err")"
+		python3 -c 'import json,sys
+d=json.load(open(sys.argv[1]))
+assert d["messages"] > 0 and 0.3 < d["time_s"] < 5, d
+assert d["server_messages"] >= d["messages"] if "loss_pct" not in d else d["server_messages"] > 0, d' \
+			"$BATS_TEST_TMPDIR/b.out" || die "$uri: $(cat "$BATS_TEST_TMPDIR/b.out")"
+	done
+	# a server that stopped answering: the first ^C waits for the window
+	# (or the count), the second ends the wait
+	for uri in "${URIS[1]}" "${URIS[2]}"; do
+		"$XPROBE" bw "$uri" -T 30 -q >"$BATS_TEST_TMPDIR/b.out" 2>&1 3>&- &
+		pid=$!
+		BG_PIDS+=($pid)
+		sleep 0.5
+		kill -STOP "$SRV_PID"
+		kill -INT $pid
+		sleep 0.5
+		kill -INT $pid
+		rc=0
+		timeout 3 tail --pid=$pid -f /dev/null || rc=$?
+		kill -CONT "$SRV_PID"
+		[ $rc -eq 0 ] || die "$uri: still running 3 s after the second ^C"
+		wait $pid || rc=$?
+		[ $rc -eq 1 ] && [ "$(cat "$BATS_TEST_TMPDIR/b.out")" = "xprobe bw: interrupted" ] ||
+			die "$uri: exit status $rc: $(cat "$BATS_TEST_TMPDIR/b.out")"
+	done
+}
+
+@test "bw whose server stops answering fails within 5 s of the last acknowledgement, with one line" {
+	local pid rc t0
+	start_server tcp://127.0.0.1:0
+	"$XPROBE" bw "${URIS[0]}" -T 60 -q >"$BATS_TEST_TMPDIR/b.out" 2>&1 3>&- &
 	pid=$!
 	BG_PIDS+=($pid)
 	sleep 0.5
-	kill -INT $pid
+	kill -STOP "$SRV_PID"
+	t0=$(date +%s)
 	rc=0
+	timeout 20 tail --pid=$pid -f /dev/null || rc=$?
+	kill -CONT "$SRV_PID"
+	[ $rc -eq 0 ] || die "bw still running after 20 s"
 	wait $pid || rc=$?
-	[ $rc -eq 1 ] && [ "$(cat "$BATS_TEST_TMPDIR/b.out")" = "xprobe bw: interrupted" ] ||
-		die "bw exit status $rc: $(cat "$BATS_TEST_TMPDIR/b.out")"
+	[ $rc -eq 1 ] && [ $(($(date +%s) - t0)) -le 8 ] || die "exit status $rc after $(($(date +%s) - t0)) s"
+	[ "$(cat "$BATS_TEST_TMPDIR/b.out")" = "xprobe bw: ${URIS[0]}: no acknowledgement within 5 s (16 messages in flight)" ] ||
+		die "$(cat "$BATS_TEST_TMPDIR/b.out")"
 }
 
 @test "a verbs test whose server dies mid-stream fails, with one line" {

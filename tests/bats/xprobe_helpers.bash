@@ -49,6 +49,21 @@ start_server() {
 	mapfile -t URIS < <(sed -n 's/^listening //p' "$SRV_OUT")
 }
 
+# interrupted OUT ERR ARGS...: xprobe ARGS in the background (stdout to
+# OUT, stderr to ERR), SIGINT after half a second; sets RC to its exit
+# status.
+interrupted() {
+	local out=$1 err=$2 pid
+	shift 2
+	"$XPROBE" "$@" >"$out" 2>"$err" 3>&- &
+	pid=$!
+	BG_PIDS+=($pid)
+	sleep 0.5
+	kill -INT $pid
+	RC=0
+	wait $pid || RC=$?
+}
+
 # json_get JSON KEY: a top-level value, or a.b.0.c for nested ones (numbers
 # index lists).  Booleans print as true/false; a missing key fails.
 json_get() {
