@@ -2,6 +2,7 @@
 #include "core/cc.h"
 #include "core/parse.h"
 #include "core/xtime.h"
+#include "probe/probe_srv.h"
 
 #include <errno.h>
 #include <string.h>
@@ -195,9 +196,18 @@ int pclient_setup(struct pclient *c, unsigned service, uint32_t size, enum xp_pr
 	if (rep.status == EMSGSIZE)
 		return fail(c->cmd, "%s: size %u is beyond the server's limit of %u bytes",
 			    c->target, size, rep.max_size);
-	if (rep.status == ENOMEM)
-		return fail(c->cmd, "%s: the server has no buffer memory left for %u x %u bytes "
-			    "(see xprobe serve --max-mem)", c->target, window, size);
+	if (rep.status == ENOMEM) {
+		/* what it asked for: a window's buffers of the size class */
+		unsigned n = probe_srv_buffers(window);
+		uint64_t each = xp_max_length_for_size(xp_min_size_for_length(size));
+		char b[32], t[32];
+
+		xfmt_size(each, b, sizeof(b));
+		xfmt_size(each * n, t, sizeof(t));
+		return fail(c->cmd, "%s: the server has no buffer memory left for %u buffers of %s "
+			    "(%s) for %u-byte messages (see xprobe serve --max-mem)", c->target, n, b,
+			    t, size);
+	}
 	if (rep.status)
 		return fail(c->cmd, "%s: the server refused: %s", c->target,
 			    strerror((int)rep.status));

@@ -69,11 +69,7 @@ int probe_srv_ctl(struct probe_srv *ps, const void *buf, size_t len, uint32_t no
 		else if (c->window == 0 || c->window > PROBE_WINDOW_MAX)
 			rep->status = EINVAL;
 		else
-			/* A message holds its buffer from arrival until the
-			 * application is done with it -- for the echo, until
-			 * the reply is acknowledged -- while the sender already
-			 * has the next window in flight: provide for both. */
-			act->buffers = 2 * c->window + 2 + PROBE_SHARE_SLACK;
+			act->buffers = probe_srv_buffers(c->window);
 		if (c->service == PROBE_PORT_SINK) {
 			struct probe_sink *e = sink_find(ps, node, port, true);
 

@@ -21,6 +21,15 @@
  * clients with the same size class can run at once. */
 #define PROBE_SHARE_SLACK	8
 
+/* Receive buffers the server sets aside for a client's window: a message
+ * holds its buffer from arrival until the application is done with it --
+ * for the echo, until the reply is acknowledged -- while the sender
+ * already has the next window in flight: both, and the slack. */
+static inline unsigned probe_srv_buffers(unsigned window)
+{
+	return 2 * window + 2 + PROBE_SHARE_SLACK;
+}
+
 struct probe_sink {
 	uint32_t node;
 	unsigned port;

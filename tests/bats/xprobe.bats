@@ -376,9 +376,15 @@ ticks() {
 @test "serve --max-mem refuses a test that does not fit, in one line" {
 	start_server --max-mem 4M tcp://127.0.0.1:0
 	run_xprobe 1 bw "${URIS[0]}" -s 1M --window 4 -T 0.2
-	expect_stderr_line "xprobe bw: ${URIS[0]}: the server has no buffer memory left for 4 x 1048576 bytes (see xprobe serve --max-mem)"
+	expect_stderr_line "xprobe bw: ${URIS[0]}: the server has no buffer memory left for 18 buffers of 2 MiB (36 MiB) for 1048576-byte messages (see xprobe serve --max-mem)"
 	# what fits still runs
 	run_xprobe 0 bw "${URIS[0]}" -s 4k -T 0.2 -q
+	# the line says what it takes: with that much (and the control port's
+	# few KiB) it runs, and not with less
+	start_server --max-mem 37M tcp://127.0.0.1:0
+	run_xprobe 0 bw "${URIS[0]}" -s 1M --window 4 -T 0.2 -q
+	start_server --max-mem 35M tcp://127.0.0.1:0
+	run_xprobe 1 bw "${URIS[0]}" -s 1M --window 4 -T 0.2 -q
 }
 
 @test "bw over tcp: delivered and counted by the server" {
