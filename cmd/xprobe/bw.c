@@ -480,8 +480,9 @@ int cmd_bw(int argc, char **argv)
 		return usage_error("bw", "--window: at most %d with --op", PROBE_VT_MAX_DEPTH);
 	if (is_datagram(&u)) {
 		if (o.window_set)
-			return usage_error("bw", "--window needs a port transport (shm, tcp, rdma), "
-					   "not %s://", xuri_scheme_name(u.scheme));
+			return needs_ports("bw", "--window", &u);
+		if (o.co.prio_set)
+			return needs_ports("bw", "--prio", &u);
 		if (o.size_set && o.size < PROBE_DG_HDR)
 			return usage_error("bw", "-s: %llu is too small for %s:// (min %d)",
 					   (unsigned long long)o.size, xuri_scheme_name(u.scheme),

@@ -9,6 +9,12 @@
 
 #define CTL_TIMEOUT_NS 5000000000ull
 
+int needs_ports(const char *cmd, const char *opt, const struct xuri *u)
+{
+	return usage_error(cmd, "%s needs a port transport (shm, tcp, rdma), not %s://", opt,
+			   xuri_scheme_name(u->scheme));
+}
+
 int common_opt(const char *cmd, int c, const char *arg, struct common_opts *co)
 {
 	const char *es;
@@ -19,6 +25,7 @@ int common_opt(const char *cmd, int c, const char *arg, struct common_opts *co)
 			return usage_error(cmd, "--spin: '%s' %s", arg, es);
 		return 1;
 	case OPT_PRIO:
+		co->prio_set = true;
 		return parse_prio(cmd, arg, &co->prio) ? EXIT_USAGE : 1;
 	case 'q':
 		co->quiet = true;

@@ -25,6 +25,7 @@ struct pclient {
 struct common_opts {
 	uint64_t spin_ns;	/* --spin */
 	enum xp_prio prio;	/* --prio */
+	bool prio_set;
 	bool quiet, verbose;	/* -q, -v */
 	enum xfmt fmt;		/* -o */
 };
@@ -34,6 +35,8 @@ enum { OPT_SPIN = 'S', OPT_PRIO = 'P' };
 
 /* One getopt result: 1 handled, 0 not a shared option, or EXIT_USAGE. */
 int common_opt(const char *cmd, int c, const char *arg, struct common_opts *co);
+/* EXIT_USAGE after one line: option opt does not apply to u's datagrams. */
+int needs_ports(const char *cmd, const char *opt, const struct xuri *u);
 /* The one URI operand after the options (AUTO resolved, -v says so). */
 int one_target(const char *cmd, int argc, char **argv, bool verbose, struct xuri *u);
 /* The local end for talking to a datagram peer: any address of its family. */

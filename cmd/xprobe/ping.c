@@ -723,8 +723,9 @@ int cmd_ping(int argc, char **argv)
 				   "--load or --warmup");
 	if (is_datagram(&u)) {
 		if (o.load_size)
-			return usage_error("ping", "--load needs a port transport (shm, tcp, rdma), "
-					   "not %s://", xuri_scheme_name(u.scheme));
+			return needs_ports("ping", "--load", &u);
+		if (o.co.prio_set)
+			return needs_ports("ping", "--prio", &u);
 		if (!o.size_set)
 			o.size = PROBE_DG_HDR;
 		if (o.size < PROBE_DG_HDR)
@@ -734,8 +735,7 @@ int cmd_ping(int argc, char **argv)
 		if (!o.timeout_set)
 			o.timeout_ns = 1000000000ull;
 		if (o.warmup)
-			return usage_error("ping", "--warmup needs a port transport (shm, tcp, rdma), "
-					   "not %s://", xuri_scheme_name(u.scheme));
+			return needs_ports("ping", "--warmup", &u);
 	} else if (!o.timeout_set) {
 		o.timeout_ns = 5000000000ull;
 	}

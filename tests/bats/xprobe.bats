@@ -276,6 +276,9 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	[[ $stderr == "xprobe ping: -s: 8 is too small for udp:// (min 16)"* ]]
 	run_xprobe 2 ping udp://127.0.0.1:1 --load 64k
 	[[ $stderr == "xprobe ping: --load needs a port transport"* ]]
+	# datagrams have no priorities
+	run_xprobe 2 ping udp://127.0.0.1:1 --prio high
+	[[ $stderr == "xprobe ping: --prio needs a port transport (shm, tcp, rdma), not udp://"* ]]
 	run_xprobe 2 ping 'tcp://127.0.0.1:99999'
 	run_xprobe 2 ping tcp://a b
 	[[ $stderr == "xprobe ping: unexpected argument 'b'"* ]]
@@ -434,6 +437,8 @@ ticks() {
 @test "bad bw arguments are usage errors" {
 	run_xprobe 2 bw udp://127.0.0.1:1 --window 4
 	[[ $stderr == "xprobe bw: --window needs a port transport"* ]]
+	run_xprobe 2 bw udp://127.0.0.1:1 --prio low
+	[[ $stderr == "xprobe bw: --prio needs a port transport (shm, tcp, rdma), not udp://"* ]]
 	run_xprobe 2 bw tcp://127.0.0.1:1 -s 0
 	run_xprobe 2 bw tcp://127.0.0.1:1 -T 0
 	run_xprobe 2 bw tcp://127.0.0.1:1 --window 0
