@@ -196,8 +196,9 @@ static ssize_t send_records(struct pipe_end *pe, const uint8_t *buf, size_t n)
 		memcpy(&len, buf + off, 4);
 		len = be32toh(len);
 		if (len > MAX_MSG) {
-			fprintf(stderr, "mkshmcon: input record of %u bytes exceeds the %u byte message limit\n",
-				len, MAX_MSG);
+			fprintf(stderr, "mkshmcon: connection '%s': input record of %u bytes exceeds "
+				"the %u byte message limit (after %" PRIu64 " bytes of whole records)\n",
+				pe->name, len, MAX_MSG, pe->in_bytes + off);
 			return -EMSGSIZE;
 		}
 		if (n - off - 4 < len)
@@ -547,8 +548,9 @@ static int pump_input(struct pipe_end *pe, struct input *in, struct outcome *o)
 	}
 	if (eof) {
 		if (in->have) {
-			fprintf(stderr, "mkshmcon: input ends inside a record (%zu bytes left over)\n",
-				in->have);
+			fprintf(stderr, "mkshmcon: connection '%s': input ends inside a record (%zu "
+				"bytes left over after %" PRIu64 " bytes of whole records)\n", pe->name,
+				in->have, pe->in_bytes);
 			goto failed;
 		}
 		o->input_open = false;

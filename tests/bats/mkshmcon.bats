@@ -424,7 +424,7 @@ EOF
 	printf '\0\0\0\005abcde\0\0\0\011xy' >"$BATS_TEST_TMPDIR/short"
 	start_end B "$CONN" b /dev/null -d -M
 	start_end A "$CONN" a "$BATS_TEST_TMPDIR/short" -M
-	expect_end A 1 "mkshmcon: input ends inside a record (6 bytes left over)"
+	expect_end A 1 "mkshmcon: connection '$CONN': input ends inside a record (6 bytes left over after 9 bytes of whole records)"
 	# the whole record before it was sent; a's data did not end cleanly,
 	# so b exits 1 too
 	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER") $NOT_ENDED_RE \(0 bytes sent, 5 received\)"
@@ -436,7 +436,7 @@ EOF
 	printf '\005\0\0\005ab' >"$BATS_TEST_TMPDIR/huge"
 	start_end B "$CONN" b /dev/null -d -M
 	start_end A "$CONN" a "$BATS_TEST_TMPDIR/huge" -M
-	expect_end A 1 "mkshmcon: input record of 83886085 bytes exceeds the 67108864 byte message limit"
+	expect_end A 1 "mkshmcon: connection '$CONN': input record of 83886085 bytes exceeds the 67108864 byte message limit (after 0 bytes of whole records)"
 	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' $RESET_BY_PEER") $NOT_ENDED_RE \(0 bytes sent, 0 received\)"
 	[ ! -s "$(end_out B)" ]
 }
