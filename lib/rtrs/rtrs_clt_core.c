@@ -331,12 +331,17 @@ unsigned rtrs_core_kick(struct rtrs_core *c, uint64_t now)
 		fail_held(c, -ENOTCONN);
 		return 0;
 	}
-	if (c->gated)
-		return 0;
-	/* one pass in FIFO order; what no path takes goes back, in order */
+	/* one pass in FIFO order; what no path takes goes back, in order.
+	 * While the gate is shut only session messages go: the re-open that
+	 * opens it may itself have been held, by an outage that came while
+	 * it was in flight. */
 	while (left-- && (r = q_pop(c, &c->held_head, &c->held_tail))) {
 		c->nheld--;
 		r->held = false;
+		if (c->gated && !(r->dir & RTRS_CLT_ADMIN)) {
+			hold(c, r);
+			continue;
+		}
 		if (dispatch(c, r, r->failed_over) == 0) {
 			r->failed_over = false;
 			n++;
