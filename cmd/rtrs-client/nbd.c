@@ -74,23 +74,36 @@ static void mark(struct arena *a, uint32_t first, uint32_t n, bool used)
 	a->used = used ? a->used + n : a->used - n;
 }
 
-/* A run of n free pages, or NULL. */
-static uint8_t *arena_get(struct arena *a, uint32_t n)
+/* Whether the unit pages from i are free. */
+static bool unit_free(const struct arena *a, uint32_t i, uint32_t unit)
+{
+	for (uint32_t k = 0; k < unit; k++)
+		if (page_used(a, i + k))
+			return false;
+	return true;
+}
+
+/* A run of n free pages (n a multiple of unit, a power of two of at most
+ * 8), starting on a multiple of unit, or NULL.  Every request's pages are
+ * whole aligned units, so the free ones are too: a request fits once
+ * enough are free. */
+static uint8_t *arena_get(struct arena *a, uint32_t n, uint32_t unit)
 {
 	uint32_t run = 0;
 
-	for (uint32_t i = 0; i < ARENA_PAGES; i++) {
+	for (uint32_t i = 0; i < ARENA_PAGES; i += unit) {
 		if (!run && (i % 64) == 0 && a->map[i / 64] == ~0ull) {
-			i += 63;	/* a full word: skip it */
+			i += 64 - unit;	/* a full word: skip it */
 			continue;
 		}
-		if (page_used(a, i)) {
+		if (!unit_free(a, i, unit)) {
 			run = 0;
 			continue;
 		}
-		if (++run == n) {
-			mark(a, i + 1 - n, n, true);
-			return a->mem + (size_t)(i + 1 - n) * PAGE;
+		run += unit;
+		if (run == n) {
+			mark(a, i + unit - n, n, true);
+			return a->mem + (size_t)(i + unit - n) * PAGE;
 		}
 	}
 	return NULL;
@@ -117,8 +130,8 @@ static void segs_put(struct arena *a, struct seg *v, uint32_t nv)
 		arena_put(a, v[k].buf, v[k].npages);
 }
 
-/* n pages into *v (one, in *one; or a new array), each run a multiple of
- * unit pages (a logical block: every part starts on one).  False when
+/* n pages into *v (one, in *one; or a new array), in runs of whole units
+ * of unit pages (a logical block: every part starts on one).  False when
  * there are not so many to be had. */
 static bool arena_take(struct arena *a, uint32_t n, uint32_t unit, struct seg *one,
 		       struct seg **v, uint32_t *nv)
@@ -128,7 +141,7 @@ static bool arena_take(struct arena *a, uint32_t n, uint32_t unit, struct seg *o
 
 	if (ARENA_PAGES - a->used < n)
 		return false;
-	if ((one->buf = arena_get(a, n))) {
+	if ((one->buf = arena_get(a, n, unit))) {
 		one->npages = n;
 		*v = one;
 		*nv = 1;
@@ -137,20 +150,17 @@ static bool arena_take(struct arena *a, uint32_t n, uint32_t unit, struct seg *o
 	if (!(w = malloc(sizeof(*w) * (n / unit + 1))))
 		return false;
 	for (uint32_t i = 0; i < ARENA_PAGES && got < n;) {
-		uint32_t run = 0, take;
+		uint32_t run = 0;
 
-		if (page_used(a, i)) {
-			i++;
+		if (!unit_free(a, i, unit)) {
+			i += unit;
 			continue;
 		}
-		while (i + run < ARENA_PAGES && run < n - got && !page_used(a, i + run))
-			run++;
-		take = run - run % unit;
-		if (take) {
-			mark(a, i, take, true);
-			w[k++] = (struct seg){ a->mem + (size_t)i * PAGE, take };
-			got += take;
-		}
+		while (i + run < ARENA_PAGES && run < n - got && unit_free(a, i + run, unit))
+			run += unit;
+		mark(a, i, run, true);
+		w[k++] = (struct seg){ a->mem + (size_t)i * PAGE, run };
+		got += run;
 		i += run;
 	}
 	if (got < n) {
@@ -558,7 +568,7 @@ static bool start(struct conn *c)
 
 	if (!q->err && (q->type == NBD_CMD_READ || q->type == NBD_CMD_WRITE)) {
 		uint32_t np = pages(q->len);
-		struct seg one, *v;
+		struct seg one = { 0 }, *v;
 		uint32_t nv;
 
 		if (c->pages && c->pages + np > CONN_PAGES) {
@@ -1230,7 +1240,11 @@ static void nbdx_make_export(struct nbdx *s, const struct sess_opts *o)
 	 * every request but a read) */
 	if (o->access == RNBD_ACCESS_RO)
 		f = NBD_FLAG_CAN_MULTI_CONN | NBD_FLAG_READ_ONLY;
-	s->unit = g->logical_block_size > PAGE ? g->logical_block_size / PAGE : 1;
+	/* (a power of two up to 32 KiB: a unit divides the map's words) */
+	s->unit = g->logical_block_size > PAGE && g->logical_block_size <= 32768 &&
+			  !(g->logical_block_size & (g->logical_block_size - 1))
+		  ? g->logical_block_size / PAGE
+		  : 1;
 	snprintf(s->desc, sizeof(s->desc), "RNBD device %s over RTRS session %s", o->device,
 		 o->session);
 	s->exp = (struct nbd_export){
