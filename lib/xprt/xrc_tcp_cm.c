@@ -300,6 +300,7 @@ struct tcp_listener {
 	int lfd, efd, tfd;
 	bool paused;		/* lfd out of efd until tfd fires */
 	bool fds_short;		/* the last accept failed for lack of fds */
+	bool rewatch;		/* paused with no timer: each look tries again */
 	uint16_t port;
 	uint64_t timeout_ns;
 	uint64_t dropped;	/* garbage, timed out, gone, or no room */
@@ -362,10 +363,20 @@ static void accept_pause(struct tcp_listener *l, int e)
 	accept_rest(l, ACCEPT_PAUSE_NS);
 }
 
+/* The listening socket back in the set: true, or false (errno set). */
+static bool rewatch(struct tcp_listener *l)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) < 0 && errno != EEXIST)
+		return false;
+	l->paused = l->rewatch = false;
+	return true;
+}
+
 /* The pause is over: the listening socket back in the set. */
 static void accept_resume(struct tcp_listener *l)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
 	uint64_t ticks;
 
 	if (read(l->tfd, &ticks, sizeof(ticks)) < 0 && errno == EAGAIN)
@@ -373,17 +384,26 @@ static void accept_resume(struct tcp_listener *l)
 	if (!l->paused)
 		return;
 	/* no room for it yet (ENOMEM, or ENOSPC: max_user_watches): another
-	 * pause on the timer; should the timer fail too, nothing would ever
-	 * put the socket back, so the thread rests here between tries, as
-	 * accept_rest does: the listener comes back late, never not at all */
-	while (epoll_ctl(l->efd, EPOLL_CTL_ADD, l->lfd, &ev) < 0 && errno != EEXIST) {
+	 * pause on the timer.  Should the timer fail too, nothing would put
+	 * the socket back: the thread rests here between tries, as
+	 * accept_rest does, for a second at most (it serves others too);
+	 * then every look at the listener tries again, and it says so */
+	for (int i = 0; !rewatch(l); i++) {
+		int e = errno;
+
 		if (timerfd_settime(l->tfd, 0,
 				    &(struct itimerspec){ .it_value = { 0, (long)ACCEPT_PAUSE_NS } },
 				    NULL) == 0)
 			return;
+		if (i == 100) {
+			xlog(XLOG_ERROR, "tcp listener on port %u: the listening socket cannot be "
+			     "watched (%s) nor its pause timed: new connections wait until it can",
+			     l->port, strerror(e));
+			l->rewatch = true;
+			return;
+		}
 		nanosleep(&(struct timespec){ 0, (long)ACCEPT_HOLD_NS }, NULL);
 	}
-	l->paused = false;
 }
 
 static void accept_all(struct tcp_listener *l, uint64_t now)
@@ -500,6 +520,8 @@ static struct xrc_req *tcp_get_request(struct xrc_listener *xl, char *err, size_
 				 (unsigned long long)(l->timeout_ns / 1000000), l->pend[i].got);
 			pend_drop(l, &l->pend[i], why);
 		}
+	if (l->rewatch)
+		rewatch(l);
 	n = epoll_wait(l->efd, ev, 16, 0);
 	if (n < 0 && errno != EINTR) {
 		xerr(err, errlen, "listener: epoll_wait: %s", strerror(errno));

@@ -849,16 +849,32 @@ static void test_full_table_no_timer(void **state)
 	full_table();
 }
 
+/* full_table() with n re-watches of the listening socket failing, and the
+ * pause timer with them. */
+static void full_table_no_watch(unsigned n)
+{
+	watch_failed = watch_adds = 0;
+	watch_fails = n;
+	full_table();
+	assert_int_equal(watch_failed, n);
+}
+
 /* The same when, at the end of a pause, the listening socket cannot go
  * back into the set and the timer for another pause cannot be armed
  * either: the listener still comes back (it rests between tries). */
 static void test_full_table_no_watch(void **state)
 {
 	(void)state;
-	watch_failed = watch_adds = 0;
-	watch_fails = 3;
-	full_table();
-	assert_int_equal(watch_failed, 3);
+	full_table_no_watch(3);
+}
+
+/* The same for longer than the listener waits in place (a second): it
+ * goes on serving, says so, and every later look tries again until the
+ * socket is back. */
+static void test_full_table_no_watch_long(void **state)
+{
+	(void)state;
+	full_table_no_watch(110);
 }
 
 static int settime_on(void **state)
@@ -1027,6 +1043,7 @@ int main(void)
 		cmocka_unit_test(test_full_table),
 		cmocka_unit_test_teardown(test_full_table_no_timer, settime_on),
 		cmocka_unit_test_teardown(test_full_table_no_watch, settime_on),
+		cmocka_unit_test_teardown(test_full_table_no_watch_long, settime_on),
 		cmocka_unit_test(test_ipv6),
 		cmocka_unit_test(test_key_table),
 	};
