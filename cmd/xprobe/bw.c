@@ -171,8 +171,15 @@ static void flow_sent(struct xp_port *p, void *ctx, enum xp_status st)
 
 /* A window that gets no acknowledgement for this long is stuck (a server
  * stopped, or a path that drops everything): the run fails, as a --op
- * run does after as long with no completion. */
+ * run does after as long with no completion.  Plus the time one message
+ * takes at 100 Mbit/s: a 1 GiB one may take seconds on a slow link. */
 #define BW_STALL_NS (5 * XTIME_NS_PER_S)
+#define BW_STALL_FLOOR_BPS 12500000ull
+
+static uint64_t bw_stall_ns(uint64_t size)
+{
+	return BW_STALL_NS + size * XTIME_NS_PER_S / BW_STALL_FLOOR_BPS;
+}
 
 /* A first stop signal ends the measurement (what was sent is still
  * counted, as ping's summary counts what came); a second ends the
@@ -241,10 +248,11 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 			goto out_free;
 		}
 		progress(o, start, &last_progress, f.done_msgs * o->size);
-		if (f.now - (f.last_ns ? f.last_ns : start) > BW_STALL_NS) {
+		if (f.now - (f.last_ns ? f.last_ns : start) > bw_stall_ns(o->size)) {
 			progress_end(o);
 			fail("bw", "%s: no acknowledgement within %llu s (%u messages in flight)",
-			     c.target, (unsigned long long)(BW_STALL_NS / XTIME_NS_PER_S), f.inflight);
+			     c.target, (unsigned long long)(bw_stall_ns(o->size) / XTIME_NS_PER_S),
+			     f.inflight);
 			goto out_free;
 		}
 	}
