@@ -53,6 +53,8 @@ struct ibc_fetch {
 	int size_other;			/* a peer that told another one, or -1 */
 	uint64_t other_size;
 	int origin_fd, local_fd;
+	struct stat origin_st;		/* as the generation was taken */
+	bool origin_xa;			/* its generation is its tag's */
 	const char *local_name;		/* what local_fd reads, for messages */
 	const char *origin_name;	/* --origin, or the directory's (dir_origin) */
 	char *dir_origin;
@@ -202,12 +204,15 @@ static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_
 		if ((f->origin_fd = open_copy(origin, &st, err, errlen)) < 0)
 			return -ENOENT;
 		f->size = st.st_size;
+		f->origin_st = st;
+		if ((rc = ibc_gen_fd(f->origin_fd, &st, &g, &xa)) && !f->have_gen) {
+			xerr(err, errlen, "%s: %s: %s", origin, IBC_GEN_XATTR,
+			     rc == -EINVAL ? "not a decimal number" : strerror(-rc));
+			return rc;
+		}
+		f->origin_xa = !rc && xa;
 		if (!f->have_gen) {
-			if ((rc = ibc_gen_fd(f->origin_fd, &st, &f->gen, &xa))) {
-				xerr(err, errlen, "%s: %s: %s", origin, IBC_GEN_XATTR,
-				     rc == -EINVAL ? "not a decimal number" : strerror(-rc));
-				return rc;
-			}
+			f->gen = g;
 			f->have_gen = true;
 		}
 	}
@@ -998,6 +1003,7 @@ static int fill_peers(struct ibc_fetch *f, uint32_t n)
 
 static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 {
+	struct stat st;
 	int rc;
 
 	for (uint32_t i = 0; i < n;) {
@@ -1040,6 +1046,15 @@ static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen
 		if ((rc = ibc_pages_read(f->origin_fd, (uint64_t)f->size, f->psize, f->pg[i], run,
 					 page_buf(f, i))))
 			return read_failed(err, errlen, f->origin_name, rc, f->size);
+		/* written meanwhile (in place, or cut and grown again): what
+		 * was read may be another generation's, neither output nor
+		 * cached under this one's name */
+		if (!f->origin_xa && (fstat(f->origin_fd, &st) < 0 ||
+				      !ibc_same_state(&f->origin_st, &st))) {
+			xerr(err, errlen, "%s: changed during the fetch (its bytes are no longer "
+			     "those of generation %llu)", f->origin_name, (unsigned long long)f->gen);
+			return -ESTALE;
+		}
 		f->st.origin_pages += run;
 		i += run;
 	}

@@ -113,6 +113,14 @@ int ibc_gen_parse(const char *s, size_t len, uint64_t *gen)
 	return 0;
 }
 
+bool ibc_same_state(const struct stat *then, const struct stat *now)
+{
+	return now->st_size == then->st_size && now->st_mtim.tv_sec == then->st_mtim.tv_sec &&
+	       now->st_mtim.tv_nsec == then->st_mtim.tv_nsec &&
+	       now->st_ctim.tv_sec == then->st_ctim.tv_sec &&
+	       now->st_ctim.tv_nsec == then->st_ctim.tv_nsec;
+}
+
 int ibc_gen_fd(int fd, const struct stat *st, uint64_t *gen, bool *xattr)
 {
 	char v[32];
@@ -243,6 +251,7 @@ struct ent {
 	struct stat st;			/* of fd when gen was computed */
 	uint64_t gen;
 	bool gen_ok;
+	bool gen_xa;			/* gen from IBC_GEN_XATTR, not the mtime */
 	bool solid;			/* no hole below the size, as of st */
 	uint64_t checked_ns;		/* path re-checked against fd */
 	struct ent *hnext;		/* hash chain */
@@ -688,15 +697,12 @@ static int ent_ready(struct ibc_export *x, struct ent *e, uint64_t now_ns)
 	}
 	if (fstat(e->fd, &st) < 0)
 		return -EIO;
-	/* size, mtime and ctime (an xattr change moves ctime) as they were */
-	if (e->gen_ok && st.st_size == e->st.st_size &&
-	    st.st_mtim.tv_sec == e->st.st_mtim.tv_sec &&
-	    st.st_mtim.tv_nsec == e->st.st_mtim.tv_nsec &&
-	    st.st_ctim.tv_sec == e->st.st_ctim.tv_sec && st.st_ctim.tv_nsec == e->st.st_ctim.tv_nsec)
+	if (e->gen_ok && ibc_same_state(&e->st, &st))
 		return 0;
 	if ((rc = ibc_gen_fd(e->fd, &st, &e->gen, &xa)))
 		return rc == -EINVAL ? -ESTALE : -EIO;	/* a tag we cannot read matches nothing */
 	e->st = st;
+	e->gen_xa = xa;
 	e->gen_ok = true;
 	/* a file without holes (most are) needs no SEEK_HOLE per request */
 	e->solid = lseek(e->fd, 0, SEEK_HOLE) >= st.st_size;
@@ -784,6 +790,7 @@ int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf
 {
 	struct ent *e = lookup(x, q->obj.ino);
 	uint32_t total = 0;
+	struct stat now;
 	int rc;
 
 	/* a rescan done meanwhile; or a file made after the last one: look
@@ -826,6 +833,13 @@ int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf
 		total += (uint32_t)held;
 		if ((uint64_t)held < p->count)
 			break;
+	}
+	/* written meanwhile: what was read may be the next generation's
+	 * bytes (a tagged copy is written only with its own generation's
+	 * pages: a cache being filled) */
+	if (total && !e->gen_xa && (fstat(e->fd, &now) < 0 || !ibc_same_state(&e->st, &now))) {
+		e->gen_ok = false;
+		return -ESTALE;
 	}
 	return (int)total;
 }

@@ -57,6 +57,11 @@ int ibc_gen_parse(const char *s, size_t len, uint64_t *gen);
 /* The generation of an open copy.  0, or -errno (-EINVAL: the xattr holds
  * no number).  xattr: set when it came from IBC_GEN_XATTR. */
 int ibc_gen_fd(int fd, const struct stat *st, uint64_t *gen, bool *xattr);
+/* Whether now still shows the file a generation was taken from (then):
+ * the same size, mtime and ctime (an xattr change moves ctime).  A copy
+ * whose generation is its mtime's is read, then looked at again: one that
+ * changed meanwhile may have given another generation's bytes. */
+bool ibc_same_state(const struct stat *then, const struct stat *now);
 
 /* How many pages from `first` on (at most count) the copy holds, per the
  * rule above.  -errno on I/O errors. */

@@ -677,29 +677,60 @@ xattr_gen() { python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.ib
 }
 
 @test "an origin cut while it is read: one line, exit 1, no zeros for the missing bytes, none of them cached" {
-	local C=$BATS_TEST_TMPDIR/cache T=$BATS_TEST_TMPDIR i
+	local C=$BATS_TEST_TMPDIR/cache T=$BATS_TEST_TMPDIR
 	mkdir -p "$C"
 	head -c $((20 << 20)) /dev/urandom >"$ORG/big"	# two chunks of 16 MiB
 	# the reader takes the first bytes (so the fetch has the origin's size
 	# and its first chunk), then waits while the origin is cut to 1 MiB
-	{ rc=0; "$F" --origin "$ORG/big" --cache "$C" big 2>"$T/err" || rc=$?; echo $rc >"$T/rc"; } |
-		python3 -c 'import os, sys, time
-first = sys.stdin.buffer.read(4096)
-open(sys.argv[1], "w").close()
-while not os.path.exists(sys.argv[2]): time.sleep(0.01)
-sys.stdout.buffer.write(first + sys.stdin.buffer.read())' "$T/started" "$T/go" >"$T/o" &
-	BG_PIDS+=($!)
-	for i in $(seq 1000); do [ -e "$T/started" ] && break; sleep 0.01; done
-	[ -e "$T/started" ] || die "the fetch wrote nothing"
+	fetch_held "$T" --origin "$ORG/big" --cache "$C" big
 	truncate -s 1M "$ORG/big"
 	touch "$T/go"
-	wait $!
+	wait $HELD_PID
 	[ "$(cat "$T/rc")" -eq 1 ] || die "exit $(cat "$T/rc"): $(cat "$T/err")"
 	[ "$(cat "$T/err")" = "ibcache-fetch: $ORG/big: file shrank during the fetch (20971520 bytes expected)" ] ||
 		die "stderr: $(cat "$T/err")"
 	# the first chunk, read whole, went out and into the cache; nothing after
 	[ "$(stat -c %s "$T/o")" -eq $((16 << 20)) ] || die "output: $(stat -c %s "$T/o") bytes"
 	[ "$(data_pages "$C/big")" = "0-4095" ] || die "cached pages: $(data_pages "$C/big")"
+}
+
+@test "an origin written while it is read (in place, or cut and grown back): one line, exit 1, no new byte out or cached" {
+	local C=$BATS_TEST_TMPDIR/cache T=$BATS_TEST_TMPDIR how
+	mkdir -p "$C"
+	for how in write regrow; do
+		rm -rf "${C:?}"/*
+		head -c $((40 << 20)) /dev/urandom >"$ORG/big"	# three chunks of 16 MiB
+		cp "$ORG/big" "$T/old"
+		# the first chunk goes out; then, the reader waiting, the origin
+		# changes under the second
+		fetch_held "$T" --origin "$ORG/big" --cache "$C" big
+		sleep 0.05	# a later mtime, whatever the clock's grain
+		if [ $how = write ]; then
+			head -c 65536 /dev/urandom | dd of="$ORG/big" bs=64k seek=$((36 << 4)) conv=notrunc status=none
+		else
+			truncate -s 0 "$ORG/big"
+			truncate -s $((40 << 20)) "$ORG/big"
+		fi
+		touch "$T/go"
+		wait $HELD_PID
+		[ "$(cat "$T/rc")" -eq 1 ] || die "$how: exit $(cat "$T/rc"): $(cat "$T/err")"
+		[[ $(cat "$T/err") =~ ^ibcache-fetch:\ $ORG/big:\ changed\ during\ the\ fetch\ \(its\ bytes\ are\ no\ longer\ those\ of\ generation\ [0-9]+\)$ ]] ||
+			die "$how: stderr: $(cat "$T/err")"
+		# what went out is the old file's, and so is every page cached
+		cmp "$T/o" <(head -c "$(stat -c %s "$T/o")" "$T/old") || die "$how: the output is not the old file's"
+		python3 -c 'import os, sys
+c, o = open(sys.argv[1], "rb"), open(sys.argv[2], "rb")
+fd, end, off = c.fileno(), os.fstat(c.fileno()).st_size, 0
+while off < end:
+    try:
+        off = os.lseek(fd, off, os.SEEK_DATA)
+    except OSError:
+        break
+    hole = os.lseek(fd, off, os.SEEK_HOLE)
+    c.seek(off); o.seek(off)
+    assert c.read(hole - off) == o.read(hole - off), "cached bytes at %d differ" % off
+    off = hole' "$C/big" "$T/old" || die "$how: the cache holds new bytes"
+	done
 }
 
 @test "--cache on a full file system: the output is whole, exit 0, the cache holds no wrong page" {

@@ -30,6 +30,28 @@ teardown() {
 	return 0
 }
 
+# fetch_held DIR ARGS...: ibcache-fetch ARGS in the background, its output
+# read by a reader that takes the first 4096 bytes, makes DIR/started,
+# then waits for DIR/go before it reads the rest: the fetch has its size
+# and its first chunk, and is held meanwhile.  Its stdout goes to DIR/o,
+# stderr to DIR/err, its exit status to DIR/rc; sets HELD_PID (the
+# pipeline) once DIR/started is there.
+fetch_held() {
+	local d=$1 i
+	shift
+	rm -f "$d/started" "$d/go"
+	{ rc=0; "$F" "$@" 2>"$d/err" || rc=$?; echo $rc >"$d/rc"; } |
+		python3 -c 'import os, sys, time
+first = sys.stdin.buffer.read(4096)
+open(sys.argv[1], "w").close()
+while not os.path.exists(sys.argv[2]): time.sleep(0.01)
+sys.stdout.buffer.write(first + sys.stdin.buffer.read())' "$d/started" "$d/go" >"$d/o" &
+	HELD_PID=$!
+	BG_PIDS+=($HELD_PID)
+	for i in $(seq 1000); do [ -e "$d/started" ] && return 0; sleep 0.01; done
+	die "the fetch wrote nothing"
+}
+
 # mkdata NAME BYTES: random contents at $ORG/NAME, and the same bytes with
 # the same mtime at $EXP/NAME (so the same generation).
 mkdata() {
