@@ -33,8 +33,11 @@ enum { WHY_MISS = 0, WHY_SIZE = 1, WHY_NOSIZE = 2, WHY_BUSY = 3 };
 #define HOME_WAIT_NS	(2 * XTIME_NS_PER_MS)
 #define HOME_WAITS	250
 /* A peer out of room for a request (ENOMEM) is asked again after this,
- * times the tries so far, TRIES_MAX times in all */
+ * doubled at each try: while our own requests to it are out (they hold
+ * our host's share) without counting a try; else BUSY_TRIES_MAX times in
+ * all (5 ms to 640 ms: over a second in all, others' replies drain) */
 #define BUSY_WAIT_NS	(5 * XTIME_NS_PER_MS)
+#define BUSY_TRIES_MAX	8
 
 struct flight {
 	bool used;
@@ -664,6 +667,15 @@ int64_t ibc_fetch_size(const struct ibc_fetch *f) { return f->size; }
 
 /* --- one chunk ------------------------------------------------------------ */
 
+/* Whether requests of ours to peer are out. */
+static bool asking(const struct ibc_fetch *f, int peer)
+{
+	for (unsigned k = 0; k < FLIGHTS; k++)
+		if (f->fl[k].used && f->fl[k].peer == peer)
+			return true;
+	return false;
+}
+
 static uint8_t *page_buf(struct ibc_fetch *f, uint32_t i)
 {
 	return f->buf + (size_t)i * f->psize;
@@ -880,8 +892,10 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 		else if (d->err == ENOMEM) {
 			f->why[i] = why;
 			f->whyp[i] = (uint8_t)peer;
-			f->tries[i]++;
-			f->not_before[i] = now + BUSY_WAIT_NS * f->tries[i];
+			f->not_before[i] = now + (BUSY_WAIT_NS << (f->tries[i] < 7 ? f->tries[i] : 7));
+			if (!asking(f, peer) && ++f->tries[i] >= BUSY_TRIES_MAX)
+				next_peer(f, i);
+			continue;
 		} else if ((d->err == 0 && j == d->reply_pages) || (d->err == ENOENT && f->caching)) {
 			if (!home_wait(f, i, peer, now))
 				next_peer(f, i);	/* the first page it lacks */

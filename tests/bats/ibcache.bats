@@ -528,6 +528,27 @@ print(h.hex())')" \
 		die "$stderr"
 }
 
+@test "16 fetches from one host at once, and one from a server at its smallest --max-mem: each whole, from the peer alone" {
+	local gen i rc
+	mkdata f $((32 << 20))
+	start_serve udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/f" f --pages 0
+	gen=$(stat_of gen)
+	# together they ask for more than the host's share of the server: a
+	# peer out of room is asked again while replies drain, not given up
+	for i in $(seq 16); do
+		{ rc=0; "$F" -q -p "${URIS[0]}" --gen "$gen" --size $((32 << 20)) f >"$BATS_TEST_TMPDIR/o$i" 2>"$BATS_TEST_TMPDIR/e$i" || rc=$?; echo $rc >"$BATS_TEST_TMPDIR/rc$i"; } &
+	done
+	wait
+	for i in $(seq 16); do
+		[ "$(cat "$BATS_TEST_TMPDIR/rc$i")" -eq 0 ] || die "fetch $i: exit $(cat "$BATS_TEST_TMPDIR/rc$i"): $(cat "$BATS_TEST_TMPDIR/e$i")"
+		same "$BATS_TEST_TMPDIR/o$i" "$ORG/f"
+	done
+	start_serve --max-mem 1048608 udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --gen "$gen" --size $((32 << 20)) f
+	same "$BATS_TEST_TMPDIR/o" "$ORG/f"
+}
+
 @test "--repeat measures; a one-page fetch is one datagram each way" {
 	mkdata one 4096
 	start_serve udp://127.0.0.1:0
