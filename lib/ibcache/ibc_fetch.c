@@ -358,7 +358,13 @@ static int cache_dir(const char *root, const char *rel, char *name, size_t namel
 		if (mkdirat(dfd, s, 0755) < 0 && errno != EEXIST) {
 			nd = -1;
 		} else {
+			struct stat st;
+
 			nd = openat(dfd, s, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			/* a link is not followed out of the cache: say so */
+			if (nd < 0 && (errno == ENOTDIR || errno == ELOOP) &&
+			    fstatat(dfd, s, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+				errno = ELOOP;
 		}
 		close(dfd);
 		dfd = nd;
@@ -453,7 +459,9 @@ static int open_cache(struct ibc_fetch *f, char *err, size_t errlen, bool *usage
 	}
 	f->cache_dfd = cache_dir(f->o.cache, f->path, f->cache_name, sizeof(f->cache_name));
 	if (f->cache_dfd < 0) {
-		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path, strerror(-f->cache_dfd));
+		xerr(err, errlen, "--cache %s: %s: %s", f->o.cache, f->path,
+		     f->cache_dfd == -ELOOP ? "a symbolic link on the way (not followed)"
+					    : strerror(-f->cache_dfd));
 		return f->cache_dfd;
 	}
 	/* The origin may be the very file the cache would hold (--origin
@@ -550,6 +558,7 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	struct ibc_fetch *f = calloc(1, sizeof(*f));
 	uint16_t idx[IBC_PEERS_MAX];
 	char *origin = NULL;
+	struct stat cst;
 	uint32_t np;
 
 	*usage = false;
@@ -588,9 +597,24 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	}
 	if (set_range(f, err, errlen, usage))
 		goto fail;
-	if (o->cache) {
-		if (open_cache(f, err, errlen, usage))
+	/* a directory that is not there is the user's mistake: said, and
+	 * nothing is fetched; what goes wrong inside it is a note */
+	if (o->cache && stat(o->cache, &cst) < 0) {
+		xerr(err, errlen, "--cache %s: %s", o->cache, strerror(errno));
+		goto fail;
+	}
+	if (o->cache && !S_ISDIR(cst.st_mode)) {
+		xerr(err, errlen, "--cache %s: %s", o->cache, strerror(ENOTDIR));
+		goto fail;
+	}
+	if (o->cache && open_cache(f, err, errlen, usage)) {
+		if (*usage)
 			goto fail;
+		/* (a read-only file system, no permission...) the output is
+		 * whole all the same, as when the cache fills up later */
+		note(f, -1, IBC_NOTE_CACHE, strncmp(err, "--cache ", 8) ? err : err + 8);
+		err[0] = 0;
+	} else if (o->cache) {
 		/* the pages it has are read from it first (the origin
 		 * itself when the cache's file is the origin) */
 		if (f->local_fd < 0) {
