@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -528,11 +529,17 @@ int cmd_serve(int argc, char **argv)
 	c = ctl_path(so.name, so.ctlp, path, sizeof(path));
 	if (c == 0)
 		ctl = xctl_listen(path, err, sizeof(err));
-	if (!ctl)
-		/* serving does not depend on it: say so, and go on */
+	if (!ctl && (so.name || so.ctlp)) {
+		/* asked for by name: another server there is a mistake (and
+		 * the listening lines, not out yet, never go: nothing listens) */
+		__fpurge(stdout);
+		fail("%s", c ? strerror(-c) : err);
+		goto out;
+	} else if (!ctl) {
+		/* the default one: serving does not depend on it; say so */
 		fprintf(stderr, PROG ": no control socket (status will not reach this server): %s%s\n",
-			c ? strerror(-c) : err, c || so.name || so.ctlp ? "" : "; give --name");
-	else if (so.verbose)
+			c ? strerror(-c) : err, c ? "" : "; give --name");
+	} else if (so.verbose)
 		fprintf(stderr, PROG ": control socket %s\n", path);
 	fflush(stdout);
 

@@ -427,6 +427,12 @@ S=$IBCACHE_SERVE
 	run --separate-stderr timeout 60 sh -c '"$0" status --ctl "$1" >/dev/full' "$S" "$SRV_CTL"
 	[ "$status" -eq 1 ] || die "status to /dev/full: exit $status"
 	expect_stderr_line "ibcache-serve: status: writing output: No space left on device"
+	# a second server on that control socket: refused, nothing said to
+	# listen; the first serves on
+	run_tool 1 "$S" -e "$EXP" --ctl "$SRV_CTL" -l udp://127.0.0.1:0
+	expect_stderr_line "ibcache-serve: control socket $SRV_CTL: in use by a running process"
+	[ -z "$output" ]
+	run_tool 0 "$S" status --ctl "$SRV_CTL"
 	run_tool 2 "$S" status --ctl "$SRV_CTL" -o xml
 	expect_stderr_match "-o: 'xml' is not text, yaml or json"
 	# text --stats on stderr, data alone on stdout
