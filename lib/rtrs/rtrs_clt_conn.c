@@ -91,6 +91,7 @@ static int connect_one(struct rtrs_conn_job *j, uint32_t cid)
 	j->req.cid_num = (uint16_t)j->cid_num;
 	rtrs_conn_req_encode(&j->req, req);
 	rtrs_clt_xrc_opts(cid, j->rsp.queue_depth, j->timeout_ns, &xo);
+	xo.cancel_fd = j->cancel_fd;
 	j->cons[cid] = xrc_connect(&j->uri, &xo, req, sizeof(req), rep, &replen, xerr,
 				   sizeof(xerr));
 	if (!j->cons[cid]) {
@@ -189,6 +190,10 @@ static int info_exchange(struct rtrs_conn_job *j)
 			rc = fail(j, -ETIMEDOUT, "%s: no INFO_RSP from the server", j->uristr);
 			goto out;
 		}
+		if (atomic_load(&j->cancelled)) {
+			rc = fail(j, -ECANCELED, "%s: given up", j->uristr);
+			goto out;
+		}
 		n = xrc_poll(c, wc, 4);
 		if (n < 0) {
 			rc = fail(j, n, "%s: %s", j->uristr, strerror(-n));
@@ -271,11 +276,22 @@ int rtrs_conn_start(struct rtrs_conn_job *j)
 	j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (j->efd < 0)
 		return -errno;
+	j->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (j->cancel_fd < 0) {
+		rc = errno;
+		close(j->efd);
+		j->efd = -1;
+		j->cancel_fd = 0;
+		return -rc;
+	}
 	atomic_store(&j->finished, false);
+	atomic_store(&j->cancelled, false);
 	rc = xthread_create(&j->th, job_main, j);
 	if (rc) {
 		close(j->efd);
+		close(j->cancel_fd);
 		j->efd = -1;
+		j->cancel_fd = 0;
 		return -rc;
 	}
 	j->threaded = true;
@@ -290,11 +306,25 @@ void rtrs_conn_join(struct rtrs_conn_job *j)
 	}
 }
 
+void rtrs_conn_cancel(struct rtrs_conn_job *j)
+{
+	uint64_t one = 1;
+
+	if (!j || j->cancel_fd <= 0)
+		return;
+	atomic_store(&j->cancelled, true);
+	if (write(j->cancel_fd, &one, sizeof(one)) < 0) {
+		/* the INFO exchange also looks at `cancelled` */
+	}
+}
+
 void rtrs_conn_free(struct rtrs_conn_job *j)
 {
 	if (!j)
 		return;
 	rtrs_conn_join(j);
+	if (j->cancel_fd > 0)
+		close(j->cancel_fd);
 	if (j->cons)
 		for (uint32_t i = 0; i < j->cid_num; i++)
 			xrc_close(j->cons[i]);

@@ -273,7 +273,10 @@ void clt_path_cancel_job(struct clt_path *p)
 	if (!p->job)
 		return;
 	epoll_ctl(p->s->epfd, EPOLL_CTL_DEL, p->job->efd, NULL);
-	rtrs_conn_free(p->job);	/* joins: bounded by the connect timeout */
+	/* a server that takes the connection and never answers (stopped)
+	 * would hold the join for the connect timeout, 30 s: it gives up */
+	rtrs_conn_cancel(p->job);
+	rtrs_conn_free(p->job);
 	p->job = NULL;
 }
 

@@ -38,6 +38,8 @@ struct rtrs_conn_job {
 	pthread_t th;
 	int efd;			/* eventfd: written once when finished */
 	atomic_bool finished;
+	int cancel_fd;			/* eventfd: rtrs_conn_cancel() (0: none) */
+	atomic_bool cancelled;
 };
 
 /* Fills the job's outputs; blocking.  Returns job->rc. */
@@ -47,6 +49,9 @@ int rtrs_conn_start(struct rtrs_conn_job *j);
 /* Waits for a threaded job (a started one always ends, bounded by its
  * timeout per connection). */
 void rtrs_conn_join(struct rtrs_conn_job *j);
+/* Asks a started job to give up now (its connect and INFO exchange end
+ * with -ECANCELED): a join after it is quick. */
+void rtrs_conn_cancel(struct rtrs_conn_job *j);
 /* Closes what the job still owns and frees it.  NULL ok. */
 void rtrs_conn_free(struct rtrs_conn_job *j);
 

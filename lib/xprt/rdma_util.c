@@ -353,7 +353,7 @@ void xrdma_cq_destroy(struct ibv_cq *cq, struct ibv_comp_channel *cch)
 		ibv_destroy_comp_channel(cch);
 }
 
-int xrdma_next_event(struct rdma_event_channel *ch, uint64_t deadline_ns,
+int xrdma_next_event(struct rdma_event_channel *ch, uint64_t deadline_ns, int cancel,
 		     struct rdma_cm_event **ev)
 {
 	for (;;) {
@@ -364,14 +364,19 @@ int xrdma_next_event(struct rdma_event_channel *ch, uint64_t deadline_ns,
 		int ms = xrdma_ms_left(deadline_ns);
 		if (!ms)
 			return -ETIMEDOUT;
-		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-		if (poll(&p, 1, ms) < 0 && errno != EINTR)
+		struct pollfd p[2] = { { .fd = ch->fd, .events = POLLIN },
+				       { .fd = cancel, .events = POLLIN } };
+		int n = poll(p, cancel > 0 ? 2 : 1, ms);
+
+		if (n < 0 && errno != EINTR)
 			return -errno;
+		if (n > 0 && cancel > 0 && p[1].revents)
+			return -ECANCELED;
 	}
 }
 
 int xrdma_resolve(struct rdma_cm_id *id, const struct sockaddr *src, const struct sockaddr *dst,
-		  uint64_t deadline_ns, const char *what, char *err, size_t errlen)
+		  uint64_t deadline_ns, int cancel, const char *what, char *err, size_t errlen)
 {
 	static const enum rdma_cm_event_type want[2] = {
 		RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_ROUTE_RESOLVED
@@ -394,7 +399,7 @@ int xrdma_resolve(struct rdma_cm_id *id, const struct sockaddr *src, const struc
 				 step ? "route resolution" : "address resolution", strerror(-rc));
 			return rc;
 		}
-		rc = xrdma_next_event(id->channel, deadline_ns, &ev);
+		rc = xrdma_next_event(id->channel, deadline_ns, cancel, &ev);
 		if (rc) {
 			snprintf(err, errlen, "%s: %s", what,
 				 rc == -ETIMEDOUT ? "timed out" : strerror(-rc));

@@ -106,13 +106,14 @@ int xrdma_cq_create(struct ibv_context *ctx, int cqe, void *cq_context,
 /* Acknowledges pending events, destroys the CQ, then the channel; NULLs ok. */
 void xrdma_cq_destroy(struct ibv_cq *cq, struct ibv_comp_channel *cch);
 
-/* Waits for the next event on a non-blocking channel until the deadline.
- * 0 and *ev, or -ETIMEDOUT / -errno. */
-int xrdma_next_event(struct rdma_event_channel *ch, uint64_t deadline_ns,
+/* Waits for the next event on a non-blocking channel until the deadline,
+ * or until cancel (> 0, xrc_opts.cancel_fd) is readable.  0 and *ev, or
+ * -ETIMEDOUT / -ECANCELED / -errno. */
+int xrdma_next_event(struct rdma_event_channel *ch, uint64_t deadline_ns, int cancel,
 		     struct rdma_cm_event **ev);
 /* rdma_resolve_addr + rdma_resolve_route, bounded: 0 or -errno + err. */
 int xrdma_resolve(struct rdma_cm_id *id, const struct sockaddr *src, const struct sockaddr *dst,
-		  uint64_t deadline_ns, const char *what, char *err, size_t errlen);
+		  uint64_t deadline_ns, int cancel, const char *what, char *err, size_t errlen);
 
 /* An epoll set readable while any of its fds is: what xrc_fd()/xdg_fd()
  * return, so that both the completion channel and the CM channel wake the

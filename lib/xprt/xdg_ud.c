@@ -486,7 +486,7 @@ static struct xdg_addr *ud_resolve(struct xdg *xd, const struct xuri *peer, char
 		errno = -rc;
 		return NULL;
 	}
-	rc = xrdma_resolve(id, NULL, (struct sockaddr *)&dst, deadline, us, err, errlen);
+	rc = xrdma_resolve(id, NULL, (struct sockaddr *)&dst, deadline, 0, us, err, errlen);
 	if (rc)
 		goto destroy_id;
 	if (id->verbs != d->ctx) {

@@ -52,6 +52,9 @@ struct xrc_opts {
 				 * the connection */
 	uint32_t max_inline;	/* sends up to this size may use XRC_INLINE (0: 64) */
 	uint64_t timeout_ns;	/* connect/accept/address resolution (0: 5 s) */
+	int cancel_fd;		/* > 0: a descriptor whose becoming readable
+				 * gives up a connect under way (-ECANCELED):
+				 * another thread's way to stop one early */
 	uint8_t tos;		/* IP TOS / traffic class, 0 = default */
 	uint32_t burst;		/* tcp: bytes read per xrc_poll() and written per
 				 * xrc_poll()/xrc_flush() at most (0: 4 MiB); smaller

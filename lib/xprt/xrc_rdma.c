@@ -481,7 +481,7 @@ static struct xrc *rdma_connect_(const struct xuri *u, const struct xrc_opts *o,
 			goto free_conn;
 	}
 	rc = xrdma_resolve(c->id, u->src[0] ? (struct sockaddr *)&src : NULL,
-			   (struct sockaddr *)&dst, deadline, us, err, errlen);
+			   (struct sockaddr *)&dst, deadline, o->cancel_fd, us, err, errlen);
 	if (rc)
 		goto free_conn;
 	rc = conn_setup(c, o, us, err, errlen);
@@ -498,7 +498,7 @@ static struct xrc *rdma_connect_(const struct xuri *u, const struct xrc_opts *o,
 		snprintf(err, errlen, "%s: rdma_connect: %s", us, strerror(-rc));
 		goto free_conn;
 	}
-	rc = xrdma_next_event(c->ech, deadline, &ev);
+	rc = xrdma_next_event(c->ech, deadline, o->cancel_fd, &ev);
 	if (rc) {
 		snprintf(err, errlen, "%s: %s", us, rc == -ETIMEDOUT ? "timed out" : strerror(-rc));
 		goto free_conn;

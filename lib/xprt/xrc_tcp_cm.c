@@ -94,11 +94,13 @@ struct xrc *xrc_tcp_wrap_fd(int fd, const struct xrc_opts *o, uint32_t peer_max_
 	return xtcp_conn_new(fd, &opts, peer_max_send, peer_sq_depth, peer, err, errlen);
 }
 
-static int wait_fd(int fd, short ev, uint64_t deadline)
+/* Until fd has ev, the deadline (-ETIMEDOUT) or cancel (> 0) becomes
+ * readable (-ECANCELED, xrc_opts.cancel_fd). */
+static int wait_fd(int fd, short ev, uint64_t deadline, int cancel)
 {
 	for (;;) {
 		uint64_t now = xtime_ns();
-		struct pollfd p = { fd, ev, 0 };
+		struct pollfd p[2] = { { fd, ev, 0 }, { cancel, POLLIN, 0 } };
 		struct timespec ts;
 		int rc;
 
@@ -106,7 +108,9 @@ static int wait_fd(int fd, short ev, uint64_t deadline)
 			return -ETIMEDOUT;
 		ts = (struct timespec){ (time_t)((deadline - now) / XTIME_NS_PER_S),
 					(long)((deadline - now) % XTIME_NS_PER_S) };
-		rc = ppoll(&p, 1, &ts, NULL);
+		rc = ppoll(p, cancel > 0 ? 2 : 1, &ts, NULL);
+		if (rc > 0 && cancel > 0 && p[1].revents)
+			return -ECANCELED;
 		if (rc > 0)
 			return 0;
 		if (rc < 0 && errno != EINTR)
@@ -115,7 +119,7 @@ static int wait_fd(int fd, short ev, uint64_t deadline)
 }
 
 /* Exactly len bytes, bounded by the deadline: setup frames only. */
-static int io_exact(int fd, void *buf, size_t len, bool wr, uint64_t deadline)
+static int io_exact(int fd, void *buf, size_t len, bool wr, uint64_t deadline, int cancel)
 {
 	for (size_t got = 0; got < len;) {
 		ssize_t n = wr ? send(fd, (uint8_t *)buf + got, len - got, MSG_NOSIGNAL | MSG_DONTWAIT)
@@ -132,7 +136,7 @@ static int io_exact(int fd, void *buf, size_t len, bool wr, uint64_t deadline)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
-		if ((rc = wait_fd(fd, wr ? POLLOUT : POLLIN, deadline)))
+		if ((rc = wait_fd(fd, wr ? POLLOUT : POLLIN, deadline, cancel)))
 			return rc;
 	}
 	return 0;
@@ -224,7 +228,7 @@ static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, c
 			break;
 		e = errno;
 		if (e == EINPROGRESS) {
-			rc = wait_fd(fd, POLLOUT, deadline);
+			rc = wait_fd(fd, POLLOUT, deadline, o->cancel_fd);
 			e = rc ? -rc : getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &sl) ? errno : e;
 			if (!e)
 				break;
@@ -239,9 +243,10 @@ static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, c
 		return NULL;
 	}
 
-	rc = io_exact(fd, buf, cm_encode(buf, XTCP_CONN_REQ, o, priv, privlen), true, deadline);
+	rc = io_exact(fd, buf, cm_encode(buf, XTCP_CONN_REQ, o, priv, privlen), true, deadline,
+		      o->cancel_fd);
 	if (!rc)
-		rc = io_exact(fd, buf, XTCP_HDR_MAX, false, deadline);
+		rc = io_exact(fd, buf, XTCP_HDR_MAX, false, deadline, o->cancel_fd);
 	if (!rc) {
 		rc = xtcp_decode(buf, XTCP_HDR_MAX, 0, &f);
 		if (rc < 0 || (f.type != XTCP_CONN_ACC && f.type != XTCP_CONN_REJ)) {
@@ -250,7 +255,7 @@ static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, c
 			errno = EPROTO;
 			goto out_close;
 		}
-		rc = io_exact(fd, buf + XTCP_HDR_MAX, f.len, false, deadline);
+		rc = io_exact(fd, buf + XTCP_HDR_MAX, f.len, false, deadline, o->cancel_fd);
 	}
 	if (rc) {
 		xerr(err, errlen, "%s: %s", name, conn_errstr(-rc));
@@ -553,7 +558,7 @@ static struct xrc *tcp_accept(struct xrc_req *xr, const void *priv, size_t privl
 
 	if (!rc)
 		rc = io_exact(r->fd, buf, cm_encode(buf, XTCP_CONN_ACC, o, priv, privlen), true,
-			      xtime_ns() + o->timeout_ns);
+			      xtime_ns() + o->timeout_ns, o->cancel_fd);
 	if (rc) {
 		if (rc != -EINVAL)
 			xerr(err, errlen, "accept %s: %s", r->base.peer, conn_errstr(-rc));

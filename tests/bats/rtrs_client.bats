@@ -429,6 +429,39 @@ PY
 	grep -q "^rtrs-client write: write at offset 0: " "$T/w.err" || die "$(cat "$T/w.err")"
 }
 
+@test "a server stopped (SIGSTOP) under a write: --down-timeout ends it, and a stop signal too, not the 30 s connect timeout" {
+	local port rc t0 sig
+	port=$(free_port)
+	truncate -s 8M "$T/disk.img"
+	for sig in none INT; do
+		start_server "$port" -e "d1=$T/disk.img" --hb-interval 500 --hb-missed 3
+		# a slow producer: the write goes on while the server is stopped;
+		# its reconnects reach a kernel that takes the connection, and a
+		# server that never answers it
+		{ while sleep 0.05; do head -c 4096 /dev/urandom; done; } |
+			"$RTRS_CLIENT" write -s st1 -p "tcp://127.0.0.1:$port" -d d1 --reconnect-delay 300 \
+				--hb-interval 500 --hb-missed 3 --down-timeout $([ $sig = none ] && echo 2 || echo forever) \
+				2>"$T/w.err" &
+		local wp=$!
+		BG_PIDS+=("$wp")
+		wait_status st1 "j['paths'][0]['state'] == 'connected'"
+		kill -STOP "$SRV_PID"
+		t0=$SECONDS
+		if [ $sig != none ]; then
+			sleep 4	# heartbeats missed: reconnecting
+			kill -$sig "$wp"
+		fi
+		timeout 20 tail --pid="$wp" -f /dev/null || die "$sig: still running after 20 s: $(cat "$T/w.err")"
+		rc=0
+		wait "$wp" || rc=$?
+		kill -CONT "$SRV_PID"
+		kill_bg
+		BG_PIDS=()
+		[ $((SECONDS - t0)) -le 9 ] || die "$sig: it took $((SECONDS - t0)) s: $(cat "$T/w.err")"
+		[ "$rc" -ne 0 ] || die "$sig: exit 0: $(cat "$T/w.err")"
+	done
+}
+
 @test "read stopped while its reader pauses: it says exactly how many bytes went out, and they are the device's" {
 	local port rc=0 n
 	port=$(free_port)
