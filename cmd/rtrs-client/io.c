@@ -488,7 +488,7 @@ int cmd_write(int argc, char **argv)
 	uint64_t off = 0, next, size;
 	unsigned head = 0, tail = 0;
 	struct carry cy = { 0 };
-	bool eof = false;
+	bool eof = false, past_end = false;
 	char e[128];
 	int rc;
 
@@ -540,9 +540,14 @@ int cmd_write(int argc, char **argv)
 			sl->off = next;
 			sl->len = (uint32_t)((n + r.unit - 1) / r.unit * r.unit);
 			if (sl->off + sl->len > size) {
-				rc = fail("write", "the data goes beyond the end of device %s "
-					  "(%llu bytes)", o.device, (unsigned long long)size);
-				goto out_ring;
+				/* what fits is written, as dd does at a device's
+				 * end; then it fails, saying how much went */
+				past_end = true;
+				eof = true;
+				if (sl->off + r.unit > size)
+					break;
+				sl->len = (uint32_t)((size - sl->off) / r.unit * r.unit);
+				n = sl->fill = sl->len;
 			}
 			if (sl->len != (uint32_t)n) {
 				/* a last partial block: the rest of it keeps what
@@ -587,6 +592,13 @@ int cmd_write(int argc, char **argv)
 		}
 		if (rc == 0 && (rc = wait_slot(&r, fl, "flush")))
 			goto out_ring;
+	}
+	if (past_end) {
+		rc = fail("write", "the data goes beyond the end of device %s (%llu bytes): the "
+			  "first %llu bytes were written, from offset %llu", o.device,
+			  (unsigned long long)size, (unsigned long long)ss.done_bytes,
+			  (unsigned long long)off);
+		goto out_ring;
 	}
 	progress(&r, 0, 0, true);
 	if (o.verbose)

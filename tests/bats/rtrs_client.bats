@@ -262,9 +262,11 @@ Try 'rtrs-client read --help'."
 	cp "$T/disk.img" "$T/before"
 	run_clt 0 write -s e1 -p "tcp://127.0.0.1:$port" -d d1 --offset 512 <"$T/small"
 	cmp <(head -c 512 "$T/before"; cat "$T/small"; tail -c +1513 "$T/before") "$T/disk.img"
-	# past the end
+	# past the end: what fits is written (as dd does), and said
+	cp "$T/disk.img" "$T/before"
 	run_clt 1 write -s e1 -p "tcp://127.0.0.1:$port" -d d1 --offset 7M <"$T/pat"
-	expect_stderr_line "rtrs-client write: the data goes beyond the end of device d1 (8388608 bytes)"
+	expect_stderr_line "rtrs-client write: the data goes beyond the end of device d1 (8388608 bytes): the first 1048576 bytes were written, from offset 7340032"
+	cmp <(head -c 7M "$T/before"; head -c 1M "$T/pat") "$T/disk.img"
 	run_clt 1 read -s e1 -p "tcp://127.0.0.1:$port" -d d1 --offset 9M
 	expect_stderr_line "rtrs-client read: offset 9437184 is beyond the end of device d1 (8388608 bytes)"
 }
