@@ -151,7 +151,7 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 {
 	struct sess *ss = ctx;
 	struct rtrs_clt *c = ss->clt;
-	char err[512];
+	char err[512], uri[320];
 	int i, rc;
 
 	if (argc >= 1 && !strcmp(argv[0], "status")) {
@@ -215,6 +215,16 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 			st.state != RTRS_CLT_CONNECTED ? st.last_error : "");
 		return EXIT_OK;
 	}
+	/* named by its index: the line says its URI (taken before a
+	 * remove, which moves the others down) */
+	{
+		struct rtrs_clt_path_stats st;
+
+		if (rtrs_clt_path_stats(c, (unsigned)i, &st) == 0)
+			snprintf(uri, sizeof(uri), "%s", st.uri);
+		else
+			snprintf(uri, sizeof(uri), "%s", argv[2]);
+	}
 	if (!strcmp(argv[1], "remove"))
 		rc = rtrs_clt_path_remove(c, (unsigned)i);
 	else if (!strcmp(argv[1], "disconnect"))
@@ -231,7 +241,7 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 			: strerror(-rc));
 		return EXIT_FAIL;
 	}
-	fprintf(out, "path %d %s: %s\n", i, argv[2], !strcmp(argv[1], "remove") ? "removed" :
+	fprintf(out, "path %d %s: %s\n", i, uri, !strcmp(argv[1], "remove") ? "removed" :
 		!strcmp(argv[1], "disconnect") ? "disconnected" : "reconnecting");
 	return EXIT_OK;
 }

@@ -546,10 +546,12 @@ PY
 	expect_stderr_line "rtrs-client path add: tcp://127.0.0.2:$port: already a path of the session"
 	wait_status e4 'j["paths"][1]["reads"] + j["paths"][1]["writes"] > 0'
 	run_clt 0 path disconnect -s e4 0
+	expect_output "path 0 tcp://127.0.0.1:$port: disconnected"
 	wait_status e4 'j["paths"][0]["state"] == "closed" and j["paths"][0]["last_error"] == "disconnected by request"'
 	run_clt 0 path reconnect -s e4 "tcp://127.0.0.1:$port"
 	wait_status e4 'j["paths"][0]["state"] == "connected" and j["paths"][0]["reconnects_ok"] == 1'
 	run_clt 0 path remove -s e4 1
+	expect_output "path 1 tcp://127.0.0.2:$port: removed"
 	wait_status e4 'len(j["paths"]) == 1'
 	run_clt 1 path remove -s e4 5
 	expect_stderr_line "rtrs-client path remove: no path 5 (the session has 1)"
