@@ -136,10 +136,8 @@ static uint32_t key_hash(const struct akey *k)
 
 /* The sender's host (xdg_addr_host): a tag for the family, then the
  * address; a v4-mapped one as v4, so that a dual-stack socket sees a v4
- * host as one host whichever way it came.  IPv6 by its /64: a host takes
- * as many addresses of its subnet as it likes (privacy addresses,
- * RFC 8981), the /64 is what it is given (RFC 7421); a link-local one
- * whole and with its scope id, since fe80::1 on two links is two hosts. */
+ * host as one host whichever way it came, and IPv6 with its scope id,
+ * since fe80::1 on two links is two hosts. */
 static void host_key(const struct akey *k, struct xdg_addr *b)
 {
 	const struct in6_addr *a6 = (const struct in6_addr *)(const void *)k->addr;
@@ -148,15 +146,11 @@ static void host_key(const struct akey *k, struct xdg_addr *b)
 		b->host[0] = 4;
 		memcpy(b->host + 1, k->family == AF_INET ? k->addr : k->addr + 12, 4);
 		b->hostlen = 5;
-	} else if (IN6_IS_ADDR_LINKLOCAL(a6)) {
+	} else {
 		b->host[0] = 6;
 		memcpy(b->host + 1, &k->scope, 4);
 		memcpy(b->host + 5, k->addr, 16);
 		b->hostlen = 21;
-	} else {
-		b->host[0] = 'P';	/* a /64 prefix */
-		memcpy(b->host + 1, k->addr, 8);
-		b->hostlen = 9;
 	}
 }
 
