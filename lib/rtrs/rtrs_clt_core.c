@@ -291,9 +291,11 @@ int rtrs_core_submit(struct rtrs_core *c, struct rtrs_creq *r, uint64_t now)
 	r->failed_over = false;
 	r->path = NULL;
 	r->t0 = now;
-	/* keep the order of what already waits; a session message goes
-	 * ahead while the held requests wait for the layer above */
-	if ((c->nheld == 0 || (c->gated && (r->dir & RTRS_CLT_ADMIN))) &&
+	/* keep the order of what already waits; while the gate is shut only
+	 * a session message goes (held requests or none: IO sent before the
+	 * re-open is done could reach a device the server now numbers
+	 * otherwise) */
+	if ((c->gated ? (r->dir & RTRS_CLT_ADMIN) != 0 : c->nheld == 0) &&
 	    dispatch(c, r, false) == 0)
 		return 0;
 	if (rtrs_core_all_closed(c)) {

@@ -600,6 +600,31 @@ static void a_held_reopen_goes_out_through_the_gate(void **state)
 	done(f);
 }
 
+/* An idle session's outage: nothing waited, but IO that comes once a path
+ * is back waits for the resume all the same (the re-open may give its
+ * device another id); the re-open itself goes. */
+static void io_after_an_idle_outage_waits_for_resume(void **state)
+{
+	struct fake *f = mk(1, 16, RTRS_MP_MIN_INFLIGHT, -1);
+	uint32_t a, adm;
+
+	(void)state;
+	f->c.hold_users = 1;
+	rtrs_core_path_down(&f->c, &f->p[0], true, 0);
+	rtrs_core_path_up(&f->c, &f->p[0], 0);
+	assert_true(f->c.gated);
+	assert_int_equal(f->c.nheld, 0);
+	a = sub(f, RTRS_WRITE, 512, 0);
+	assert_int_equal(f->posted_on[a], -1);
+	assert_int_equal(f->c.nheld, 1);
+	adm = sub(f, RTRS_READ | RTRS_CLT_ADMIN, 36, 0);
+	assert_int_equal(f->posted_on[adm], 0);
+	rtrs_core_resume(&f->c);
+	assert_int_equal(rtrs_core_kick(&f->c, 0), 1);
+	assert_int_equal(f->posted_on[a], 0);
+	done(f);
+}
+
 /* Two users (two RNBD devices) hold through an outage: the requests that
  * waited go out only when both have resumed. */
 static void the_gate_waits_for_every_user(void **state)
@@ -723,6 +748,7 @@ int main(void)
 		cmocka_unit_test(after_an_outage_requests_wait_for_resume),
 		cmocka_unit_test(the_gate_waits_for_every_user),
 		cmocka_unit_test(a_held_reopen_goes_out_through_the_gate),
+		cmocka_unit_test(io_after_an_idle_outage_waits_for_resume),
 		cmocka_unit_test(held_requests_are_fixed_before_they_go),
 		cmocka_unit_test(removing_a_path_keeps_round_robin_going),
 		cmocka_unit_test(at_most_128_paths),
