@@ -210,7 +210,7 @@ static struct xrc *tcp_connect(const struct xuri *u, const struct xrc_opts *o, c
 		errno = rc == EAI_SYSTEM ? errno : EHOSTUNREACH;
 		return NULL;
 	}
-	for (a = ai; a && e != ETIMEDOUT; a = a->ai_next) {
+	for (a = ai; a && e != ETIMEDOUT && e != ECANCELED; a = a->ai_next) {
 		socklen_t sl = sizeof(e);
 
 		fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -623,9 +623,16 @@ static int tcp_req_windows(const struct xrc_req *r, unsigned flags, char *err, s
 	return -EOPNOTSUPP;
 }
 
+/* Out of its set with no timer to put it back (rewatch): only a caller
+ * that looks again soon takes it back. */
+static bool tcp_listener_waiting(const struct xrc_listener *xl)
+{
+	return ((const struct tcp_listener *)xl)->rewatch;
+}
+
 static const struct xrc_listener_ops tcp_listener_ops = {
 	tcp_listener_close, tcp_listener_fd, tcp_listener_port, tcp_get_request,
-	tcp_accept, tcp_reject, tcp_req_windows, NULL, tcp_listener_dropped,
+	tcp_accept, tcp_reject, tcp_req_windows, tcp_listener_waiting, tcp_listener_dropped,
 };
 
 static struct xrc_listener *tcp_listen(const struct xuri *u, const struct xrc_opts *o,
