@@ -56,8 +56,8 @@ struct ibc_fetch {
 	int size_other;			/* a peer that told another one, or -1 */
 	uint64_t other_size;
 	int origin_fd, local_fd;
-	struct stat origin_st;		/* as the generation was taken */
-	bool origin_xa;			/* its generation is its tag's */
+	struct stat origin_st, local_st;	/* as their generations were taken */
+	bool origin_xa, local_xa;		/* ... from their tags */
 	const char *local_name;		/* what local_fd reads, for messages */
 	const char *origin_name;	/* --origin, or the directory's (dir_origin) */
 	char *dir_origin;
@@ -233,7 +233,9 @@ static int open_copies(struct ibc_fetch *f, const char *origin, char *err, size_
 	if ((f->local_fd = open_copy(f->o.local, &st, err, errlen)) < 0)
 		return -ENOENT;
 	f->local_size = st.st_size;
+	f->local_st = st;
 	rc = ibc_gen_fd(f->local_fd, &st, &g, &xa);
+	f->local_xa = !rc && xa;
 	if (rc || (f->have_gen && g != f->gen)) {
 		/* another generation's bytes must not go out as this one's */
 		note(f, -1, IBC_NOTE_LOCAL_STALE, f->o.local);
@@ -332,8 +334,9 @@ static int add_peers(struct ibc_fetch *f, const struct ibc_dir *dir, const uint1
 		f->usable[id] = true;
 		f->npeers = id + 1;
 		/* with a cache, this host's own server holds what the cache
-		 * does: never asked over the network */
-		if (f->o.cache && f->self < 0 && is_self(&p->u)) {
+		 * does: never asked over the network (unless the cache could
+		 * not be had: then it may have it in its export) */
+		if (f->o.cache && f->local_fd >= 0 && f->self < 0 && is_self(&p->u)) {
 			f->self = id;
 			f->usable[id] = false;
 		}
@@ -621,6 +624,10 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 			f->local_fd = dup(f->caching ? f->cache_fd : f->origin_fd);
 			f->local_name = f->caching ? "the cache" : f->origin_name;
 			f->local_size = f->size;
+			/* the cache is written here, under its tag; the origin
+			 * is looked at as when it is read as the origin */
+			f->local_xa = f->caching || f->origin_xa;
+			f->local_st = f->origin_st;
 			if (f->local_fd < 0)
 				goto nomem;
 		}
@@ -718,6 +725,22 @@ static int read_failed(char *err, size_t errlen, const char *name, int rc, int64
 	return rc;
 }
 
+/* After a read of a copy whose generation is its mtime's (xa false): one
+ * written meanwhile (in place, or cut and grown again) may have given
+ * another generation's bytes, neither output nor cached under this one's
+ * name.  0, or -ESTALE said. */
+static int check_unchanged(struct ibc_fetch *f, int fd, const struct stat *then, bool xa,
+			   const char *name, char *err, size_t errlen)
+{
+	struct stat now;
+
+	if (xa || (fstat(fd, &now) == 0 && ibc_same_state(then, &now)))
+		return 0;
+	xerr(err, errlen, "%s: changed during the fetch (its bytes are no longer those of "
+	     "generation %llu)", name, (unsigned long long)f->gen);
+	return -ESTALE;
+}
+
 /* Pages of the local copy: runs of data, holes skipped with SEEK_DATA. */
 static int fill_local(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 {
@@ -737,6 +760,9 @@ static int fill_local(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 		if (held && (rc = ibc_pages_read(f->local_fd, (uint64_t)f->local_size, f->psize,
 						 f->pg[i], (uint64_t)held, page_buf(f, i))))
 			return read_failed(err, errlen, name, rc, f->local_size);
+		if (held && (rc = check_unchanged(f, f->local_fd, &f->local_st, f->local_xa, name,
+						  err, errlen)))
+			return rc;
 		for (int64_t k = 0; k < held; k++) {
 			f->state[i + k] = P_DONE;
 			f->fromloc[i + k] = 1;
@@ -1041,7 +1067,6 @@ static int fill_peers(struct ibc_fetch *f, uint32_t n)
 
 static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen)
 {
-	struct stat st;
 	int rc;
 
 	for (uint32_t i = 0; i < n;) {
@@ -1084,15 +1109,9 @@ static int fill_origin(struct ibc_fetch *f, uint32_t n, char *err, size_t errlen
 		if ((rc = ibc_pages_read(f->origin_fd, (uint64_t)f->size, f->psize, f->pg[i], run,
 					 page_buf(f, i))))
 			return read_failed(err, errlen, f->origin_name, rc, f->size);
-		/* written meanwhile (in place, or cut and grown again): what
-		 * was read may be another generation's, neither output nor
-		 * cached under this one's name */
-		if (!f->origin_xa && (fstat(f->origin_fd, &st) < 0 ||
-				      !ibc_same_state(&f->origin_st, &st))) {
-			xerr(err, errlen, "%s: changed during the fetch (its bytes are no longer "
-			     "those of generation %llu)", f->origin_name, (unsigned long long)f->gen);
-			return -ESTALE;
-		}
+		if ((rc = check_unchanged(f, f->origin_fd, &f->origin_st, f->origin_xa,
+					  f->origin_name, err, errlen)))
+			return rc;
 		f->st.origin_pages += run;
 		i += run;
 	}

@@ -726,18 +726,25 @@ xattr_gen() { python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.ib
 	[ "$(data_pages "$C/big")" = "0-4095" ] || die "cached pages: $(data_pages "$C/big")"
 }
 
-@test "an origin written while it is read (in place, or cut and grown back): one line, exit 1, no new byte out or cached" {
+@test "an origin or local copy written while it is read (in place, or cut and grown back): one line, exit 1, no new byte out or cached" {
 	local C=$BATS_TEST_TMPDIR/cache T=$BATS_TEST_TMPDIR how
 	mkdir -p "$C"
-	for how in write regrow; do
+	# write, regrow: the origin changes; local: the local copy does
+	# (--local, its generation its mtime's, no origin)
+	for how in write regrow local; do
 		rm -rf "${C:?}"/*
 		head -c $((40 << 20)) /dev/urandom >"$ORG/big"	# three chunks of 16 MiB
 		cp "$ORG/big" "$T/old"
 		# the first chunk goes out; then, the reader waiting, the origin
 		# changes under the second
-		fetch_held "$T" --origin "$ORG/big" --cache "$C" big
+		if [ $how = local ]; then
+			fetch_to "$T/o" 0 --origin "$ORG/big" big --pages 0
+			fetch_held "$T" --local "$ORG/big" --gen "$(stat_of gen)" big
+		else
+			fetch_held "$T" --origin "$ORG/big" --cache "$C" big
+		fi
 		sleep 0.05	# a later mtime, whatever the clock's grain
-		if [ $how = write ]; then
+		if [ $how != regrow ]; then
 			head -c 65536 /dev/urandom | dd of="$ORG/big" bs=64k seek=$((36 << 4)) conv=notrunc status=none
 		else
 			truncate -s 0 "$ORG/big"
@@ -750,7 +757,7 @@ xattr_gen() { python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.ib
 			die "$how: stderr: $(cat "$T/err")"
 		# what went out is the old file's, and so is every page cached
 		cmp "$T/o" <(head -c "$(stat -c %s "$T/o")" "$T/old") || die "$how: the output is not the old file's"
-		python3 -c 'import os, sys
+		[ $how = local ] || python3 -c 'import os, sys
 c, o = open(sys.argv[1], "rb"), open(sys.argv[2], "rb")
 fd, end, off = c.fileno(), os.fstat(c.fileno()).st_size, 0
 while off < end:
