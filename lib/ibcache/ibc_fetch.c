@@ -32,12 +32,14 @@ enum { WHY_MISS = 0, WHY_SIZE = 1, WHY_NOSIZE = 2, WHY_BUSY = 3 };
  * many times, before the next peer (it is likely fetching it right now) */
 #define HOME_WAIT_NS	(2 * XTIME_NS_PER_MS)
 #define HOME_WAITS	250
-/* A peer out of room for a request (ENOMEM) is asked again after this,
- * doubled at each try: while our own requests to it are out (they hold
- * our host's share) without counting a try; else BUSY_TRIES_MAX times in
- * all (5 ms to 640 ms: over a second in all, others' replies drain) */
+/* A peer out of room for a request (ENOMEM: its replies to this host,
+ * ours too, hold the host's share) is asked again after this, doubled at
+ * each try up to 320 ms: for BUSY_GIVE_UP_NS from the first ENOMEM, or
+ * while requests of ours to it are still out (their replies drain: the
+ * room is coming), for BUSY_MAX_NS at most */
 #define BUSY_WAIT_NS	(5 * XTIME_NS_PER_MS)
-#define BUSY_TRIES_MAX	8
+#define BUSY_GIVE_UP_NS	(2 * XTIME_NS_PER_S)
+#define BUSY_MAX_NS	(10 * XTIME_NS_PER_S)
 
 struct flight {
 	bool used;
@@ -90,6 +92,7 @@ struct ibc_fetch {
 	uint8_t *hwait;			/* times its home was asked again */
 	uint8_t *why, *whyp;		/* WHY_*, and of which peer */
 	uint64_t *not_before;		/* not asked again before then */
+	uint64_t *busy_since;		/* its peer's first ENOMEM, or 0 */
 	uint16_t *rank;			/* chunk x npeers */
 	uint8_t **dst;			/* scratch for a request */
 	uint64_t *reqpg;
@@ -643,10 +646,12 @@ struct ibc_fetch *ibc_fetch_new(const struct ibc_fetch_opts *o, const struct ibc
 	f->pg = calloc(f->chunk, sizeof(*f->pg));
 	f->state = calloc(f->chunk, 7);
 	f->not_before = calloc(f->chunk, sizeof(*f->not_before));
+	f->busy_since = calloc(f->chunk, sizeof(*f->busy_since));
 	f->rank = calloc((size_t)f->chunk * (f->npeers ? f->npeers : 1), sizeof(*f->rank));
 	f->dst = calloc(GFCC_PAGES_MAX, sizeof(*f->dst));
 	f->reqpg = calloc(GFCC_PAGES_MAX, sizeof(*f->reqpg));
-	if (!f->buf || !f->pg || !f->state || !f->rank || !f->dst || !f->reqpg || !f->not_before)
+	if (!f->buf || !f->pg || !f->state || !f->rank || !f->dst || !f->reqpg || !f->not_before ||
+	    !f->busy_since)
 		goto nomem;
 	f->pos = f->state + f->chunk;
 	f->tries = f->pos + f->chunk;
@@ -686,6 +691,7 @@ void ibc_fetch_free(struct ibc_fetch *f)
 	free(f->pg);
 	free(f->state);
 	free(f->not_before);
+	free(f->busy_since);
 	free(f->rank);
 	free(f->dst);
 	free(f->reqpg);
@@ -795,6 +801,7 @@ static void next_peer(struct ibc_fetch *f, uint32_t i)
 {
 	f->pos[i]++;
 	f->tries[i] = 0;
+	f->busy_since[i] = 0;
 }
 
 static void peer_gone(struct ibc_fetch *f, int peer, enum ibc_note n, const char *detail)
@@ -942,9 +949,17 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 		else if (d->err == ENOMEM) {
 			f->why[i] = why;
 			f->whyp[i] = (uint8_t)peer;
-			f->not_before[i] = now + (BUSY_WAIT_NS << (f->tries[i] < 7 ? f->tries[i] : 7));
-			if (!asking(f, peer) && ++f->tries[i] >= BUSY_TRIES_MAX)
+			if (!f->busy_since[i])
+				f->busy_since[i] = now;
+			if (now - f->busy_since[i] >= BUSY_MAX_NS ||
+			    (now - f->busy_since[i] >= BUSY_GIVE_UP_NS && !asking(f, peer))) {
 				next_peer(f, i);
+				continue;
+			}
+			/* as long again as it has been busy: doubling */
+			f->not_before[i] = now + (now - f->busy_since[i] < BUSY_WAIT_NS ? BUSY_WAIT_NS
+						  : now - f->busy_since[i] > 64 * BUSY_WAIT_NS
+						  ? 64 * BUSY_WAIT_NS : now - f->busy_since[i]);
 			continue;
 		} else if ((d->err == 0 && j == d->reply_pages) || (d->err == ENOENT && f->caching)) {
 			if (!home_wait(f, i, peer, now))
@@ -1031,7 +1046,7 @@ static int fill_peers(struct ibc_fetch *f, uint32_t n)
 		uint16_t *r = &f->rank[(size_t)i * f->npeers];
 
 		f->pos[i] = f->tries[i] = f->hwait[i] = 0;
-		f->not_before[i] = 0;
+		f->not_before[i] = f->busy_since[i] = 0;
 		for (int p = 0; p < f->npeers; p++)
 			r[p] = (uint16_t)p;
 		/* rendezvous: the block's home peer first */
