@@ -860,9 +860,7 @@ static void conn_flush(struct conn *c)
 		}
 		for (struct nreq *r = c->rq_head; r && n + 2 <= IOV_BATCH; r = r->next) {
 			uint32_t hs = r->sent < NBD_REPLY_LEN ? r->sent : NBD_REPLY_LEN;
-			uint32_t ds = r->sent - hs;
-
-			uint32_t db = 0;
+			uint32_t ds = r->sent - hs, db = 0;
 
 			if (hs < NBD_REPLY_LEN)
 				iov[n++] = (struct iovec){ r->hdr + hs, NBD_REPLY_LEN - hs };

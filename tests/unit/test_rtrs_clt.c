@@ -571,6 +571,15 @@ static void after_an_outage_requests_wait_for_resume(void **state)
 	done(f);
 }
 
+/* Path 0 down and up again with one user holding through it: the gate
+ * is shut. */
+static void outage(struct fake *f)
+{
+	rtrs_core_path_down(&f->c, &f->p[0], true, 0);
+	rtrs_core_path_up(&f->c, &f->p[0], 0);
+	assert_true(f->c.gated);
+}
+
 /* An outage while the re-open is in flight holds the re-open too: once a
  * path is back it goes out, though the gate is shut, ahead of the IO. */
 static void a_held_reopen_goes_out_through_the_gate(void **state)
@@ -581,16 +590,11 @@ static void a_held_reopen_goes_out_through_the_gate(void **state)
 	(void)state;
 	f->c.hold_users = 1;
 	a = sub(f, RTRS_WRITE, 512, 0);
-	rtrs_core_path_down(&f->c, &f->p[0], true, 0);
-	rtrs_core_path_up(&f->c, &f->p[0], 0);
-	assert_true(f->c.gated);
+	outage(f);
 	adm = sub(f, RTRS_READ | RTRS_CLT_ADMIN, 36, 0);
 	assert_int_equal(f->posted_on[adm], 0);
-	rtrs_core_path_down(&f->c, &f->p[0], true, 0);	/* it is held now */
-	assert_int_equal(f->c.nheld, 2);
 	f->posted_on[adm] = f->posted_on[a] = -1;
-	rtrs_core_path_up(&f->c, &f->p[0], 0);
-	assert_true(f->c.gated);
+	outage(f);				/* it was held meanwhile */
 	assert_int_equal(f->posted_on[adm], 0);		/* through the gate */
 	assert_int_equal(f->posted_on[a], -1);		/* the IO waits */
 	assert_int_equal(f->c.nheld, 1);
@@ -610,9 +614,7 @@ static void io_after_an_idle_outage_waits_for_resume(void **state)
 
 	(void)state;
 	f->c.hold_users = 1;
-	rtrs_core_path_down(&f->c, &f->p[0], true, 0);
-	rtrs_core_path_up(&f->c, &f->p[0], 0);
-	assert_true(f->c.gated);
+	outage(f);
 	assert_int_equal(f->c.nheld, 0);
 	a = sub(f, RTRS_WRITE, 512, 0);
 	assert_int_equal(f->posted_on[a], -1);
