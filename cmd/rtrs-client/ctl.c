@@ -456,11 +456,6 @@ int cmd_path(int argc, char **argv)
 			return bad_option(cmd, "s:h", argv);
 		}
 	}
-	if (!session)
-		return usage_error(cmd, "a session name is needed (-s SESSION)");
-	if (rtrs_check_pathname(session))
-		return usage_error(cmd, "-s: '%s': a session name is 1 to 254 characters "
-				   "without '/' or '.'", session);
 	if (optind >= argc)
 		return usage_error(cmd, "a path is needed (URI%s)", strcmp(verb, "add") ? " or N" : "");
 	what = argv[optind++];
@@ -470,11 +465,18 @@ int cmd_path(int argc, char **argv)
 			ctl = optarg;
 		else if (c == 's')
 			session = optarg;
+		else if (c == 'h')
+			{ cmd_usage(stdout, "path"); return EXIT_OK; }
 		else
 			return bad_option(cmd, "s:h", argv);
 	}
 	if (optind < argc)
 		return usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	if (!session)
+		return usage_error(cmd, "a session name is needed (-s SESSION)");
+	if (rtrs_check_pathname(session))
+		return usage_error(cmd, "-s: '%s': a session name is 1 to 254 characters "
+				   "without '/' or '.'", session);
 	if (!strcmp(verb, "add")) {
 		struct xuri u;
 		char err[256];

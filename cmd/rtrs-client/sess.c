@@ -549,6 +549,9 @@ const char *sess_strerror(const struct sess *ss, int err, char *buf, size_t len)
 
 	if ((err == -ENOTCONN || err == -ECONNABORTED) && !rtrs_clt_alive(ss->clt))
 		snprintf(buf, len, "all paths to %s are down", ss->o->session);
+	else if (err == -ENOTCONN && !rtrs_clt_connected(ss->clt))
+		snprintf(buf, len, "every path to %s is closed (disconnected: 'path reconnect' "
+			 "brings one back)", ss->o->session);
 	else if (err == -ECONNABORTED && !rtrs_clt_connected(ss->clt) && !ss->o->ro.down_timeout_ns)
 		snprintf(buf, len, "all paths to %s are down (--down-timeout 0)", ss->o->session);
 	else if (err == -ECONNABORTED && !rtrs_clt_connected(ss->clt))

@@ -175,7 +175,8 @@ uint32_t rtrs_clt_queue_depth(const struct rtrs_clt *s);
 uint32_t rtrs_clt_max_io(const struct rtrs_clt *s);	/* min over the paths */
 /* Requests queued or in flight. */
 uint32_t rtrs_clt_inflight(const struct rtrs_clt *s);
-/* Whether any path is CONNECTED / any is not CLOSED. */
+/* Whether any path is CONNECTED / any is not CLOSED or was closed by
+ * rtrs_clt_path_disconnect() (a reconnect may bring it back). */
 bool rtrs_clt_connected(const struct rtrs_clt *s);
 bool rtrs_clt_alive(const struct rtrs_clt *s);
 const char *rtrs_clt_sessname(const struct rtrs_clt *s);

@@ -537,6 +537,7 @@ int rtrs_core_path_reconnect(struct rtrs_core *c, struct rtrs_cpath *p, uint64_t
 	if (p->state == RTRS_CLT_CONNECTED)
 		rtrs_core_path_down(c, p, true, now);
 	p->state = RTRS_CLT_RECONNECTING;
+	p->by_request = false;
 	p->attempts = 0;
 	p->due_ns = now;
 	return 0;

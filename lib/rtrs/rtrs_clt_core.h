@@ -71,6 +71,8 @@ struct rtrs_cpath {
 	uint64_t due_ns;		/* RECONNECTING: when the next attempt starts */
 	bool established;		/* counted in paths_up */
 	bool ever_up;
+	bool by_request;		/* CLOSED by a disconnect: a reconnect may
+					 * follow, so the session is not given up */
 	uint64_t reads, read_bytes, writes, write_bytes;
 	uint64_t failovers, reconnects_ok, reconnects_failed;
 };

@@ -406,6 +406,7 @@ int rtrs_clt_path_disconnect(struct rtrs_clt *s, unsigned idx)
 	clt_path_detach(p);
 	snprintf(p->last_error, sizeof(p->last_error), "disconnected by request");
 	rtrs_core_path_down(&s->core, &p->core, false, xtime_ns());
+	p->core.by_request = true;
 	return 0;
 }
 

@@ -546,7 +546,8 @@ PY
 	run_clt 1 path add -s e4 "tcp://127.0.0.2:$port"
 	expect_stderr_line "rtrs-client path add: tcp://127.0.0.2:$port: already a path of the session"
 	wait_status e4 'j["paths"][1]["reads"] + j["paths"][1]["writes"] > 0'
-	run_clt 0 path disconnect -s e4 0
+	# options may follow the operand, as everywhere
+	run_clt 0 path disconnect 0 -s e4
 	expect_output "path 0 tcp://127.0.0.1:$port: disconnected"
 	wait_status e4 'j["paths"][0]["state"] == "closed" and j["paths"][0]["last_error"] == "disconnected by request"'
 	run_clt 0 path reconnect -s e4 "tcp://127.0.0.1:$port"

@@ -419,6 +419,27 @@ good 0"
 	grep -q "err= 0" "$T/fio.out"
 }
 
+@test "the only path disconnected by request: the export stays, reads fail with EIO, reconnect serves again" {
+	local port
+	port=$(free_port)
+	disk disk.img 4M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+	run_limited 30 nbdcopy 0 nbdcopy "$NBD_URI" "$T/out"
+	run_clt 0 path disconnect -s n1 0
+	expect_output "path 0 tcp://127.0.0.1:$port: disconnected"
+	wait_status n1 'j["paths"][0]["state"] == "closed"'
+	run_limited 30 nbdcopy 1 nbdcopy "$NBD_URI" "$T/out2"
+	[[ $stderr == *"Input/output error"* ]] || die "$stderr"
+	sleep 1
+	kill -0 "$NBD_PID" || die "the export ended: $(cat "$T/nbd-n1.err")"
+	run_clt 0 path reconnect -s n1 0
+	wait_status n1 'j["paths"][0]["state"] == "connected"'
+	rm -f "$T/out"
+	run_limited 30 nbdcopy 0 nbdcopy "$NBD_URI" "$T/out"
+	cmp "$T/out" "$T/disk.img"
+}
+
 @test "stopped and continued (^Z, fg) under fio: it goes on serving, no error" {
 	need fio
 	local port rc=0 i
