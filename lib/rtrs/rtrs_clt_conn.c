@@ -201,8 +201,12 @@ static int info_exchange(struct rtrs_conn_job *j)
 		}
 		for (int i = 0; i < n; i++) {
 			if (wc[i].status) {
-				rc = fail(j, -ECONNRESET, "%s: INFO exchange: %s", j->uristr,
-					  strerror(-wc[i].status));
+				/* the server knows the session's name only now,
+				 * and has no way but closing to refuse it */
+				rc = fail(j, -ECONNRESET, "%s: INFO exchange: %s (the server "
+					  "refused the session: its log says why; a name "
+					  "another client's session holds is one reason)",
+					  j->uristr, strerror(-wc[i].status));
 				goto out;
 			}
 			if (wc[i].op == XRC_OP_SEND) {

@@ -339,7 +339,9 @@ int srv_info_admit(struct srv_path *p, uint16_t cid, const void *buf, uint32_t l
 		return -EPROTO;
 	}
 	if (name_taken(srv, s, m->pathname)) {
-		*why = "session name used by another session (-EPERM)";
+		snprintf(p->why_buf, sizeof(p->why_buf),
+			 "session name '%s' used by another client's session (-EPERM)", m->pathname);
+		*why = p->why_buf;
 		return -EPERM;
 	}
 	if (srv->o.allow && srv->o.allow(srv->o.allow_ctx ? srv->o.allow_ctx : srv->ctx, p->peer_host,

@@ -105,6 +105,7 @@ struct srv_path {
 	struct rtrs_hb hb;
 	uint64_t created_ns, up_ns;
 	const char *why;		/* why it is closing (for the log) */
+	char why_buf[RTRS_NAME_MAX + 64];	/* a why that names something */
 	struct rtrs_srv_stats st;
 };
 

@@ -79,6 +79,32 @@ Try 'rtrs-client read --help'."
 	[[ ${stderr%%$'\n'*} == *"without '/' or '.'" ]]
 }
 
+@test "a session name another client's session holds: refused at the INFO exchange, both ends say so" {
+	local port
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -v -e "d1=$T/disk.img"
+	start_nbd_bg() {
+		"$RTRS_CLIENT" nbd -s same1 --ctl "$T/c1.sock" -p "tcp://127.0.0.1:$port" -d d1 \
+			--socket "$T/n1.sock" >"$T/n1.out" 2>"$T/n1.err" &
+		BG_PIDS+=($!)
+	}
+	start_nbd_bg
+	local i
+	for i in $(seq 100); do [ -s "$T/n1.out" ] && break; sleep 0.05; done
+	[ -s "$T/n1.out" ] || die "the first client did not start: $(cat "$T/n1.err")"
+	# another host's client (another --ctl) with the same session name
+	run_clt 1 read -s same1 --ctl "$T/c2.sock" -p "tcp://127.0.0.1:$port" -d d1 --length 4096
+	[[ ${stderr%%$'\n'*} == "rtrs-client read: all paths to same1 are down: tcp://127.0.0.1:$port: INFO exchange: "*"(the server refused the session: its log says why; a name another client's session holds is one reason)" ]] ||
+		die "$stderr"
+	grep -q "closed: session name 'same1' used by another client's session (-EPERM)" "$SRV_ERR" ||
+		die "$(cat "$SRV_ERR")"
+	# the first one is untouched
+	run_clt 0 status -s same1 --ctl "$T/c1.sock" -o json
+	[ "$(json 'j["paths"][0]["state"] == "connected" and j["paths"][0]["reconnects_failed"] == 0')" = True ] ||
+		die "$output"
+}
+
 @test "numbers and words are checked" {
 	local c=(-s s1 -p tcp://127.0.0.1 -d d1)
 	run_clt 2 bench "${c[@]}" --iodepth 0

@@ -420,6 +420,7 @@ good 0"
 }
 
 @test "the only path disconnected by request: the export stays, reads fail with EIO, reconnect serves again" {
+	need nbdcopy
 	local port
 	port=$(free_port)
 	disk disk.img 4M
