@@ -77,7 +77,22 @@ int xctl_default_path(const char *name, char *buf, size_t len)
 	if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077))
 		return -EPERM;
 	n = snprintf(buf, len, "%s/%s.sock", dir, name);
-	if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))
+	if (n >= 0 && (size_t)n < len && (size_t)n < sizeof(((struct sockaddr_un *)0)->sun_path))
+		return 0;
+	/* A name too long for a socket's path (a session name may have 254
+	 * characters): its start, '~' and a hash of the whole, the same in
+	 * the daemon and in every command that looks for it. */
+	uint64_t h = 0xcbf29ce484222325ull;	/* FNV-1a */
+	size_t room = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+	size_t fixed = strlen(dir) + 1 + 1 + 16 + strlen(".sock");
+
+	for (const char *q = name; *q; q++)
+		h = (h ^ (uint8_t)*q) * 0x100000001b3ull;
+	if (fixed >= room)
+		return -ENAMETOOLONG;
+	n = snprintf(buf, len, "%s/%.*s~%016llx.sock", dir, (int)(room - fixed), name,
+		     (unsigned long long)h);
+	if (n < 0 || (size_t)n >= len)
 		return -ENAMETOOLONG;
 	return 0;
 }

@@ -24,8 +24,10 @@
 struct xctl;
 
 /* Fills buf with the default socket path for `name` (e.g.
- * "rtrs-client-SESSION"), creating its directory (0700) if needed.
- * 0, or -errno (-ENAMETOOLONG, or the mkdir's). */
+ * "rtrs-client-SESSION"), creating its directory (0700) if needed: DIR/
+ * NAME.sock, or where that is too long for a socket, DIR/START~HASH.sock
+ * (the name's start and a 64-bit hash of all of it).  0, or -errno
+ * (-ENAMETOOLONG, or the mkdir's). */
 int xctl_default_path(const char *name, char *buf, size_t len);
 
 /* Listens on `path` (a stale socket left by a dead process is replaced;

@@ -105,6 +105,23 @@ Try 'rtrs-client read --help'."
 		die "$output"
 }
 
+@test "a session name of 254 characters has its control socket by default: status and path reach it" {
+	local port name
+	port=$(free_port)
+	name=$(printf 'n%.0s' $(seq 254))
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	"$RTRS_CLIENT" nbd -s "$name" -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock" \
+		>"$T/n1.out" 2>"$T/n1.err" &
+	BG_PIDS+=($!)
+	local i
+	for i in $(seq 100); do [ -s "$T/n1.out" ] && break; sleep 0.05; done
+	[ -s "$T/n1.out" ] && [ ! -s "$T/n1.err" ] || die "$(cat "$T/n1.err")"
+	wait_status "$name" 'j["paths"][0]["state"] == "connected"'
+	run_clt 0 path disconnect -s "$name" 0
+	expect_output "path 0 tcp://127.0.0.1:$port: disconnected"
+}
+
 @test "numbers and words are checked" {
 	local c=(-s s1 -p tcp://127.0.0.1 -d d1)
 	run_clt 2 bench "${c[@]}" --iodepth 0

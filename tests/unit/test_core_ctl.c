@@ -397,6 +397,23 @@ static void default_path_is_private(void **state)
 	setenv("XDG_RUNTIME_DIR", rt, 1);
 	assert_int_equal(xctl_default_path("rtrs-client-s1", p, sizeof(p)), 0);
 	assert_non_null(strstr(p, "/rt/xprt/rtrs-client-s1.sock"));
+	/* a name too long for a socket: its start and a hash, one per name */
+	{
+		char l1[300], l2[300], q1[256], q2[256];
+
+		memset(l1, 'a', 270);
+		l1[270] = 0;
+		memcpy(l2, l1, sizeof(l1));
+		l2[269] = 'b';
+		assert_int_equal(xctl_default_path(l1, q1, sizeof(q1)), 0);
+		assert_int_equal(xctl_default_path(l2, q2, sizeof(q2)), 0);
+		assert_true(strlen(q1) < sizeof(((struct sockaddr_un *)0)->sun_path));
+		assert_string_not_equal(q1, q2);
+		assert_non_null(strstr(q1, "/rt/xprt/aaaa"));
+		assert_non_null(strchr(q1, '~'));
+		assert_int_equal(xctl_default_path(l1, q2, sizeof(q2)), 0);
+		assert_string_equal(q1, q2);
+	}
 	snprintf(p, sizeof(p), "%s/xprt", rt);
 	assert_int_equal(stat(p, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0700);
