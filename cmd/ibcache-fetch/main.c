@@ -89,6 +89,10 @@ static void on_note(void *p, enum ibc_note n, const char *peer, const char *deta
 	case IBC_NOTE_ERROR:
 		fprintf(stderr, PROG ": %s: %s; its pages come from the next source\n", peer, detail);
 		break;
+	case IBC_NOTE_MTU:
+		fprintf(stderr, PROG ": %s: refuses datagrams of our size (its --mtu is smaller); "
+			"asking again with %s-byte ones\n", peer, detail);
+		break;
 	case IBC_NOTE_BUSY:
 		fprintf(stderr, PROG ": %s: out of room for requests (busy, ENOMEM); its pages are "
 			"asked again, then from the next source\n", peer);

@@ -79,6 +79,7 @@ struct ibc_fetch {
 	int npeers;			/* ibc_req peer ids 0..npeers-1 */
 	uint64_t keys[IBC_PEERS_MAX];
 	bool usable[IBC_PEERS_MAX];
+	uint32_t mtu_said[IBC_PEERS_MAX];	/* the datagram size last said (IBC_NOTE_MTU) */
 	uint8_t noted[IBC_PEERS_MAX];	/* note(): 1 busy said, 2 another said */
 	bool hslow[IBC_PEERS_MAX];	/* a home that made a page wait out: not waited for again */
 	ibc_note_fn note;
@@ -167,7 +168,7 @@ bad:
  * hide why it was dropped later. */
 static void note(struct ibc_fetch *f, int peer, enum ibc_note n, const char *detail)
 {
-	if (peer >= 0) {
+	if (peer >= 0 && n != IBC_NOTE_MTU) {	/* a few steps down: each said */
 		uint8_t bit = n == IBC_NOTE_BUSY ? 1 : 2;
 
 		if (f->noted[peer] & bit)
@@ -896,12 +897,27 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 	int peer = fl->peer, take;
 	uint64_t now = xtime_ns();
 	uint8_t why = WHY_MISS;
+	bool smaller = false;
 	char det[128];
+	uint32_t mtu;
 
 	fl->used = false;
 	take = size_ok(f, d, peer, &why);
 	switch (d->err) {
 	case 0: case ENOENT: case ETIMEDOUT: case -ETIMEDOUT:
+		break;
+	case EMSGSIZE:
+		/* its --mtu is below our path's: smaller datagrams, again */
+		if ((mtu = ibc_req_lower_mtu(f->rq, peer, d->mtu))) {
+			snprintf(det, sizeof(det), "%u", mtu);
+			if (mtu < f->mtu_said[peer] || !f->mtu_said[peer])
+				note(f, peer, IBC_NOTE_MTU, det);
+			f->mtu_said[peer] = mtu;
+			smaller = true;
+			break;
+		}
+		snprintf(det, sizeof(det), "%s", strerror(EMSGSIZE));
+		peer_gone(f, peer, IBC_NOTE_ERROR, det);
 		break;
 	case ENOMEM:
 		/* busy with others' requests, or ours: a while later, again */
@@ -938,8 +954,8 @@ static void on_done(struct ibc_fetch *f, const struct ibc_done *d)
 			continue;
 		}
 		f->state[i] = P_NEED;
-		if (j >= d->taken)
-			continue;
+		if (j >= d->taken || smaller)
+			continue;		/* smaller: the same peer again */
 		if (take == 0) {
 			f->why[i] = why;
 			f->whyp[i] = (uint8_t)peer;

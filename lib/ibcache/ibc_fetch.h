@@ -76,6 +76,8 @@ enum ibc_note {
 	IBC_NOTE_STALE,		/* its copy has another generation */
 	IBC_NOTE_ERROR,		/* it answered an error: detail */
 	IBC_NOTE_BUSY,		/* it refused a request: out of room (ENOMEM) */
+	IBC_NOTE_MTU,		/* it refused our datagram size (EMSGSIZE): asked again
+				 * with datagrams of detail bytes */
 	IBC_NOTE_SIZE,		/* its copy has another size than the file's: detail */
 	IBC_NOTE_NOSIZE,	/* it does not tell the size, and nothing here knows it */
 	IBC_NOTE_LOCAL_STALE,	/* --local has another generation: not used */

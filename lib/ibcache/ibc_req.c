@@ -29,6 +29,7 @@ struct ent {
 	bool dirty;			/* ended early: drain/reset before reuse */
 	bool watched;			/* in the epoll set (ent_watch) */
 	int peer;
+	uint32_t mtu;			/* the peer's datagram size when it went */
 	struct xdg_addr *addr[IBC_PEERS_MAX];	/* peers imported into d */
 	struct xdg_addr *connected;	/* udp */
 	struct ibc_rq rq;
@@ -69,6 +70,7 @@ struct peer {
 	char name[300];
 	struct kind *k;
 	struct xdg_addr *addr;		/* on the resolver */
+	uint32_t mtu;			/* datagram payload: the path's, or less */
 	uint32_t seglen, max_pblk, max_pages, window;
 	uint64_t srtt;			/* ns, 0 until measured */
 	uint64_t heard;			/* last datagram for one of our requests */
@@ -194,11 +196,27 @@ static int open_resolver(struct kind *k, char *err, size_t errlen)
 	return k->resolver ? 0 : -errno;
 }
 
+/* What the datagram size pm sets for a peer.  UD: the whole MTU is
+ * payload (the GRH lands in a buffer of its own); UDP: the segment header
+ * goes first. */
+static void peer_mtu(struct ibc_req *q, struct peer *p, uint32_t pm)
+{
+	uint32_t dgbytes;
+
+	p->mtu = pm;
+	p->seglen = gfcc_seglen(pm, p->k->scheme == XURI_UD ? GFCC_UD : GFCC_UDP);
+	p->max_pblk = gfcc_req_max_pblk(pm, true);
+	dgbytes = p->seglen + (p->k->scheme == XURI_UDP ? GFCC_DSEG_LEN : 0);
+	p->window = q->o.window_bytes / dgbytes;
+	if (p->window < 4)
+		p->window = 4;
+}
+
 int ibc_req_add_peer(struct ibc_req *q, const struct xuri *u, char *err, size_t errlen)
 {
 	struct peer *p;
 	struct kind *k;
-	uint32_t pm, dgbytes;
+	uint32_t pm;
 	int rc;
 
 	if (q->npeers == IBC_PEERS_MAX) {
@@ -227,15 +245,8 @@ int ibc_req_add_peer(struct ibc_req *q, const struct xuri *u, char *err, size_t 
 		snprintf(err, errlen, "%s: path MTU %u is below gfcc's %u", p->name, pm, GFCC_MTU_MIN);
 		return -EMSGSIZE;
 	}
-	/* UD: the whole MTU is payload (the GRH lands in a buffer of its own);
-	 * UDP: the segment header goes first */
-	p->seglen = gfcc_seglen(pm, k->scheme == XURI_UD ? GFCC_UD : GFCC_UDP);
-	p->max_pblk = gfcc_req_max_pblk(pm, true);
+	peer_mtu(q, p, pm);
 	p->max_pages = gfcc_max_pages(q->o.psize);
-	dgbytes = p->seglen + (k->scheme == XURI_UDP ? GFCC_DSEG_LEN : 0);
-	p->window = q->o.window_bytes / dgbytes;
-	if (p->window < 4)
-		p->window = 4;
 	if (pm > k->mtu)
 		k->mtu = pm;
 	if (k->scheme == XURI_UD) {
@@ -248,6 +259,24 @@ int ibc_req_add_peer(struct ibc_req *q, const struct xuri *u, char *err, size_t 
 			k->pieces_max = GFCC_PIECES_MAX(p->seglen, q->o.psize);
 	}
 	return q->npeers++;
+}
+
+uint32_t ibc_req_lower_mtu(struct ibc_req *q, int peer, uint32_t refused)
+{
+	static const uint32_t steps[] = { 8972, 1472 };
+	struct peer *p;
+	uint32_t pm = 0;
+
+	if (peer < 0 || peer >= q->npeers || (p = &q->peers[peer])->k->scheme != XURI_UDP)
+		return 0;
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !pm; i++)
+		if (steps[i] < refused)
+			pm = steps[i];
+	if (!pm)
+		pm = refused / 2 >= GFCC_MTU_MIN ? refused / 2 : 0;
+	if (pm && pm < p->mtu)
+		peer_mtu(q, p, pm);
+	return pm ? p->mtu : 0;
 }
 
 const char *ibc_req_peer_name(const struct ibc_req *q, int peer)
@@ -493,6 +522,7 @@ int ibc_req_submit(struct ibc_req *q, int peer, uint64_t ino, uint64_t gen,
 	taken = ibc_rq_init(&e->rq, &c);
 	if (taken < 0)
 		return taken;
+	e->mtu = p->mtu;
 	/* the pieces of a segment, its header and room past the end must fit
 	 * one scatter list; else (small pages in big segments) copy */
 	e->placed = k->scheme == XURI_UDP && !xdg_gro(e->d) &&
@@ -540,6 +570,7 @@ static void finish(struct ibc_req *q, struct ent *e, struct ibc_done *d)
 	memset(d, 0, sizeof(*d));
 	d->tag = e->tag;
 	d->peer = e->peer;
+	d->mtu = e->mtu;
 	d->taken = r->req.npage;
 	d->reply_pages = ibc_rq_reply_pages(r);
 	d->err = r->err;

@@ -75,6 +75,7 @@ struct ibc_req_stats {
 struct ibc_done {
 	uint64_t tag;			/* the caller's, from submit */
 	int peer;
+	uint32_t mtu;			/* the datagram size it went with */
 	uint32_t taken;			/* pages the request carried: the first
 					 * `taken` of those submitted */
 	uint32_t reply_pages;		/* the reply's npage (a prefix), when one came */
@@ -105,6 +106,14 @@ const char *ibc_req_peer_name(const struct ibc_req *q, int peer);
 uint32_t ibc_req_max_pages(const struct ibc_req *q, int peer);
 /* Segment payload bytes used with this peer (0 before it is resolved). */
 uint32_t ibc_req_seglen(const struct ibc_req *q, int peer);
+/* For a udp:// peer that answered EMSGSIZE to a request of datagram size
+ * `refused` (ibc_done.mtu): its --mtu is below our path's.  The next
+ * requests go with the next size below that one -- 8972 (a 9000-byte
+ * link), 1472 (1500), then halves down to gfcc's smallest -- unless they
+ * go smaller already (an answer to an older request).  The size they go
+ * with, or 0 when there is none below (or the peer is ud://, whose MTU is
+ * the port's at both ends). */
+uint32_t ibc_req_lower_mtu(struct ibc_req *q, int peer, uint32_t refused);
 
 /* Memory the pages of ud:// requests land in straight from the device
  * (nothing to do for udp://).  0 or -errno + err. */

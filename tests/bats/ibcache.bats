@@ -82,6 +82,22 @@ S=$IBCACHE_SERVE
 	[ "$(srv_status requests)" -gt 0 ]
 }
 
+@test "a server with a smaller --mtu than our path's: datagrams step down to it, every page from the peer, each step said" {
+	mkdata m 1048699
+	local mtu
+	for mtu in 9000 1500 600; do
+		start_serve udp://127.0.0.1:0 --mtu "$mtu"
+		fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/m" m
+		same "$BATS_TEST_TMPDIR/o" "$ORG/m"
+		[ "$(stat_of origin_pages)" -eq 0 ] || die "--mtu $mtu: origin pages $(stat_of origin_pages): $stderr"
+		[ "$(stat_of peer_pages)" -eq 257 ]
+		[[ $stderr == *"${URIS[0]}: refuses datagrams of our size (its --mtu is smaller); asking again with 8972-byte ones"* ]] ||
+			die "--mtu $mtu: $stderr"
+		kill "$SRV_PID"
+	done
+	[[ $stderr == *"asking again with 1472-byte ones"*"asking again with 736-byte ones"* ]] || die "$stderr"
+}
+
 @test "--pages: whole pages in list order, the last one ends with the file" {
 	mkdata d/p 41000	# 10 pages and 40 bytes
 	start_serve udp://127.0.0.1:0
