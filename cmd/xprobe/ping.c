@@ -47,6 +47,7 @@ struct ping_result {
 	uint64_t failed;
 	enum xp_status first_failure;
 	uint32_t inl;		/* verbs test: inline up to this */
+	bool datagram;		/* udp, ud: no priorities */
 };
 
 static void print_reply(const struct ping_opts *o, const char *target, uint64_t seq,
@@ -90,7 +91,7 @@ static int report(const struct ping_opts *o, struct ping_result *r)
 			xnode_set_str(m, "op", vt_op_name(o->vt.op));
 			xnode_set_u64(m, "imm", o->vt.imm);
 			xnode_set_u64(m, "inline", r->inl);
-		} else {
+		} else if (!r->datagram) {
 			xnode_set_str(m, "prio", o->co.prio == XP_HIGH ? "high" : "low");
 		}
 		if (o->load_size)
@@ -552,6 +553,7 @@ static int ping_dgram(const struct ping_opts *o, const struct xuri *u, struct pi
 	xuri_format(u, target, sizeof(target));
 	r->target = target;
 	r->transport = xuri_scheme_name(u->scheme);
+	r->datagram = true;
 	dg_local(u, &local);
 	d = xdg_open(&local, NULL, err, sizeof(err));
 	if (!d)

@@ -159,6 +159,9 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	run_xprobe 0 ping "${URIS[0]}" -c 3 -i 0.01
 	[[ ${lines[0]} == "PING ${URIS[0]} (udp): 16 bytes" ]] || die "${lines[0]}"
 	[[ $output == *"3 sent, 3 received, 0.0% loss"* ]]
+	# datagrams have no priorities: json says none
+	run_xprobe 0 ping "${URIS[0]}" -c 2 -i 0 -o json
+	python3 -c 'import json,sys; j=json.loads(sys.argv[1]); assert j["transport"] == "udp" and "prio" not in j and j["received"] == 2, j' "$output"
 }
 
 @test "one server answers tcp, udp and shm at once" {
