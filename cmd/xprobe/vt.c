@@ -122,7 +122,8 @@ struct vt_client {
 	struct probe_vt_mem peer;
 	uint32_t inl;
 	uint64_t seq;
-	bool draining;			/* waits ignore a signal: finishing up */
+	bool stopping;			/* a first stop signal came: what is in
+					 * flight ends; a second ends the command */
 };
 
 static int vt_fail(struct vt_client *c, const char *what, int err)
@@ -131,9 +132,8 @@ static int vt_fail(struct vt_client *c, const char *what, int err)
 	return -EIO;
 }
 
-/* The next completion, busy-polling, until `until` (or a signal, unless
- * c->draining): 1, 0 (none), or -EIO (said why: the connection or the
- * operation failed). */
+/* The next completion, busy-polling, until `until` or a stop signal: 1, 0
+ * (none), or -EIO (said why: the connection or the operation failed). */
 static int next_wc(struct vt_client *c, struct xrc_wc *wc, uint64_t until)
 {
 	do {
@@ -149,7 +149,7 @@ static int next_wc(struct vt_client *c, struct xrc_wc *wc, uint64_t until)
 		}
 		if (xrc_state(c->c) == XRC_DOWN)
 			return vt_fail(c, "connection", ECONNRESET);
-	} while ((c->draining || !cli_stop_requested) && xtime_ns() < until);
+	} while (!cli_stop_requested && xtime_ns() < until);
 	return 0;
 }
 
@@ -331,18 +331,26 @@ int vt_stream(struct vt_client *c, uint64_t secs_ns, uint64_t *msgs, uint64_t *b
 	for (;;) {
 		uint64_t now = xtime_ns();
 
-		while (posted - done < c->o.depth && now < end && !cli_stop_requested) {
+		if (cli_stop_requested && !c->stopping) {
+			c->stopping = true;	/* no new operations; those in flight end */
+			cli_stop_requested = 0;
+		}
+		while (posted - done < c->o.depth && now < end && !c->stopping) {
 			if ((rc = post_op(c, posted, flags_for(c, c->o.size))) < 0)
 				return vt_fail(c, "post", rc);
 			posted++;
 		}
 		if (posted == done)
 			break;
-		c->draining = cli_stop_requested;	/* what is in flight still ends */
 		if ((rc = next_wc(c, &wc, now + VT_TIMEOUT_NS)) < 0)
 			return rc;
-		if (rc == 0 && cli_stop_requested && !c->draining)
-			continue;			/* the signal came while waiting */
+		if (rc == 0 && cli_stop_requested && !c->stopping)
+			continue;			/* the first signal came while waiting */
+		if (rc == 0 && cli_stop_requested) {
+			fail(c->cmd, "%s: stopped again: %llu operation(s) in flight not waited for",
+			     c->target, (unsigned long long)(posted - done));
+			return -EIO;
+		}
 		if (rc == 0)
 			return vt_fail(c, "no completion within 5 s", ETIMEDOUT);
 		done++;
@@ -350,8 +358,7 @@ int vt_stream(struct vt_client *c, uint64_t secs_ns, uint64_t *msgs, uint64_t *b
 		*bytes += c->o.size;
 		*last_ns = xtime_ns();
 	}
-	c->draining = false;
-	return cli_stop_requested ? -EINTR : 0;
+	return c->stopping ? -EINTR : 0;
 }
 
 int vt_verify(struct vt_client *c)
@@ -360,7 +367,10 @@ int vt_verify(struct vt_client *c)
 	struct xrc_wc wc;
 	int rc;
 
-	c->draining = true;	/* after a ^C too */
+	if (cli_stop_requested && !c->stopping) {
+		c->stopping = true;	/* after a ^C too; a second one ends it */
+		cli_stop_requested = 0;
+	}
 	/* The server's buffer into our receive area, by a read.  The server
 	 * answers it after everything sent before it on the connection (a
 	 * responder takes requests in order): its completion says every send
@@ -373,7 +383,11 @@ int vt_verify(struct vt_client *c)
 	/* ours by its id: an operation a ^C left in flight completes first */
 	while ((rc = next_wc(c, &wc, xtime_ns() + VT_TIMEOUT_NS)) == 1 && wc.wr_id != UINT64_MAX)
 		;
-	c->draining = false;
+	if (rc == 0 && cli_stop_requested) {
+		fail(c->cmd, "%s: stopped again: the check of the server's buffer not waited for",
+		     c->target);
+		return -EIO;
+	}
 	if (rc <= 0)
 		return rc < 0 ? rc : vt_fail(c, "read", ETIMEDOUT);
 	if (c->o.op == PROBE_VT_SEND)
