@@ -232,6 +232,7 @@ static struct xnode *status_node(const struct server *s)
 	xnode_set_bool(root, "rescanning", xs.rescanning);
 	xnode_set_u64(root, "collisions", xs.collisions);
 	xnode_set_u64(root, "skipped", xs.skipped);
+	xnode_set_u64(root, "root_changes", xs.root_changes);
 	return root;
 }
 

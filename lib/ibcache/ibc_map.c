@@ -262,6 +262,9 @@ struct ent {
 struct ibc_export {
 	char *root;
 	int rootfd;
+	dev_t root_dev;			/* what rootfd is: the root's path named it */
+	ino_t root_ino;
+	uint64_t root_checked_ns;	/* the path looked at again (root_check) */
 	struct ibc_export_opts o;
 	struct ent **tab;
 	size_t nbucket;
@@ -323,6 +326,8 @@ static void index_free(struct ibc_export *x)
  * done (under lock), the loop owns it after. */
 struct scan {
 	int dfd;			/* the root, for the walk */
+	dev_t dev;			/* which root: an index of one replaced */
+	ino_t ino;			/* since is not taken in */
 	uint64_t max_files;
 	uint64_t start_ns;		/* the index is the tree as of then */
 	uint64_t took_ns;		/* the walk and the hashing, on the clock */
@@ -473,6 +478,8 @@ static struct scan *scan_new(struct ibc_export *x, uint64_t now_ns)
 		free(sc);
 		return NULL;
 	}
+	sc->dev = x->root_dev;
+	sc->ino = x->root_ino;
 	return sc;
 }
 
@@ -484,8 +491,8 @@ static struct scan *scan_new(struct ibc_export *x, uint64_t now_ns)
  * ask for files it does not have, as they do. */
 static int scan_install(struct ibc_export *x, struct scan *sc)
 {
-	if (!sc->tab) {
-		scan_free(sc);
+	if (!sc->tab || sc->dev != x->root_dev || sc->ino != x->root_ino) {
+		scan_free(sc);		/* out of memory, or a root replaced since */
 		return -ENOMEM;
 	}
 	index_free(x);
@@ -740,6 +747,8 @@ struct ibc_export *ibc_export_open(const char *root, const struct ibc_export_opt
 		errno = rc;
 		return NULL;
 	}
+	x->root_dev = st.st_dev;
+	x->root_ino = st.st_ino;
 	if ((rc = scan(x, 0))) {
 		snprintf(err, errlen, "%s: %s", root, strerror(-rc));
 		ibc_export_close(x);
@@ -785,13 +794,50 @@ bool ibc_export_collision(const struct ibc_export *x, const char **a, const char
 	return true;
 }
 
+/* The root's path names another directory now (an export swapped in by
+ * a rename, as a deployment does): serve that one, indexed afresh, the
+ * files of the old one closed.  Looked at once a second. */
+static void root_check(struct ibc_export *x, uint64_t now_ns)
+{
+	struct stat st;
+	int fd;
+
+	if (now_ns - x->root_checked_ns < RECHECK_NS)
+		return;
+	x->root_checked_ns = now_ns;
+	if (stat(x->root, &st) < 0 || !S_ISDIR(st.st_mode) ||
+	    (st.st_dev == x->root_dev && st.st_ino == x->root_ino))
+		return;		/* gone: what is still open of it is served */
+	fd = open(x->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while (x->ohead)
+		ent_close(x, x->ohead);
+	close(x->rootfd);
+	x->rootfd = fd;
+	x->root_dev = st.st_dev;
+	x->root_ino = st.st_ino;
+	x->st.root_changes++;
+	if (x->job)
+		scan_reap(x, 0);	/* the old root's: not taken in */
+	x->scanned = false;		/* the next request rescans at once */
+	if (!x->job)
+		rescan(x, now_ns);
+}
+
 int ibc_export_read(struct ibc_export *x, const struct gfcc_req *q, uint8_t *buf, uint64_t now_ns,
 		    uint64_t *size)
 {
-	struct ent *e = lookup(x, q->obj.ino);
+	struct ent *e;
 	uint32_t total = 0;
 	struct stat now;
 	int rc;
+
+	root_check(x, now_ns);
+	e = lookup(x, q->obj.ino);
 
 	/* a rescan done meanwhile; or a file made after the last one: look
 	 * again, not too often */

@@ -89,6 +89,7 @@ struct ibc_export_opts {
 
 struct ibc_export_stats {
 	uint64_t files, scans, opens, skipped;
+	uint64_t root_changes;	/* the root's path named another directory */
 	uint64_t collisions;	/* files of the index not served: their ino is another's too */
 	bool rescanning;	/* a rescan started and not taken in yet */
 };

@@ -98,6 +98,32 @@ S=$IBCACHE_SERVE
 	[[ $stderr == *"asking again with 1472-byte ones"*"asking again with 736-byte ones"* ]] || die "$stderr"
 }
 
+@test "an export root swapped by a rename (a deployment): the new tree is served within a second or two" {
+	mkdata a 50000
+	start_serve udp://127.0.0.1:0
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/a" a
+	[ "$(stat_of peer_pages)" -eq 13 ]
+	# the new release: a changed, b new; swapped in by renames
+	mkdir "$BATS_TEST_TMPDIR/new"
+	head -c 70000 /dev/urandom >"$ORG/a"
+	head -c 9000 /dev/urandom >"$ORG/b"
+	cp -p "$ORG/a" "$ORG/b" "$BATS_TEST_TMPDIR/new/"
+	mv "$EXP" "$BATS_TEST_TMPDIR/old"
+	mv "$BATS_TEST_TMPDIR/new" "$EXP"
+	local i
+	for i in $(seq 30); do
+		fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/a" a
+		same "$BATS_TEST_TMPDIR/o" "$ORG/a"
+		[ "$(stat_of peer_pages)" -eq 18 ] && break
+		sleep 0.2
+	done
+	[ "$(stat_of peer_pages)" -eq 18 ] || die "the old tree is still served: $STATS"
+	fetch_to "$BATS_TEST_TMPDIR/o" 0 -p "${URIS[0]}" --origin "$ORG/b" b
+	same "$BATS_TEST_TMPDIR/o" "$ORG/b"
+	[ "$(stat_of peer_pages)" -eq 3 ]
+	[ "$(srv_status root_changes)" -eq 1 ]
+}
+
 @test "--pages: whole pages in list order, the last one ends with the file" {
 	mkdata d/p 41000	# 10 pages and 40 bytes
 	start_serve udp://127.0.0.1:0
