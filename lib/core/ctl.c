@@ -52,6 +52,8 @@ struct xctl {
 	int nconn;
 	struct xconn *conn[XCTL_MAX_CONNS];
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	dev_t dev;	/* the socket file we made: only it is removed at the end */
+	ino_t ino;
 };
 
 int xctl_default_path(const char *name, char *buf, size_t len)
@@ -151,6 +153,15 @@ struct xctl *xctl_listen(const char *path, char *err, size_t errlen)
 		errno = EADDRINUSE;
 		return NULL;
 	}
+	/* only a socket is ours to replace: a --ctl that names a file of
+	 * another kind (a typo) must not cost that file */
+	struct stat st;
+
+	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "control socket %s: exists and is not a socket", path);
+		errno = EEXIST;
+		return NULL;
+	}
 	if (rc == -ECONNREFUSED)
 		unlink(path);
 	c = calloc(1, sizeof(*c));
@@ -170,6 +181,10 @@ struct xctl *xctl_listen(const char *path, char *err, size_t errlen)
 	if (rc < 0)
 		goto fail;
 	bound = true;
+	if (lstat(path, &st) == 0) {
+		c->dev = st.st_dev;
+		c->ino = st.st_ino;
+	}
 	if (listen(c->fd, 16) < 0)
 		goto fail;
 	c->ep = epoll_create1(EPOLL_CLOEXEC);
@@ -490,7 +505,12 @@ void xctl_close(struct xctl *c)
 	close(c->tfd);
 	if (c->spare >= 0)
 		close(c->spare);
-	unlink(c->path);
+	/* ours, not what took its name meanwhile */
+	struct stat st;
+
+	if (lstat(c->path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == c->dev &&
+	    st.st_ino == c->ino)
+		unlink(c->path);
 	free(c);
 }
 

@@ -258,6 +258,31 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	[ -z "$output" ] || die "a server that did not start said: $output"
 }
 
+@test "a --ctl that names a file of another kind: refused, the file untouched (server and client)" {
+	echo precious >"$T/notes.txt"
+	run_srv 1 -e d=$T/disk.img -l tcp://127.0.0.1:0 --ctl "$T/notes.txt"
+	expect_stderr_line "rtrs-server: control socket $T/notes.txt: exists and is not a socket"
+	[ "$(cat "$T/notes.txt")" = precious ]
+	mkdir "$T/adir"
+	run_srv 1 -e d=$T/disk.img -l tcp://127.0.0.1:0 --ctl "$T/adir"
+	expect_stderr_line "rtrs-server: control socket $T/adir: exists and is not a socket"
+	[ -d "$T/adir" ]
+	# a client goes on without its control socket, and says so
+	"$RTRS_SERVER" -e d=$T/disk.img -l tcp://127.0.0.1:0 --ctl "$T/srv.sock" >"$SRV_OUT" 2>"$SRV_ERR" &
+	SRV_PID=$!
+	BG_PIDS+=("$SRV_PID")
+	wait_listening rtrs-server "$SRV_PID" "$SRV_OUT" "$SRV_ERR"
+	local uri
+	uri=$(sed -n 's/^listening //p' "$SRV_OUT")
+	local rc=0
+	timeout 30 "$RTRS_CLIENT" read -s ctlf -p "$uri" -d d --length 1k --ctl "$T/notes.txt" \
+		>"$T/got" 2>"$T/got.err" || rc=$?
+	[ "$rc" -eq 0 ] && [ "$(stat -c %s "$T/got")" -eq 1024 ] || die "rc $rc: $(cat "$T/got.err")"
+	stderr=$(cat "$T/got.err")
+	[[ $stderr == *"control socket $T/notes.txt: exists and is not a socket"* ]] || die "$stderr"
+	[ "$(cat "$T/notes.txt")" = precious ]
+}
+
 @test "a config file gives listeners, exports and settings; the command line wins" {
 	cat >"$T/srv.yaml" <<-EOF
 	listen: tcp://127.0.0.1:0
