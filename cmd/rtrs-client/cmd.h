@@ -97,6 +97,8 @@ int sess_opts_finish(const char *cmd, struct sess_opts *o, bool need_device);
 
 /* A running session: the RTRS session, the device, the control socket,
  * and the loop that drives them. */
+#define SESS_PATHS_SAID 64	/* paths whose failures are said one by one */
+
 struct sess {
 	const char *cmd;
 	struct sess_opts *o;
@@ -114,6 +116,9 @@ struct sess {
 	void (*on_fd)(void *ctx, uint64_t tag, uint32_t events);
 	void *on_fd_ctx;
 	void (*status_extra)(void *ctx, struct xnode *m);	/* more for `status` */
+	/* each path's state when last said (path_notices) */
+	uint8_t path_up[SESS_PATHS_SAID];
+	unsigned npaths_said;
 };
 #define SESS_TAG_CLT 0		/* the session's fd */
 #define SESS_TAG_CTL 1		/* the control socket */

@@ -374,6 +374,37 @@ static void on_link_ev(void *ctx, enum rtrs_clt_link_ev ev)
 		fprintf(stderr, PROG " %s: session %s is connected again\n", ss->cmd, ss->o->session);
 }
 
+/* A path that fails while others carry the IO, and one that comes back,
+ * each said once (not with -q): the session's own notices cover the last
+ * one going.  A path added or removed resyncs without a word. */
+static void path_notices(struct sess *ss, bool say)
+{
+	unsigned n = rtrs_clt_npaths(ss->clt);
+
+	if (n > SESS_PATHS_SAID)
+		n = SESS_PATHS_SAID;
+	if (n != ss->npaths_said)
+		say = false;
+	ss->npaths_said = n;
+	for (unsigned i = 0; i < n; i++) {
+		enum rtrs_clt_state s = rtrs_clt_path_state(ss->clt, i);
+		bool up = s == RTRS_CLT_CONNECTED;
+		struct rtrs_clt_path_stats st;
+
+		if (up == ss->path_up[i])
+			continue;
+		ss->path_up[i] = up;
+		if (!say || ss->o->quiet || rtrs_clt_path_stats(ss->clt, i, &st))
+			continue;
+		if (up)
+			fprintf(stderr, PROG " %s: path %u %s: connected again\n", ss->cmd, i, st.uri);
+		else
+			fprintf(stderr, PROG " %s: path %u %s down: %s; %s\n", ss->cmd, i, st.uri,
+				st.last_error[0] ? st.last_error : "closed",
+				s == RTRS_CLT_CLOSED ? "closed" : "reconnecting in the background");
+	}
+}
+
 int ctl_path_for(const char *session, const char *ctl, char *buf, size_t len)
 {
 	char name[300];
@@ -416,6 +447,7 @@ int sess_open(struct sess *ss, const char *cmd, struct sess_opts *o)
 			fprintf(stderr, PROG " %s: path %u down: %s; reconnecting in the background\n",
 				cmd, i, st.last_error[0] ? st.last_error : st.uri);
 	}
+	path_notices(ss, false);
 	if (o->device) {
 		ss->dev = rnbd_clt_open(ss->clt, o->device, o->access, o->ro.timeout_ns, err,
 					sizeof(err));
@@ -486,6 +518,7 @@ int sess_run(struct sess *ss, uint64_t max_wait_ns)
 	n = rtrs_clt_poll(ss->clt, now);
 	if (ss->dev)
 		n += (int)rnbd_clt_kick(ss->dev);
+	path_notices(ss, true);
 	if (cli_stop_requested)
 		return -EINTR;
 	/* a loop that never sleeps still answers its control socket */

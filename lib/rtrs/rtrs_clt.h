@@ -225,6 +225,9 @@ struct rtrs_clt_path_stats {
 	char last_error[256];		/* why it last went down / failed, "" none */
 };
 int rtrs_clt_path_stats(const struct rtrs_clt *s, unsigned idx, struct rtrs_clt_path_stats *st);
+/* A path's state alone (RTRS_CLT_CLOSED past the last): cheap enough for
+ * every turn of a loop. */
+enum rtrs_clt_state rtrs_clt_path_state(const struct rtrs_clt *s, unsigned idx);
 void rtrs_clt_reset_stats(struct rtrs_clt *s);
 
 const char *rtrs_clt_state_str(enum rtrs_clt_state st);	/* "connected", ... */

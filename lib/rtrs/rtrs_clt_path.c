@@ -423,6 +423,11 @@ int rtrs_clt_path_reconnect(struct rtrs_clt *s, unsigned idx)
 	return rtrs_core_path_reconnect(&s->core, &p->core, xtime_ns());
 }
 
+enum rtrs_clt_state rtrs_clt_path_state(const struct rtrs_clt *s, unsigned idx)
+{
+	return idx < s->core.npaths ? s->core.paths[idx]->state : RTRS_CLT_CLOSED;
+}
+
 int rtrs_clt_path_stats(const struct rtrs_clt *s, unsigned idx, struct rtrs_clt_path_stats *st)
 {
 	const struct clt_path *p;

@@ -843,6 +843,31 @@ bench_two_paths() {
 	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0 and j["paths"][0]["failovers"] > 0')" = True ]
 }
 
+@test "one of two paths failing under IO is said, and so is its return; the IO goes on" {
+	local port bp
+	port=$(free_port)
+	truncate -s 4M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img"
+	"$RTRS_CLIENT" bench -s e7 -p "tcp://127.0.0.1:$port" -p "tcp://127.0.0.2:$port" -d d1 \
+		--time 30 --rw randrw --verify --policy rr --reconnect-delay 100 -o json \
+		>"$T/b.json" 2>"$T/b.err" &
+	bp=$!
+	BG_PIDS+=($bp)
+	wait_status e7 'j["activity"] == "bench" and all(p["inflight"] > 0 for p in j["paths"])'
+	# the server closes path 1 (the client sees a connection lost)
+	"$RTRS_SERVER" disconnect e7 1 --ctl "$T/srv.sock" >/dev/null
+	wait_status e7 'j["paths"][1]["reconnects_ok"] >= 1 and j["paths"][1]["state"] == "connected"'
+	kill -INT $bp
+	wait $bp || die "bench failed: $(cat "$T/b.err")"
+	grep -q "^rtrs-client bench: path 1 tcp://127.0.0.2:$port down: .*; reconnecting in the background$" "$T/b.err" ||
+		die "$(cat "$T/b.err")"
+	grep -q "^rtrs-client bench: path 1 tcp://127.0.0.2:$port: connected again$" "$T/b.err" ||
+		die "$(cat "$T/b.err")"
+	! grep -q "path 0" "$T/b.err" || die "$(cat "$T/b.err")"
+	run cat "$T/b.json"
+	[ "$(json 'j["errors"] == 0 and j["mismatches"] == 0')" = True ]
+}
+
 # A path given up sends its requests again on the other, same buffer ids:
 # the server must not let a copy it still works on, or one it has yet to
 # read, land in a chunk the client has handed out again (rtrs_srv_io.c).
