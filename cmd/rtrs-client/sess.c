@@ -364,6 +364,16 @@ static void on_link_ev(void *ctx, enum rtrs_clt_link_ev ev)
 		return;
 	if (ev == RTRS_CLT_LINK_EV_DISCONNECTED) {
 		char d[32], why[80] = "";
+		bool coming = false;
+
+		for (unsigned i = 0; i < rtrs_clt_npaths(ss->clt); i++)
+			coming |= rtrs_clt_path_state(ss->clt, i) != RTRS_CLT_CLOSED;
+		if (!coming) {	/* none reconnects: nothing to wait for */
+			if (rtrs_clt_alive(ss->clt))
+				fprintf(stderr, PROG " %s: every path to %s is closed: IO fails until "
+					"'path reconnect' or 'path add'\n", ss->cmd, ss->o->session);
+			return;
+		}
 
 		if (ss->o->ro.down_timeout_ns != RTRS_CLT_FOREVER)
 			snprintf(why, sizeof(why), " (IO fails if none is back within %s: --down-timeout)",
@@ -590,6 +600,10 @@ const char *sess_strerror(const struct sess *ss, int err, char *buf, size_t len)
 	else if (err == -ECONNABORTED && !rtrs_clt_connected(ss->clt))
 		snprintf(buf, len, "all paths to %s have been down for %s (--down-timeout)",
 			 ss->o->session, xfmt_duration(ss->o->ro.down_timeout_ns, d, sizeof(d)));
+	else if (err == -ENOTCONN && ss->dev && (rnbd_clt_reopens(ss->dev, &rerr), !rerr))
+		/* process_rdma: an IO for a device id the server has no more */
+		snprintf(buf, len, "the server has device %s closed (rtrs-server force-close, "
+			 "or it lost the session)", ss->o->device);
 	else if (ss->dev && (rnbd_clt_reopens(ss->dev, &rerr), rerr))
 		snprintf(buf, len, "%s (re-opening device %s after a reconnect failed: %s)",
 			 strerror(err < 0 ? -err : err), ss->o->device, strerror(-rerr));

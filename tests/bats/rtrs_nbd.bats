@@ -434,6 +434,10 @@ good 0"
 	[[ $stderr == *"Input/output error"* ]] || die "$stderr"
 	sleep 1
 	kill -0 "$NBD_PID" || die "the export ended: $(cat "$T/nbd-n1.err")"
+	# nothing comes back by itself: no wait is promised
+	grep -qx "rtrs-client nbd: every path to n1 is closed: IO fails until 'path reconnect' or 'path add'" \
+		"$T/nbd-n1.err" || die "$(cat "$T/nbd-n1.err")"
+	! grep -q "waiting for a reconnect" "$T/nbd-n1.err" || die "$(cat "$T/nbd-n1.err")"
 	run_clt 0 path reconnect -s n1 0
 	wait_status n1 'j["paths"][0]["state"] == "connected"'
 	rm -f "$T/out"

@@ -571,7 +571,8 @@ time.sleep(30)
 	local rc=0
 	wait $bp || rc=$?
 	[ "$rc" -eq 1 ] || die "bench exited $rc: $(cat "$T/b.err")"
-	grep -q "^rtrs-client bench: [0-9]* IO errors" "$T/b.err" || die "$(cat "$T/b.err")"
+	grep -q "^rtrs-client bench: [0-9]* IO errors, the first at offset [0-9]*: the server has device d closed (rtrs-server force-close, or it lost the session)$" "$T/b.err" ||
+		die "$(cat "$T/b.err")"
 	run_srv 0 status --ctl "$CTL" -o json
 	[ "$(json 'not any(d["session"] == "srvctl" and d["export"] == "d" for d in j["devices"])')" = True ]
 }
