@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -218,8 +219,25 @@ static int check_owner(int fd, const char *name, bool mine, char *err, size_t er
 	return -EACCES;
 }
 
+/* flock(2), restarted after a signal. */
+static int lock_fd(int fd, int how)
+{
+	int rc;
+
+	while ((rc = flock(fd, how)) < 0 && errno == EINTR)
+		;
+	return rc < 0 ? -errno : 0;
+}
+
 /* Maps an existing mailbox; -ENOENT when there is none.  check: one to
- * use (validated, and ours: check_owner). */
+ * use (validated, and ours: check_owner).
+ *
+ * A mailbox open here holds a shared flock(2) on it until mbox_close(),
+ * and mbox_create() formats one only under an exclusive lock: so nobody
+ * has a mailbox mapped while it is truncated and sized again (a SIGBUS to
+ * whoever touched it), and an open sees it whole.  A new one is empty for
+ * the moment between its creation and its creator's lock: looked at again
+ * for up to 100 ms. */
 static int map_existing(const char *name, struct mbox **out, bool check,
 			char *err, size_t errlen)
 {
@@ -230,22 +248,32 @@ static int map_existing(const char *name, struct mbox **out, bool check,
 	int fd, rc;
 
 	shm_path(name, path, sizeof(path));
-	fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
-	if (fd < 0) {
-		rc = -errno;
-		if (rc == -ENOENT)
-			xerr(err, errlen, "no such connection '%s'", name);
-		else
+	for (int tries = 0;; tries++) {
+		fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
+		if (fd < 0) {
+			rc = -errno;
+			if (rc == -ENOENT)
+				xerr(err, errlen, "no such connection '%s'", name);
+			else
+				xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
+			return rc;
+		}
+		if ((rc = lock_fd(fd, LOCK_SH)) < 0) {
+			xerr(err, errlen, "connection '%s': flock: %s", name, strerror(-rc));
+			goto out_close;
+		}
+		if (fstat(fd, &st) < 0) {
+			rc = -errno;
 			xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
-		return rc;
+			goto out_close;
+		}
+		if ((uint64_t)st.st_size >= sizeof(struct mbox_hdr) || tries == 10)
+			break;
+		close(fd);
+		usleep(10000);
 	}
 	if (check && (rc = check_owner(fd, name, false, err, errlen)) < 0)
 		goto out_close;
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
-		goto out_close;
-	}
 	if ((uint64_t)st.st_size < sizeof(struct mbox_hdr)) {
 		xerr(err, errlen, "connection '%s': corrupted mailbox (%lld bytes, too small)",
 		     name, (long long)st.st_size);
@@ -366,6 +394,30 @@ static int format_fd(int fd, const struct mbox_cfg *c, const char *name,
 	return 0;
 }
 
+/* The exclusive lock on an existing mailbox, to format it: -EBUSY when
+ * another process has it open (map_existing's shared lock) for 100 ms --
+ * it is being opened, used, or created by another mbox_create(). */
+static int lock_excl(int fd, const char *name, char *err, size_t errlen)
+{
+	int rc;
+
+	for (int tries = 0; tries < 20; tries++) {
+		while ((rc = flock(fd, LOCK_EX | LOCK_NB)) < 0 && errno == EINTR)
+			;
+		if (rc == 0)
+			return 0;
+		if (errno != EWOULDBLOCK) {
+			rc = -errno;
+			xerr(err, errlen, "connection '%s': flock: %s", name, strerror(-rc));
+			return rc;
+		}
+		usleep(5000);
+	}
+	xerr(err, errlen, "connection '%s' is open in another process (in use, or being "
+	     "created or opened): not re-created", name);
+	return -EBUSY;
+}
+
 int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 		char *err, size_t errlen)
 {
@@ -380,7 +432,12 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 	shm_path(name, path, sizeof(path));
 	fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd >= 0) {
-		rc = format_fd(fd, c, name, err, errlen);
+		/* one that opened it at once holds a shared lock a moment */
+		rc = lock_fd(fd, LOCK_EX);
+		if (rc == 0)
+			rc = format_fd(fd, c, name, err, errlen);
+		else
+			xerr(err, errlen, "connection '%s': flock: %s", name, strerror(-rc));
 		close(fd);
 		if (rc < 0)
 			shm_unlink(path);
@@ -407,6 +464,8 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 			return rc;
 		}
 		rc = check_owner(fd, name, true, err, errlen);
+		if (rc == 0)
+			rc = lock_excl(fd, name, err, errlen);
 		if (rc == 0)
 			rc = format_fd(fd, c, name, err, errlen);
 		close(fd);
@@ -437,6 +496,9 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 			}
 		}
 	}
+	/* our shared lock becomes the exclusive one, or another has it open */
+	if ((rc = lock_excl(old->fd, name, err, errlen)) < 0)
+		goto out;
 	rc = format_fd(old->fd, c, name, err, errlen);
 	if (rc == 0)
 		*replaced = true;

@@ -886,6 +886,31 @@ $try"
 	[ "$(json_get "d['slots']")" = 4 ]
 }
 
+@test "create, create, status and connect racing on one name: none dies of a signal, each says what it did" {
+	local i p r bad=0 rcs pids
+	run_tool 0 create -q "$CONN"
+	for i in $(seq 60); do
+		pids=()
+		"$MKSHMCON" create -q "$CONN" 2>>"$BATS_TEST_TMPDIR/c.err" & pids+=($!)
+		"$MKSHMCON" create -q "$CONN" 2>>"$BATS_TEST_TMPDIR/c.err" & pids+=($!)
+		"$MKSHMCON" status "$CONN" >/dev/null 2>>"$BATS_TEST_TMPDIR/s.err" & pids+=($!)
+		timeout 5 "$MKSHMCON" connect -w 0.2 -x a "$CONN" </dev/null >/dev/null 2>>"$BATS_TEST_TMPDIR/x.err" &
+		pids+=($!)
+		for p in "${pids[@]}"; do
+			r=0
+			wait "$p" || r=$?
+			[ "$r" -lt 128 ] || { bad=$((bad + 1)); rcs+=" $r"; }
+		done
+	done
+	[ "$bad" -eq 0 ] || die "$bad processes died of a signal (exit$rcs)"
+	# the refusals are the known ones, one line each
+	! grep -v -e "^mkshmcon: connection '$CONN' exists and side a is in use by pid [0-9]*$" \
+		-e "^mkshmcon: connection '$CONN' is open in another process (in use, or being created or opened): not re-created$" \
+		"$BATS_TEST_TMPDIR/c.err" || die "create said: $(sort "$BATS_TEST_TMPDIR/c.err" | uniq -c)"
+	! grep -q -e "bad magic" -e "too small" "$BATS_TEST_TMPDIR/x.err" "$BATS_TEST_TMPDIR/s.err" ||
+		die "$(cat "$BATS_TEST_TMPDIR/x.err" "$BATS_TEST_TMPDIR/s.err")"
+}
+
 # ------------------------------------------------- peer death and timeouts
 
 @test "connect: a killed peer is noticed at once; the name can be re-used" {
