@@ -55,7 +55,7 @@ static void print_reply(const struct ping_opts *o, const char *target, uint64_t 
 {
 	printf("%llu bytes from %s: seq=%llu time=%.2f us\n", (unsigned long long)o->size,
 	       target, (unsigned long long)seq, ns / 1000.0);
-	fflush(stdout);
+	cli_out();	/* a reader that went ends the run (exit 141) */
 }
 
 /* A line per reply, as ping(8) prints, when pings are -i apart. */
@@ -387,7 +387,7 @@ static int ping_port(const struct ping_opts *o, struct pclient *c, struct ping_r
 				       (unsigned long long)o->size, c->target, o->port,
 				       (unsigned long long)seq, (xtime_ns() - t0) / 1000.0);
 		}
-		fflush(stdout);
+		cli_out();
 		if (o->count && seq >= o->count)
 			break;
 		if (o->interval_ns) {

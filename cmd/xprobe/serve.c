@@ -557,7 +557,8 @@ int cmd_serve(int argc, char **argv)
 			goto out_free;
 		}
 	}
-	fflush(stdout);
+	/* scripts wait for the lines: unwritten, the server stops (exit 1) */
+	cli_out();
 
 	/* One place to sleep: the host's wait (it knows how to wait for shm
 	 * links, which have no fd) with the datagram fds added, or plain

@@ -86,6 +86,33 @@ void cli_usage(const struct cli_tool *t, FILE *f, const char *name)
 		fputs(t->footer, f);
 }
 
+static int stdout_errno;	/* the first error writing standard output */
+
+bool cli_out(void)
+{
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return true;
+	if (!stdout_errno)
+		stdout_errno = errno ? errno : EIO;
+	cli_stop_requested = 1;
+	return false;
+}
+
+/* What the command wrote to standard output all went, or the exit
+ * status says it did not: 128 + SIGPIPE for a reader that went (as a
+ * filter killed by SIGPIPE), else a line and 1. */
+static int stdout_done(const char *prog, int rc)
+{
+	if ((fflush(stdout) == 0 && !ferror(stdout)) || rc != EXIT_OK)
+		return rc;	/* a command that failed said why */
+	if (!stdout_errno)
+		stdout_errno = errno ? errno : EIO;
+	if (stdout_errno == EPIPE)
+		return 128 + SIGPIPE;
+	fprintf(stderr, "%s: standard output: %s\n", prog, strerror(stdout_errno));
+	return rc == EXIT_OK ? EXIT_FAIL : rc;
+}
+
 int cli_main(const struct cli_tool *t, int argc, char **argv)
 {
 	opterr = 0;	/* one line of our own instead of getopt's */
@@ -96,13 +123,13 @@ int cli_main(const struct cli_tool *t, int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
 		cli_usage(t, stdout, NULL);
-		return EXIT_OK;
+		return stdout_done(t->prog, EXIT_OK);
 	}
 	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))
-		return cli_version(t->prog, t->protocols);
+		return stdout_done(t->prog, cli_version(t->prog, t->protocols));
 	for (size_t i = 0; i < t->ncmds; i++)
 		if (strcmp(argv[1], t->cmds[i].name) == 0)
-			return t->cmds[i].fn(argc - 1, argv + 1);
+			return stdout_done(t->prog, t->cmds[i].fn(argc - 1, argv + 1));
 	fprintf(stderr, "%s: unknown command '%s'\n", t->prog, argv[1]);
 	cli_usage(t, stderr, NULL);
 	return EXIT_USAGE;

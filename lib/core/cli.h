@@ -47,6 +47,15 @@ void cli_stop_signals(sigset_t *set);
 extern volatile sig_atomic_t cli_stop_requested;
 void cli_stop_handlers(void);
 
+/* Flushes standard output after a line a long run prints as it goes (a
+ * ping's reply): false when it cannot be written -- the reader went
+ * (EPIPE) or the disk is full -- and then cli_stop_requested is set, so
+ * that the run ends as at a stop signal, and cli_main() ends the command
+ * as a closed pipe ends a filter (exit 141) or, for another error, with
+ * one line and exit 1.  So does any output of a command that exits 0 and
+ * could not all be written. */
+bool cli_out(void);
+
 /* A standard stream that is closed (prog <&-, >&-) gets /dev/null opened
  * the wrong way round in its place: using it fails with EBADF, told as any
  * failure of that stream, and what the tool opens next (a socket, an

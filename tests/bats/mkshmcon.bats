@@ -229,6 +229,16 @@ os.fchmod(fd, 0o666)' "$f" 2>/dev/null || skip "needs root to make an object of 
 	expect_stderr "mkshmcon: connection 'big': cannot reserve 134352896 bytes for the mailbox in /dev/shm: No space left on device"
 }
 
+@test "create and -h to a full disk: exit 1 with one line (the mailbox is made all the same)" {
+	run --separate-stderr bash -c '"$0" create "$1" >/dev/full' "$MKSHMCON" "$CONN"
+	[ "$status" -eq 1 ] && [ "$stderr" = "mkshmcon: standard output: No space left on device" ] ||
+		die "exit $status: $stderr"
+	run_tool 0 status "$CONN"
+	run --separate-stderr bash -c '"$0" -h >/dev/full' "$MKSHMCON"
+	[ "$status" -eq 1 ] && [ "$stderr" = "mkshmcon: standard output: No space left on device" ] ||
+		die "exit $status: $stderr"
+}
+
 @test "create: refused while a side is in use by a live process" {
 	create_conn "$CONN"
 	# a's input never ends, so the pair stays connected

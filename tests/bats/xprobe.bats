@@ -173,6 +173,22 @@ assert t["rdma"] == t["ud"] == (len(d["rdma_devices"]) > 0), t' "$output"
 	[[ $output == *"2 sent, 2 received"* ]]
 }
 
+@test "standard output that goes away or fills: ping | head ends at once (141), a full disk is one line and exit 1" {
+	local rc
+	start_server tcp://127.0.0.1:0
+	rc=0
+	timeout 10 bash -c '"$0" ping -i 0.05 "$1" | head -1 >/dev/null; exit ${PIPESTATUS[0]}' \
+		"$XPROBE" "${URIS[0]}" || rc=$?
+	[ "$rc" -eq 141 ] || die "ping | head -1: exit $rc (124: it ran on)"
+	local c
+	for c in "bw ${URIS[0]} -T 1 -o json" "ping ${URIS[0]} -c 2 -i 0" devices; do
+		# shellcheck disable=SC2086
+		run --separate-stderr timeout 30 bash -c '"$0" "$@" >/dev/full' "$XPROBE" $c
+		[ "$status" -eq 1 ] || die "$c >/dev/full: exit $status"
+		[ "$stderr" = "xprobe: standard output: No space left on device" ] || die "$c: $stderr"
+	done
+}
+
 @test "ping -o json gives counts and percentiles" {
 	start_server tcp://127.0.0.1:0
 	run_xprobe 0 ping "${URIS[0]}" -c 50 -i 0 -o json
