@@ -103,6 +103,11 @@ static void vlog(const char *fmt, va_list ap)
 	}
 	if (off > 0 && buf[off - 1] == '\n')
 		off--;
+	/* one line whatever a peer put in a name it sent (a session name
+	 * with a newline would forge a line of its own): controls shown as ? */
+	for (int i = 0; i < off; i++)
+		if (((unsigned char)buf[i] < 0x20 && buf[i] != '\t') || buf[i] == 0x7f)
+			buf[i] = '?';
 	buf[off++] = '\n';
 	write_all(buf, (size_t)off);
 }

@@ -72,6 +72,9 @@ static void test_levels(void **state)
 	xlog_set_level(XLOG_DEBUG);
 	xlog_dbg("shown %d", count_call());
 	assert_string_equal(captured(), "tool: shown 1\n");
+	/* a name a peer sent cannot forge a line: controls become '?' */
+	xlog_info("session '%s' up", "x\ntool: session FAKE\r\x1b[2J\x7f\tok");
+	assert_string_equal(captured(), "tool: session 'x?tool: session FAKE??[2J?\tok' up\n");
 	xlog_set_level(XLOG_ERROR);
 	xlog_warn("nope");
 	assert_string_equal(captured(), "");
