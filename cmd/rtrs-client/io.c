@@ -258,17 +258,20 @@ static int write_out(struct sess *ss, const uint8_t *p, size_t n)
 static int io_opts(const char *cmd, int argc, char **argv, struct sess_opts *o, uint64_t *off,
 		   uint64_t *len, bool *len_set)
 {
-	static const struct option lo[] = {
-		SESS_LONGOPTS,
-		{ "offset", required_argument, NULL, OPT_OFFSET },
+#define IO_LONGOPTS SESS_LONGOPTS, { "offset", required_argument, NULL, OPT_OFFSET }, \
+		{ "help", no_argument, NULL, 'h' }
+	static const struct option rlo[] = {
+		IO_LONGOPTS,
 		{ "length", required_argument, NULL, OPT_LENGTH },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	/* write has no --length: its input says how much */
+	static const struct option wlo[] = { IO_LONGOPTS, { NULL, 0, NULL, 0 } };
+#undef IO_LONGOPTS
 	const char *e;
 	int c, rc;
 
-	while ((c = getopt_long(argc, argv, SESS_SHORTOPTS "h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, SESS_SHORTOPTS "h", len ? rlo : wlo, NULL)) != -1) {
 		rc = sess_opt(cmd, c, optarg, o);
 		if (rc == 1)
 			continue;
@@ -280,8 +283,6 @@ static int io_opts(const char *cmd, int argc, char **argv, struct sess_opts *o, 
 				return usage_error(cmd, "--offset: '%s' is %s", optarg, e);
 			break;
 		case OPT_LENGTH:
-			if (!len)
-				return bad_option(cmd, SESS_SHORTOPTS "h", argv);
 			if (xparse_size(optarg, 0, UINT64_MAX / 2, len, &e))
 				return usage_error(cmd, "--length: '%s' is %s", optarg, e);
 			*len_set = true;

@@ -146,6 +146,9 @@ Try 'rtrs-client read --help'."
 	[[ ${stderr%%$'\n'*} == "rtrs-client read: --offset: '1Q' is invalid" ]]
 	run_clt 2 write "${c[@]}" --offset 100
 	[[ ${stderr%%$'\n'*} == "rtrs-client write: --offset: 100 is not a multiple of 512" ]]
+	# write has no --length (its input says how much): named as the option
+	run_clt 2 write "${c[@]}" --length 1M
+	[[ ${stderr%%$'\n'*} == "rtrs-client write: invalid option '--length'" ]]
 	run_clt 2 write "${c[@]}" --access ro
 	[[ ${stderr%%$'\n'*} == "rtrs-client write: --access ro: the device would be read-only" ]]
 	run_clt 2 bench "${c[@]}" --access ro --rw randwrite
