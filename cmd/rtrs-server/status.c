@@ -258,6 +258,10 @@ static int ctl_command(int argc, char **argv, const char *cmd, int min, int max)
 				   "a session name is needed");
 	if (n > max)
 		return usage_error(cmd, "unexpected argument '%s'", argv[optind + max]);
+	for (int i = 0; i < n; i++)
+		if (!argv[optind + i][0])
+			return usage_error(cmd, "an empty %s",
+					   !i ? "session name" : min == 2 ? "device" : "path");
 	if (!path[0] && (rc = xctl_default_path(CTL_NAME, path, sizeof(path))) < 0)
 		return fail("%s: control socket: %s", cmd, strerror(-rc));
 	args[0] = (char *)cmd;

@@ -561,6 +561,10 @@ time.sleep(30)
 	expect_stderr_line "rtrs-server disconnect: session srvctl has no path 7 to disconnect"
 	run_srv 1 disconnect nosuch --ctl "$CTL"
 	expect_stderr_line "rtrs-server disconnect: no session 'nosuch'"
+	run_srv 2 disconnect srvctl '' --ctl "$CTL"
+	[[ ${stderr%%$'\n'*} == "rtrs-server disconnect: an empty path" ]]
+	run_srv 2 force-close '' d --ctl "$CTL"
+	[[ ${stderr%%$'\n'*} == "rtrs-server force-close: an empty session name" ]]
 	run_srv 1 force-close srvctl e --ctl "$CTL"
 	expect_stderr_line "rtrs-server force-close: session srvctl has no device e open"
 	run_srv 2 force-close srvctl --ctl "$CTL"
