@@ -318,6 +318,12 @@ static int export_add(struct rnbd_srv *r, const char *name, const char *path, bo
 		rc = -EINVAL;
 		goto out_close;
 	}
+	/* the open answer counts whole sectors (nsectors), as the kernel's
+	 * server does for a file: a tail past the last one is out of reach */
+	if (e->c.size % 512)
+		xlog_warn("%s: %llu bytes, not whole 512-byte sectors: the last %llu are out of "
+			  "reach of clients", path, (unsigned long long)e->c.size,
+			  (unsigned long long)(e->c.size % 512));
 	r->ex[r->nex++] = e;
 	return 0;
 out_close:

@@ -125,6 +125,16 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	[ ! -e "$CTL" ]
 }
 
+@test "an export of a size not in whole sectors: served, the tail out of reach said at start" {
+	head -c 1000 /dev/urandom >"$T/odd.img"
+	start_server -e odd=$T/odd.img
+	grep -qx "rtrs-server: $T/odd.img: 1000 bytes, not whole 512-byte sectors: the last 488 are out of reach of clients" \
+		"$SRV_ERR" || die "$(cat "$SRV_ERR")"
+	need_client
+	timeout 30 "$RTRS_CLIENT" read -s odd -p "tcp://127.0.0.1:$PORT" -d odd >"$T/got"
+	cmp "$T/got" <(head -c 512 "$T/odd.img")
+}
+
 @test "numbers and switches are checked" {
 	local e=(-e d=$T/disk.img)
 	run_srv 2 "${e[@]}" --queue-depth 0
