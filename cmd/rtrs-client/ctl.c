@@ -427,21 +427,10 @@ int cmd_path(int argc, char **argv)
 	char cmd[32];
 	int c;
 
-	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-		if (argc >= 2) {
-			cmd_usage(stdout, "path");
-			return EXIT_OK;
-		}
-		return usage_error("path", "add, remove, disconnect or reconnect is needed");
-	}
-	verb = argv[1];
-	if (strcmp(verb, "add") && strcmp(verb, "remove") && strcmp(verb, "disconnect") &&
-	    strcmp(verb, "reconnect"))
-		return usage_error("path", "'%s' is not add, remove, disconnect or reconnect", verb);
-	snprintf(cmd, sizeof(cmd), "path %s", verb);
-	argc--;
-	argv++;
-	while ((c = getopt_long(argc, argv, "+s:h", lo, NULL)) != -1) {
+	/* options anywhere, before the verb too (path -s S remove 0): optind
+	 * 0 makes GNU getopt start afresh, permuting the operands to the end */
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "s:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			session = optarg;
@@ -453,23 +442,19 @@ int cmd_path(int argc, char **argv)
 			cmd_usage(stdout, "path");
 			return EXIT_OK;
 		default:
-			return bad_option(cmd, "s:h", argv);
+			return bad_option("path", "s:h", argv);
 		}
 	}
 	if (optind >= argc)
+		return usage_error("path", "add, remove, disconnect or reconnect is needed");
+	verb = argv[optind++];
+	if (strcmp(verb, "add") && strcmp(verb, "remove") && strcmp(verb, "disconnect") &&
+	    strcmp(verb, "reconnect"))
+		return usage_error("path", "'%s' is not add, remove, disconnect or reconnect", verb);
+	snprintf(cmd, sizeof(cmd), "path %s", verb);
+	if (optind >= argc)
 		return usage_error(cmd, "a path is needed (URI%s)", strcmp(verb, "add") ? " or N" : "");
 	what = argv[optind++];
-	/* options may follow the path too */
-	while ((c = getopt_long(argc, argv, "s:h", lo, NULL)) != -1) {
-		if (c == OPT_CTL)
-			ctl = optarg;
-		else if (c == 's')
-			session = optarg;
-		else if (c == 'h')
-			{ cmd_usage(stdout, "path"); return EXIT_OK; }
-		else
-			return bad_option(cmd, "s:h", argv);
-	}
 	if (optind < argc)
 		return usage_error(cmd, "unexpected argument '%s'", argv[optind]);
 	if (!session)

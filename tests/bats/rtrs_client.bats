@@ -286,6 +286,11 @@ Try 'rtrs-client read --help'."
 	[[ ${stderr%%$'\n'*} == "rtrs-client path add: 'udp://127.0.0.1': an RTRS path is rdma://HOST[:PORT] or tcp://HOST[:PORT]" ]]
 	run_clt 2 path disconnect -s s1 0 1
 	[[ ${stderr%%$'\n'*} == "rtrs-client path disconnect: unexpected argument '1'" ]]
+	# options anywhere: before the verb too
+	run_clt 2 path -s s1 jump 0
+	[[ ${stderr%%$'\n'*} == "rtrs-client path: 'jump' is not add, remove, disconnect or reconnect" ]]
+	run_clt 1 path -s s1 remove 0
+	[[ ${stderr%%$'\n'*} == "rtrs-client path remove: no running session s1 ("* ]] || die "$stderr"
 	run_clt 2 status -s s1 -o xml
 	[[ ${stderr%%$'\n'*} == "rtrs-client status: -o: 'xml' is not text, yaml or json" ]]
 }
