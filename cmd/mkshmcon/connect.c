@@ -292,6 +292,17 @@ static const char *down_view(struct pipe_end *pe, enum shmcm_reason r)
 		snprintf(buf, sizeof(buf), "reset by the peer (%s)", peer_view(pr));
 		return buf;
 	}
+	if (r == SHMCM_R_PEER_GONE) {
+		/* a peer that reset the connection and exited before its
+		 * CON_RST could go (its ring full) left its reason behind */
+		enum shmcm_reason pr = shmcm_get_peer_reason(pe->c);
+
+		if (pr == SHMCM_R_INTERNAL || pr == SHMCM_R_TIMEOUT || pr == SHMCM_R_RX_LOST ||
+		    pr == SHMCM_R_PEER_REQ) {
+			snprintf(buf, sizeof(buf), "reset by the peer (%s)", peer_view(pr));
+			return buf;
+		}
+	}
 	if (r == SHMCM_R_INTERNAL)
 		return "reset: our deferred queue overflowed (the peer did not keep up; see create -d)";
 	if (r == SHMCM_R_RX_LOST)
@@ -560,7 +571,8 @@ static int pump_input(struct pipe_end *pe, struct input *in, struct outcome *o)
 		goto failed;	/* send_records said why */
 	if (trc == -ENOBUFS) {
 		fprintf(stderr, "mkshmcon: connection '%s' reset: deferred queue overflow"
-			" (the peer did not keep up; see create -d)\n", pe->name);
+			" (the peer did not keep up; see create -d) (%" PRIu64 " bytes sent, %"
+			PRIu64 " received)\n", pe->name, pe->in_bytes, atomic_load(&pe->out_bytes));
 		goto failed;
 	}
 	if (trc < 0 && trc != -ENOTCONN) {

@@ -1124,13 +1124,14 @@ $try"
 	random_file "$t/in" 1000000
 	timeout 10 cat "$t/in" >"$t/fa" || true
 	# no hang: the sender gives up as soon as the mailbox is full
-	expect_end A 1 "mkshmcon: connection '$CONN' reset: deferred queue overflow (the peer did not keep up; see create -d)"
+	expect_end_line A 1 "mkshmcon: connection '$CONN' reset: deferred queue overflow (the peer did not keep up; see create -d) (# bytes sent, 0 received)"
 	run_tool 0 status "$CONN" -o json
 	[ "$(json_get "d['a']['last_disconnect'], d['a']['defq_peak'], d['a']['flow']")" = "('deferred queue overflow', 0, 'defer')" ]
 	# The reset could not be queued into the full mailbox: the reader,
-	# continued, gets what fitted and then finds its peer gone.
+	# continued, gets what fitted and then finds its peer gone -- and the
+	# reason it left in the mailbox.
 	kill -CONT "$(end_pid B)"
-	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' peer process died") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")"
+	expect_end_match B 1 "$(msg_re "mkshmcon: connection '$CONN' reset by the peer (its deferred queue overflowed)") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")"
 	local n
 	n=$(stat -c %s "$(end_out B)")
 	[ "$n" -gt 0 ]
@@ -1144,7 +1145,8 @@ $try"
 # before the pidfd event -- as after SIGCONT -- and the peer's CON_RST could
 # not be queued (full mailbox, as after a deferred-queue overflow), its
 # death went unnoticed until the supervision timeout: "peer timed out",
-# 4/3 con_tmo later, instead of "peer process died" at once.
+# 4/3 con_tmo later, instead of the peer's end at once (told with the
+# reason it left behind: its deferred queue overflowed).
 @test "connect: a peer that exits while we are stopped is noticed as dead at once" {
 	local t=$BATS_TEST_TMPDIR
 	create_conn "$CONN" -t 1s -d 0 -n 4 -m 1k
@@ -1155,7 +1157,7 @@ $try"
 	kill -STOP "$(end_pid B)"
 	random_file "$t/in" 100000
 	timeout 10 cat "$t/in" >"$t/fa" || true
-	expect_end A 1 "mkshmcon: connection '$CONN' reset: deferred queue overflow (the peer did not keep up; see create -d)"
+	expect_end_line A 1 "mkshmcon: connection '$CONN' reset: deferred queue overflow (the peer did not keep up; see create -d) (# bytes sent, 0 received)"
 	# stopped for more than a tick (333 ms), so a tick is due at SIGCONT
 	sleep 0.5
 	local t0 dt
@@ -1164,7 +1166,7 @@ $try"
 	wait_end B 5
 	dt=$(($(now_ms) - t0))
 	[ "$END_RC" -eq 1 ]
-	line_matches "$END_ERR" "$(msg_re "mkshmcon: connection '$CONN' peer process died") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")" ||
+	line_matches "$END_ERR" "$(msg_re "mkshmcon: connection '$CONN' reset by the peer (its deferred queue overflowed)") $NOT_ENDED_RE $(msg_re "(0 bytes sent, # received)")" ||
 		die "after ${dt} ms: $END_ERR"
 	[ "$dt" -lt 500 ] || die "took ${dt} ms"
 }
@@ -1179,7 +1181,7 @@ $try"
 	kill -STOP "$(end_pid B)"
 	random_file "$t/in" 1000000
 	timeout 10 cat "$t/in" >"$t/fa" || true
-	expect_end A 1 "mkshmcon: connection '$CONN' reset: deferred queue overflow (the peer did not keep up; see create -d)"
+	expect_end_line A 1 "mkshmcon: connection '$CONN' reset: deferred queue overflow (the peer did not keep up; see create -d) (# bytes sent, 0 received)"
 	[ "$(side_field "$CONN" a defq_peak)" -eq 8 ]
 	[ "$(side_field "$CONN" a last_disconnect)" = "deferred queue overflow" ]
 }
