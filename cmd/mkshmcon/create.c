@@ -77,10 +77,8 @@ int cmd_create(int argc, char **argv)
 	const char *name = strip_db_prefix(argv[optind]);
 	if (check_name(name))
 		return EXIT_USAGE;
-	if (mbox_check_cfg(&cfg, err, sizeof(err)) < 0) {
-		fprintf(stderr, "mkshmcon: %s\n", err);
-		return EXIT_USAGE;
-	}
+	if (mbox_check_cfg(&cfg, err, sizeof(err)) < 0)
+		return usage_error("create", "%s", err);	/* -n 3: not a power of two */
 	if (mbox_create(name, &cfg, &replaced, err, sizeof(err)) < 0) {
 		fprintf(stderr, "mkshmcon: %s\n", err);
 		return EXIT_FAIL;

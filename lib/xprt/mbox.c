@@ -70,8 +70,8 @@ int mbox_check_cfg(const struct mbox_cfg *c, char *err, size_t errlen)
 	uint64_t slot = ((uint64_t)c->mtu + MBOX_SLOT_HDR + MBOX_CL - 1) & ~(uint64_t)(MBOX_CL - 1);
 	if (slot * c->nslots * 2 > MBOX_SEG_MAX) {
 		xerr(err, errlen,
-		     "mailbox too large: %" PRIu32 " slots of %" PRIu32 " bytes in each direction exceed 4 GiB",
-		     c->nslots, c->mtu);
+		     "mailbox too large: %" PRIu32 " slots of %" PRIu32 " bytes in each direction, "
+		     "both together over 4 GiB", c->nslots, c->mtu);
 		return -EINVAL;
 	}
 	return 0;
