@@ -211,9 +211,9 @@ int pclient_setup(struct pclient *c, unsigned service, uint32_t size, enum xp_pr
 
 		xfmt_size(each, b, sizeof(b));
 		xfmt_size(each * n, t, sizeof(t));
-		return fail(c->cmd, "%s: the server has no buffer memory left for %u buffers of %s "
-			    "(%s) for %u-byte messages (see xprobe serve --max-mem)", c->target, n, b,
-			    t, size);
+		return fail(c->cmd, "%s: the server cannot take %u buffers of %s (%s) for %u-byte "
+			    "messages: more than its --max-mem has free (256M unless set)", c->target,
+			    n, b, t, size);
 	}
 	if (rep.status)
 		return fail(c->cmd, "%s: the server refused: %s", c->target,

@@ -187,8 +187,8 @@ static int refused(struct vt_client *c, const uint8_t *rep, size_t replen, const
 		return fail(c->cmd, "%s: size %u is beyond the server's limit of %u bytes", c->target,
 			    c->o.size, v.size);
 	if (v.status == ENOMEM)
-		return fail(c->cmd, "%s: the server has no buffer memory left for %u x %u bytes "
-			    "(see xprobe serve --max-mem)", c->target, c->o.depth, c->o.size);
+		return fail(c->cmd, "%s: the server cannot take %u x %u bytes: more than its "
+			    "--max-mem has free (256M unless set)", c->target, c->o.depth, c->o.size);
 	return fail(c->cmd, "%s: the server refused: %s", c->target, strerror(v.status));
 }
 

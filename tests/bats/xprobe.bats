@@ -398,7 +398,7 @@ ticks() {
 @test "serve --max-mem refuses a test that does not fit, in one line" {
 	start_server --max-mem 4M tcp://127.0.0.1:0
 	run_xprobe 1 bw "${URIS[0]}" -s 1M --window 4 -T 0.2
-	expect_stderr_line "xprobe bw: ${URIS[0]}: the server has no buffer memory left for 18 buffers of 2 MiB (36 MiB) for 1048576-byte messages (see xprobe serve --max-mem)"
+	expect_stderr_line "xprobe bw: ${URIS[0]}: the server cannot take 18 buffers of 2 MiB (36 MiB) for 1048576-byte messages: more than its --max-mem has free (256M unless set)"
 	# what fits still runs
 	run_xprobe 0 bw "${URIS[0]}" -s 4k -T 0.2 -q
 	# the line says what it takes: with that much (and the control port's
