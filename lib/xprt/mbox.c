@@ -251,9 +251,17 @@ static int map_existing(const char *name, struct mbox **out, bool check,
 	for (int tries = 0;; tries++) {
 		fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
 		if (fd < 0) {
+			char dev[MBOX_NAME_MAX + 48];
+			struct stat ps;
+
 			rc = -errno;
+			snprintf(dev, sizeof(dev), "/dev/shm%s", path);
 			if (rc == -ENOENT)
 				xerr(err, errlen, "no such connection '%s'", name);
+			else if (rc == -EACCES && stat(dev, &ps) == 0)
+				xerr(err, errlen, "connection '%s': its mailbox belongs to uid %u with "
+				     "mode %04o: not ours to open", name, (unsigned)ps.st_uid,
+				     (unsigned)(ps.st_mode & 07777));
 			else
 				xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
 			return rc;

@@ -217,6 +217,15 @@ os.fchmod(fd, 0o666)' "$f" 2>/dev/null || skip "needs root to make an object of 
 	[ ! -e "$f" ]
 	run_tool 0 create -q "$CONN"
 	[ "$(stat -c '%u %a' "$f")" = "0 600" ]
+	# and another user cannot open ours: told with owner and mode
+	command -v setpriv >/dev/null || skip "setpriv is not installed (util-linux)"
+	setpriv --reuid=65534 --regid=65534 --clear-groups "$MKSHMCON" -V >/dev/null 2>&1 ||
+		skip "uid 65534 cannot run $MKSHMCON (a build under a private directory)"
+	run --separate-stderr setpriv --reuid=65534 --regid=65534 --clear-groups \
+		"$MKSHMCON" connect "$CONN" -x b </dev/null
+	[ "$status" -eq 1 ] || die "exit $status: $stderr"
+	[ "$stderr" = "mkshmcon: connection '$CONN': its mailbox belongs to uid 0 with mode 0600: not ours to open" ] ||
+		die "$stderr"
 }
 
 @test "create: a /dev/shm too small for the mailbox is told at create, not by SIGBUS later" {
