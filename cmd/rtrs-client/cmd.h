@@ -116,7 +116,7 @@ struct sess {
 	void (*on_fd)(void *ctx, uint64_t tag, uint32_t events);
 	void *on_fd_ctx;
 	void (*status_extra)(void *ctx, struct xnode *m);	/* more for `status` */
-	/* each path's state when last said (path_notices) */
+	/* each path's state when last looked at (path_notices) */
 	uint8_t path_up[SESS_PATHS_SAID];
 	unsigned npaths_said;
 };

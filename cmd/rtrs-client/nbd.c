@@ -1520,7 +1520,10 @@ int cmd_nbd(int argc, char **argv)
 	 * scripts wait for them */
 	for (unsigned i = 0; nbdx_uri(x, i); i++)
 		printf("%s\n", nbdx_uri(x, i));
-	fflush(stdout);
+	if (fflush(stdout) || ferror(stdout)) {
+		rc = fail("nbd", "standard output: %s: the export's URIs are lost", strerror(errno));
+		goto out_nbdx;
+	}
 	rc = EXIT_OK;
 	while (sess_run(&ss, 1000000000ull) != -EINTR) {
 		nbdx_after_round(x);

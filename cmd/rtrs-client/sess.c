@@ -384,34 +384,39 @@ static void on_link_ev(void *ctx, enum rtrs_clt_link_ev ev)
 		fprintf(stderr, PROG " %s: session %s is connected again\n", ss->cmd, ss->o->session);
 }
 
-/* A path that fails while others carry the IO, and one that comes back,
- * each said once (not with -q): the session's own notices cover the last
- * one going.  A path added or removed resyncs without a word. */
+/* In a session of several paths, a path that fails (its reason), one
+ * given up, and one that comes back, each said once (not with -q); a
+ * session of one has the session's own notices.  A path added or removed
+ * resyncs without a word. */
 static void path_notices(struct sess *ss, bool say)
 {
 	unsigned n = rtrs_clt_npaths(ss->clt);
 
 	if (n > SESS_PATHS_SAID)
 		n = SESS_PATHS_SAID;
-	if (n != ss->npaths_said)
+	if (n != ss->npaths_said || n < 2)
 		say = false;
 	ss->npaths_said = n;
 	for (unsigned i = 0; i < n; i++) {
+		/* 1 connected, 2 on its way back, 3 closed */
 		enum rtrs_clt_state s = rtrs_clt_path_state(ss->clt, i);
-		bool up = s == RTRS_CLT_CONNECTED;
+		uint8_t k = s == RTRS_CLT_CONNECTED ? 1 : s == RTRS_CLT_CLOSED ? 3 : 2, was;
 		struct rtrs_clt_path_stats st;
 
-		if (up == ss->path_up[i])
+		if (k == (was = ss->path_up[i]))
 			continue;
-		ss->path_up[i] = up;
-		if (!say || ss->o->quiet || rtrs_clt_path_stats(ss->clt, i, &st))
+		ss->path_up[i] = k;
+		if (!say || !was || ss->o->quiet || rtrs_clt_path_stats(ss->clt, i, &st))
 			continue;
-		if (up)
+		if (k == 1)
 			fprintf(stderr, PROG " %s: path %u %s: connected again\n", ss->cmd, i, st.uri);
-		else
+		else if (was == 1)
 			fprintf(stderr, PROG " %s: path %u %s down: %s; %s\n", ss->cmd, i, st.uri,
 				st.last_error[0] ? st.last_error : "closed",
-				s == RTRS_CLT_CLOSED ? "closed" : "reconnecting in the background");
+				k == 3 ? "closed" : "reconnecting in the background");
+		else if (k == 3)
+			fprintf(stderr, PROG " %s: path %u %s given up: %s\n", ss->cmd, i, st.uri,
+				st.last_error[0] ? st.last_error : "closed");
 	}
 }
 

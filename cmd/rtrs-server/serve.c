@@ -402,8 +402,10 @@ static int start(struct serve_state *st, struct srv_conf *c, struct xctl **ctl)
 		return fail(errno == EADDRINUSE ? "%s (another rtrs-server? give this one --ctl PATH)"
 			    : "%s", err);
 	}
-	/* whoever read the "listening" lines may ask for status at once */
-	fflush(stdout);
+	/* whoever read the "listening" lines may ask for status at once;
+	 * lines nobody can read are a server nobody finds: it does not start */
+	if (fflush(stdout) || ferror(stdout))
+		return fail("standard output: %s: the 'listening' lines are lost", strerror(errno));
 	return EXIT_OK;
 }
 

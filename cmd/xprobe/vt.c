@@ -380,9 +380,19 @@ int vt_verify(struct vt_client *c)
 			   c->peer.rkey, UINT64_MAX, XRC_SIGNALED);
 	if (rc < 0)
 		return vt_fail(c, "read", rc);
-	/* ours by its id: an operation a ^C left in flight completes first */
-	while ((rc = next_wc(c, &wc, xtime_ns() + VT_TIMEOUT_NS)) == 1 && wc.wr_id != UINT64_MAX)
-		;
+	/* ours by its id: an operation a ^C left in flight completes first;
+	 * a first stop signal now lets the check end, a second ends it */
+	for (;;) {
+		rc = next_wc(c, &wc, xtime_ns() + VT_TIMEOUT_NS);
+		if (rc == 1 && wc.wr_id != UINT64_MAX)
+			continue;
+		if (rc == 0 && cli_stop_requested && !c->stopping) {
+			c->stopping = true;
+			cli_stop_requested = 0;
+			continue;
+		}
+		break;
+	}
 	if (rc == 0 && cli_stop_requested) {
 		fail(c->cmd, "%s: stopped again: the check of the server's buffer not waited for",
 		     c->target);

@@ -1,5 +1,6 @@
 /* Usage errors of the tools; see cli.h. */
 #include "core/cli.h"
+#include "core/emit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,10 +91,12 @@ static int stdout_errno;	/* the first error writing standard output */
 
 bool cli_out(void)
 {
-	if (fflush(stdout) == 0 && !ferror(stdout))
+	int flushed = fflush(stdout);
+
+	if (flushed == 0 && !ferror(stdout))
 		return true;
 	if (!stdout_errno)
-		stdout_errno = errno ? errno : EIO;
+		stdout_errno = flushed ? errno : EIO;
 	cli_stop_requested = 1;
 	return false;
 }
@@ -103,10 +106,12 @@ bool cli_out(void)
  * filter killed by SIGPIPE), else a line and 1. */
 static int stdout_done(const char *prog, int rc)
 {
-	if ((fflush(stdout) == 0 && !ferror(stdout)) || rc != EXIT_OK)
+	int flushed = fflush(stdout);
+
+	if ((flushed == 0 && !ferror(stdout)) || rc != EXIT_OK)
 		return rc;	/* a command that failed said why */
-	if (!stdout_errno)
-		stdout_errno = errno ? errno : EIO;
+	if (!stdout_errno)	/* errno is the flush's only when it failed */
+		stdout_errno = flushed ? errno : xemit_errno ? xemit_errno : EIO;
 	if (stdout_errno == EPIPE)
 		return 128 + SIGPIPE;
 	fprintf(stderr, "%s: standard output: %s\n", prog, strerror(stdout_errno));

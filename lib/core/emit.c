@@ -421,6 +421,8 @@ out_delete_emitter:
 	return r;
 }
 
+int xemit_errno;
+
 int xemit(FILE *f, const struct xnode *root, enum xfmt fmt)
 {
 	int r = 0;
@@ -445,5 +447,7 @@ int xemit(FILE *f, const struct xnode *root, enum xfmt fmt)
 		r = errno ? -errno : -EIO;
 	if (ferror(f) && r == 0)
 		r = -EIO;
+	if (r < 0 && r != -EINVAL)
+		xemit_errno = -r;
 	return r;
 }

@@ -22,5 +22,8 @@ int xfmt_parse(const char *s, enum xfmt *out);
  * missing cells "-"); a list of scalars is one per line.  Booleans print
  * yes/no, null and empty containers "-", control characters '?'. */
 int xemit(FILE *f, const struct xnode *root, enum xfmt fmt);
+/* The errno of the last xemit() whose output could not be written (0:
+ * none): a caller that looks later, when errno is another call's. */
+extern int xemit_errno;
 
 #endif

@@ -272,8 +272,9 @@ uint32_t ibc_req_lower_mtu(struct ibc_req *q, int peer, uint32_t refused)
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !pm; i++)
 		if (steps[i] < refused)
 			pm = steps[i];
-	if (!pm)
-		pm = refused / 2 >= GFCC_MTU_MIN ? refused / 2 : 0;
+	if (!pm)	/* halves, and gfcc's smallest last */
+		pm = refused / 2 >= GFCC_MTU_MIN ? refused / 2 :
+		     refused > GFCC_MTU_MIN ? GFCC_MTU_MIN : 0;
 	if (pm && pm < p->mtu)
 		peer_mtu(q, p, pm);
 	return pm ? p->mtu : 0;

@@ -260,8 +260,9 @@ static int map_existing(const char *name, struct mbox **out, bool check,
 				xerr(err, errlen, "no such connection '%s'", name);
 			else if (rc == -EACCES && stat(dev, &ps) == 0)
 				xerr(err, errlen, "connection '%s': its mailbox belongs to uid %u with "
-				     "mode %04o: not ours to open", name, (unsigned)ps.st_uid,
-				     (unsigned)(ps.st_mode & 07777));
+				     "mode %04o: not ours to open (its owner or root can remove it: "
+				     "mkshmcon rm %s)", name, (unsigned)ps.st_uid,
+				     (unsigned)(ps.st_mode & 07777), name);
 			else
 				xerr(err, errlen, "connection '%s': %s", name, strerror(-rc));
 			return rc;
@@ -440,12 +441,13 @@ int mbox_create(const char *name, const struct mbox_cfg *c, bool *replaced,
 	shm_path(name, path, sizeof(path));
 	fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd >= 0) {
-		/* one that opened it at once holds a shared lock a moment */
-		rc = lock_fd(fd, LOCK_EX);
-		if (rc == 0)
-			rc = format_fd(fd, c, name, err, errlen);
-		else
-			xerr(err, errlen, "connection '%s': flock: %s", name, strerror(-rc));
+		/* one that opened it at once holds a shared lock a moment; one
+		 * that took it over meanwhile (we were slow) keeps it */
+		if ((rc = lock_excl(fd, name, err, errlen)) < 0) {
+			close(fd);
+			return rc;
+		}
+		rc = format_fd(fd, c, name, err, errlen);
 		close(fd);
 		if (rc < 0)
 			shm_unlink(path);

@@ -224,7 +224,7 @@ os.fchmod(fd, 0o666)' "$f" 2>/dev/null || skip "needs root to make an object of 
 	run --separate-stderr setpriv --reuid=65534 --regid=65534 --clear-groups \
 		"$MKSHMCON" connect "$CONN" -x b </dev/null
 	[ "$status" -eq 1 ] || die "exit $status: $stderr"
-	[ "$stderr" = "mkshmcon: connection '$CONN': its mailbox belongs to uid 0 with mode 0600: not ours to open" ] ||
+	[ "$stderr" = "mkshmcon: connection '$CONN': its mailbox belongs to uid 0 with mode 0600: not ours to open (its owner or root can remove it: mkshmcon rm $CONN)" ] ||
 		die "$stderr"
 }
 

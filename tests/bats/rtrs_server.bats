@@ -125,6 +125,15 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	[ ! -e "$CTL" ]
 }
 
+@test "a server whose 'listening' lines cannot be written does not start: one line, exit 1" {
+	run --separate-stderr timeout 30 bash -c '"$0" -l tcp://127.0.0.1:0 --ctl "$1" -e d="$2" >/dev/full' \
+		"$RTRS_SERVER" "$CTL" "$T/disk.img"
+	[ "$status" -eq 1 ] || die "exit $status: $stderr"
+	[ "$stderr" = "rtrs-server: standard output: No space left on device: the 'listening' lines are lost" ] ||
+		die "$stderr"
+	[ ! -e "$CTL" ]
+}
+
 @test "an export of a size not in whole sectors: served, the tail out of reach said at start" {
 	head -c 1000 /dev/urandom >"$T/odd.img"
 	start_server -e odd=$T/odd.img
