@@ -280,6 +280,18 @@ static int call_raw(const char *cmd, const char *session, const char *ctl, int a
 			fail(cmd, "%s", err);
 		return -1;
 	}
+	/* a session of ours knows every command and word we send: another
+	 * daemon's socket (--ctl naming rtrs-server's) does not */
+	if (rc > 0 && *ans && (!strncmp(*ans, "unknown command", 15) ||
+			       !strncmp(*ans, "unknown output format", 21))) {
+		size_t n = strcspn(*ans, "\n");
+
+		fail(cmd, "%s is not an rtrs-client session's control socket (it answered: %.*s)",
+		     path, (int)n, *ans);
+		free(*ans);
+		*ans = NULL;
+		return -1;
+	}
 	return rc;
 }
 

@@ -300,6 +300,11 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	stderr=$(cat "$T/got.err")
 	[[ $stderr == *"control socket $T/notes.txt: exists and is not a socket"* ]] || die "$stderr"
 	[ "$(cat "$T/notes.txt")" = precious ]
+	# the server's socket given to a client command: named as what it is not
+	run --separate-stderr timeout 30 "$RTRS_CLIENT" status -s x --ctl "$T/srv.sock"
+	[ "$status" -eq 1 ] || die "exit $status: $stderr"
+	[[ $stderr == "rtrs-client status: $T/srv.sock is not an rtrs-client session's control socket (it answered: "* ]] ||
+		die "$stderr"
 }
 
 @test "a config file gives listeners, exports and settings; the command line wins" {
