@@ -439,11 +439,20 @@ int cmd_path(int argc, char **argv)
 	char cmd[32];
 	int c;
 
-	/* options anywhere, before the verb too (path -s S remove 0): optind
-	 * 0 makes GNU getopt start afresh, permuting the operands to the end */
+	/* options anywhere, before the verb too (path -s S remove 0): with a
+	 * leading '-' GNU getopt hands each operand over in order (as option
+	 * 1), POSIXLY_CORRECT or not; optind 0 starts it afresh */
+	const char *ops[3] = { NULL, NULL, NULL };
+	int nops = 0;
+
 	optind = 0;
-	while ((c = getopt_long(argc, argv, "s:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "-s:h", lo, NULL)) != -1) {
 		switch (c) {
+		case 1:
+			if (nops < 3)
+				ops[nops] = optarg;
+			nops++;
+			break;
 		case 's':
 			session = optarg;
 			break;
@@ -457,18 +466,18 @@ int cmd_path(int argc, char **argv)
 			return bad_option("path", "s:h", argv);
 		}
 	}
-	if (optind >= argc)
+	if (!nops)
 		return usage_error("path", "add, remove, disconnect or reconnect is needed");
-	verb = argv[optind++];
+	verb = ops[0];
 	if (strcmp(verb, "add") && strcmp(verb, "remove") && strcmp(verb, "disconnect") &&
 	    strcmp(verb, "reconnect"))
 		return usage_error("path", "'%s' is not add, remove, disconnect or reconnect", verb);
 	snprintf(cmd, sizeof(cmd), "path %s", verb);
-	if (optind >= argc)
+	if (nops < 2)
 		return usage_error(cmd, "a path is needed (URI%s)", strcmp(verb, "add") ? " or N" : "");
-	what = argv[optind++];
-	if (optind < argc)
-		return usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+	what = ops[1];
+	if (nops > 2)
+		return usage_error(cmd, "unexpected argument '%s'", ops[2]);
 	if (!session)
 		return usage_error(cmd, "a session name is needed (-s SESSION)");
 	if (rtrs_check_pathname(session))

@@ -291,6 +291,8 @@ Try 'rtrs-client read --help'."
 	[[ ${stderr%%$'\n'*} == "rtrs-client path: 'jump' is not add, remove, disconnect or reconnect" ]]
 	run_clt 1 path -s s1 remove 0
 	[[ ${stderr%%$'\n'*} == "rtrs-client path remove: no running session s1 ("* ]] || die "$stderr"
+	POSIXLY_CORRECT=1 run_clt 1 path disconnect 0 -s s1
+	[[ ${stderr%%$'\n'*} == "rtrs-client path disconnect: no running session s1 ("* ]] || die "$stderr"
 	run_clt 2 status -s s1 -o xml
 	[[ ${stderr%%$'\n'*} == "rtrs-client status: -o: 'xml' is not text, yaml or json" ]]
 }
