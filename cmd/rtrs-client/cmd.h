@@ -117,7 +117,7 @@ struct sess {
 	void *on_fd_ctx;
 	void (*status_extra)(void *ctx, struct xnode *m);	/* more for `status` */
 	/* each path's state when last looked at (path_notices) */
-	uint8_t path_up[SESS_PATHS_SAID];
+	uint8_t path_st[SESS_PATHS_SAID];
 	unsigned npaths_said;
 };
 #define SESS_TAG_CLT 0		/* the session's fd */

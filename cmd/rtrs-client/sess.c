@@ -364,11 +364,7 @@ static void on_link_ev(void *ctx, enum rtrs_clt_link_ev ev)
 		return;
 	if (ev == RTRS_CLT_LINK_EV_DISCONNECTED) {
 		char d[32], why[80] = "";
-		bool coming = false;
-
-		for (unsigned i = 0; i < rtrs_clt_npaths(ss->clt); i++)
-			coming |= rtrs_clt_path_state(ss->clt, i) != RTRS_CLT_CLOSED;
-		if (!coming) {	/* none reconnects: nothing to wait for */
+		if (rtrs_clt_all_closed(ss->clt)) {	/* none reconnects: nothing to wait for */
 			if (rtrs_clt_alive(ss->clt))
 				fprintf(stderr, PROG " %s: every path to %s is closed: IO fails until "
 					"'path reconnect' or 'path add'\n", ss->cmd, ss->o->session);
@@ -403,9 +399,9 @@ static void path_notices(struct sess *ss, bool say)
 		uint8_t k = s == RTRS_CLT_CONNECTED ? 1 : s == RTRS_CLT_CLOSED ? 3 : 2, was;
 		struct rtrs_clt_path_stats st;
 
-		if (k == (was = ss->path_up[i]))
+		if (k == (was = ss->path_st[i]))
 			continue;
-		ss->path_up[i] = k;
+		ss->path_st[i] = k;
 		if (!say || !was || ss->o->quiet || rtrs_clt_path_stats(ss->clt, i, &st))
 			continue;
 		if (k == 1)

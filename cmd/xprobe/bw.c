@@ -181,17 +181,6 @@ static uint64_t bw_stall_ns(uint64_t size)
 	return BW_STALL_NS + size * XTIME_NS_PER_S / BW_STALL_FLOOR_BPS;
 }
 
-/* A first stop signal ends the measurement (what was sent is still
- * counted, as ping's summary counts what came); a second ends the
- * command.  True for the first. */
-static bool first_stop(bool *stopping)
-{
-	if (!cli_stop_requested || *stopping)
-		return false;
-	*stopping = true;
-	cli_stop_requested = 0;
-	return true;
-}
 
 static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_result *r)
 {
@@ -231,7 +220,7 @@ static int bw_ports(const struct bw_opts *o, const struct xuri *u, struct bw_res
 		f.now = xtime_ns();
 		if (f.done_msgs != done)
 			f.last_ns = f.now;	/* the last acknowledgement, give or take a wait */
-		if (first_stop(&stopping))
+		if (cli_first_stop(&stopping))
 			f.end_ns = 0;	/* no new sends; the window drains */
 		else if (cli_stop_requested)
 			break;
@@ -382,7 +371,7 @@ static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_res
 	r->ns = xtime_ns() - start;
 	r->bytes = r->msgs * size;
 	progress_end(o);
-	first_stop(&stopping);	/* a stop ends the sending, not the count */
+	cli_first_stop(&stopping);	/* a stop ends the sending, not the count */
 	/* Let the tail arrive, then ask (datagrams: retry the question). */
 	for (int tries = 0; tries < 10 && !got && !cli_stop_requested; tries++) {
 		struct probe_dg pd = { .type = PROBE_DG_STATS_REQ, .session = session };

@@ -331,10 +331,7 @@ int vt_stream(struct vt_client *c, uint64_t secs_ns, uint64_t *msgs, uint64_t *b
 	for (;;) {
 		uint64_t now = xtime_ns();
 
-		if (cli_stop_requested && !c->stopping) {
-			c->stopping = true;	/* no new operations; those in flight end */
-			cli_stop_requested = 0;
-		}
+		cli_first_stop(&c->stopping);	/* no new operations; those in flight end */
 		while (posted - done < c->o.depth && now < end && !c->stopping) {
 			if ((rc = post_op(c, posted, flags_for(c, c->o.size))) < 0)
 				return vt_fail(c, "post", rc);
@@ -367,10 +364,7 @@ int vt_verify(struct vt_client *c)
 	struct xrc_wc wc;
 	int rc;
 
-	if (cli_stop_requested && !c->stopping) {
-		c->stopping = true;	/* after a ^C too; a second one ends it */
-		cli_stop_requested = 0;
-	}
+	cli_first_stop(&c->stopping);	/* after a ^C too; a second one ends it */
 	/* The server's buffer into our receive area, by a read.  The server
 	 * answers it after everything sent before it on the connection (a
 	 * responder takes requests in order): its completion says every send
@@ -386,11 +380,8 @@ int vt_verify(struct vt_client *c)
 		rc = next_wc(c, &wc, xtime_ns() + VT_TIMEOUT_NS);
 		if (rc == 1 && wc.wr_id != UINT64_MAX)
 			continue;
-		if (rc == 0 && cli_stop_requested && !c->stopping) {
-			c->stopping = true;
-			cli_stop_requested = 0;
+		if (rc == 0 && cli_first_stop(&c->stopping))
 			continue;
-		}
 		break;
 	}
 	if (rc == 0 && cli_stop_requested) {

@@ -87,35 +87,51 @@ void cli_usage(const struct cli_tool *t, FILE *f, const char *name)
 		fputs(t->footer, f);
 }
 
+bool cli_first_stop(bool *stopping)
+{
+	if (!cli_stop_requested || *stopping)
+		return false;
+	*stopping = true;
+	cli_stop_requested = 0;
+	return true;
+}
+
 static int stdout_errno;	/* the first error writing standard output */
 
-bool cli_out(void)
+/* Flushes standard output: true when all of it went, else false with
+ * stdout_errno set -- errno is the flush's only when the flush failed;
+ * an earlier write that failed may have been an xemit()'s. */
+static bool stdout_flush(void)
 {
 	int flushed = fflush(stdout);
 
 	if (flushed == 0 && !ferror(stdout))
 		return true;
 	if (!stdout_errno)
-		stdout_errno = flushed ? errno : EIO;
+		stdout_errno = flushed ? errno : xemit_errno ? xemit_errno : EIO;
+	return false;
+}
+
+bool cli_out(void)
+{
+	if (stdout_flush())
+		return true;
 	cli_stop_requested = 1;
 	return false;
 }
 
 /* What the command wrote to standard output all went, or the exit
  * status says it did not: 128 + SIGPIPE for a reader that went (as a
- * filter killed by SIGPIPE), else a line and 1. */
+ * filter killed by SIGPIPE), else a line and 1.  A command that failed
+ * said why already. */
 static int stdout_done(const char *prog, int rc)
 {
-	int flushed = fflush(stdout);
-
-	if ((flushed == 0 && !ferror(stdout)) || rc != EXIT_OK)
-		return rc;	/* a command that failed said why */
-	if (!stdout_errno)	/* errno is the flush's only when it failed */
-		stdout_errno = flushed ? errno : xemit_errno ? xemit_errno : EIO;
+	if (stdout_flush() || rc != EXIT_OK)
+		return rc;
 	if (stdout_errno == EPIPE)
 		return 128 + SIGPIPE;
 	fprintf(stderr, "%s: standard output: %s\n", prog, strerror(stdout_errno));
-	return rc == EXIT_OK ? EXIT_FAIL : rc;
+	return EXIT_FAIL;
 }
 
 int cli_main(const struct cli_tool *t, int argc, char **argv)

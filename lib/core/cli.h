@@ -46,6 +46,11 @@ void cli_stop_signals(sigset_t *set);
  * said once).  Called again, it keeps SIGHUP as the first call left it. */
 extern volatile sig_atomic_t cli_stop_requested;
 void cli_stop_handlers(void);
+/* A run that winds down at a first stop signal (what is in flight still
+ * lands, and counts) and ends at a second: true once, for the first, which
+ * it takes (cli_stop_requested back to 0, *stopping set); a second one
+ * then shows in cli_stop_requested again. */
+bool cli_first_stop(bool *stopping);
 
 /* Flushes standard output after a line a long run prints as it goes (a
  * ping's reply): false when it cannot be written -- the reader went

@@ -711,15 +711,8 @@ uint32_t rtrs_clt_queue_depth(const struct rtrs_clt *s) { return s->core.depth; 
 uint32_t rtrs_clt_max_io(const struct rtrs_clt *s) { return s->max_io; }
 uint32_t rtrs_clt_inflight(const struct rtrs_clt *s) { return rtrs_core_busy(&s->core); }
 bool rtrs_clt_connected(const struct rtrs_clt *s) { return rtrs_core_any_connected(&s->core); }
-/* A path closed by a disconnect may be reconnected: the session lives on
- * (its IO fails meanwhile, as every path is closed). */
-bool rtrs_clt_alive(const struct rtrs_clt *s)
-{
-	for (unsigned i = 0; i < s->core.npaths; i++)
-		if (s->core.paths[i]->state != RTRS_CLT_CLOSED || s->core.paths[i]->by_request)
-			return true;
-	return false;
-}
+bool rtrs_clt_alive(const struct rtrs_clt *s) { return rtrs_core_alive(&s->core); }
+bool rtrs_clt_all_closed(const struct rtrs_clt *s) { return rtrs_core_all_closed(&s->core); }
 const char *rtrs_clt_sessname(const struct rtrs_clt *s) { return s->sessname; }
 enum rtrs_mp_policy rtrs_clt_policy(const struct rtrs_clt *s) { return s->core.policy; }
 void rtrs_clt_set_policy(struct rtrs_clt *s, enum rtrs_mp_policy p) { s->core.policy = p; }

@@ -176,9 +176,11 @@ uint32_t rtrs_clt_max_io(const struct rtrs_clt *s);	/* min over the paths */
 /* Requests queued or in flight. */
 uint32_t rtrs_clt_inflight(const struct rtrs_clt *s);
 /* Whether any path is CONNECTED / any is not CLOSED or was closed by
- * rtrs_clt_path_disconnect() (a reconnect may bring it back). */
+ * rtrs_clt_path_disconnect() (a reconnect may bring it back) / every one
+ * is CLOSED (none reconnects by itself). */
 bool rtrs_clt_connected(const struct rtrs_clt *s);
 bool rtrs_clt_alive(const struct rtrs_clt *s);
+bool rtrs_clt_all_closed(const struct rtrs_clt *s);
 const char *rtrs_clt_sessname(const struct rtrs_clt *s);
 enum rtrs_mp_policy rtrs_clt_policy(const struct rtrs_clt *s);
 void rtrs_clt_set_policy(struct rtrs_clt *s, enum rtrs_mp_policy p);

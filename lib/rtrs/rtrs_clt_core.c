@@ -143,6 +143,14 @@ bool rtrs_core_all_closed(const struct rtrs_core *c)
 	return true;
 }
 
+bool rtrs_core_alive(const struct rtrs_core *c)
+{
+	for (unsigned i = 0; i < c->npaths; i++)
+		if (c->paths[i]->state != RTRS_CLT_CLOSED || c->paths[i]->by_request)
+			return true;
+	return false;
+}
+
 static bool skipped(const struct rtrs_core_it *it, unsigned i)
 {
 	return it->skip[i / 64] & (1ull << (i % 64));

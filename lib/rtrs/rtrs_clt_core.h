@@ -203,5 +203,8 @@ uint64_t rtrs_core_next_timer(const struct rtrs_core *c);
 
 bool rtrs_core_any_connected(const struct rtrs_core *c);
 bool rtrs_core_all_closed(const struct rtrs_core *c);
+/* Whether the session is not given up: a path not CLOSED, or one CLOSED
+ * by request (a reconnect may bring it back). */
+bool rtrs_core_alive(const struct rtrs_core *c);
 
 #endif

@@ -411,12 +411,9 @@ static int lock_excl(int fd, const char *name, char *err, size_t errlen)
 	int rc;
 
 	for (int tries = 0; tries < 20; tries++) {
-		while ((rc = flock(fd, LOCK_EX | LOCK_NB)) < 0 && errno == EINTR)
-			;
-		if (rc == 0)
+		if ((rc = lock_fd(fd, LOCK_EX | LOCK_NB)) == 0)
 			return 0;
-		if (errno != EWOULDBLOCK) {
-			rc = -errno;
+		if (rc != -EWOULDBLOCK) {
 			xerr(err, errlen, "connection '%s': flock: %s", name, strerror(-rc));
 			return rc;
 		}
