@@ -198,6 +198,7 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 			fprintf(out, "%s: %s\n", argv[2], err);
 			return EXIT_FAIL;
 		}
+		ss->npaths_said = 0;	/* the notices resync: the paths moved */
 		/* it connects in the background; `path state` tells */
 		fprintf(out, "path %u %s: connecting\n", rtrs_clt_npaths(c) - 1, argv[2]);
 		return EXIT_OK;
@@ -225,8 +226,10 @@ int sess_ctl_handler(void *ctx, int argc, char **argv, FILE *out)
 		else
 			snprintf(uri, sizeof(uri), "%s", argv[2]);
 	}
-	if (!strcmp(argv[1], "remove"))
+	if (!strcmp(argv[1], "remove")) {
 		rc = rtrs_clt_path_remove(c, (unsigned)i);
+		ss->npaths_said = 0;	/* those after it moved down */
+	}
 	else if (!strcmp(argv[1], "disconnect"))
 		rc = rtrs_clt_path_disconnect(c, (unsigned)i);
 	else if (!strcmp(argv[1], "reconnect"))

@@ -982,11 +982,13 @@ int cmd_map(int argc, char **argv)
 	buf[got] = 0;
 	if (got > 0 && buf[0] == '/') {
 		printf("%s\n", buf);
-		if (fflush(stdout) == 0 && !ferror(stdout))
+		int e = cli_stdout_error();
+
+		if (!e)
 			return EXIT_OK;
 		/* mapped all the same: say which, where it can be read */
 		return fail("map", "%s is mapped, but standard output did not take its name: %s "
-			    "(rtrs-client unmap %s)", buf, strerror(errno), buf);
+			    "(rtrs-client unmap %s)", buf, strerror(e), buf);
 	}
 	/* it failed: its message is out; its status is ours */
 	if (waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st))

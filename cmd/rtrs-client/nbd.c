@@ -1520,8 +1520,10 @@ int cmd_nbd(int argc, char **argv)
 	 * scripts wait for them */
 	for (unsigned i = 0; nbdx_uri(x, i); i++)
 		printf("%s\n", nbdx_uri(x, i));
-	if (fflush(stdout) || ferror(stdout)) {
-		rc = fail("nbd", "standard output: %s: the export's URIs are lost", strerror(errno));
+	int e = cli_stdout_error();
+
+	if (e) {
+		rc = fail("nbd", "standard output: %s: the export's URIs are lost", strerror(e));
 		goto out_nbdx;
 	}
 	rc = EXIT_OK;

@@ -383,7 +383,8 @@ static void on_link_ev(void *ctx, enum rtrs_clt_link_ev ev)
 /* In a session of several paths, a path that fails (its reason), one
  * given up, and one that comes back, each said once (not with -q); a
  * session of one has the session's own notices.  A path added or removed
- * resyncs without a word. */
+ * (which zeroes npaths_said: a remove and an add leave the count as it
+ * was, the indexes not) resyncs without a word. */
 static void path_notices(struct sess *ss, bool say)
 {
 	unsigned n = rtrs_clt_npaths(ss->clt);

@@ -404,8 +404,10 @@ static int start(struct serve_state *st, struct srv_conf *c, struct xctl **ctl)
 	}
 	/* whoever read the "listening" lines may ask for status at once;
 	 * lines nobody can read are a server nobody finds: it does not start */
-	if (fflush(stdout) || ferror(stdout))
-		return fail("standard output: %s: the 'listening' lines are lost", strerror(errno));
+	int e = cli_stdout_error();
+
+	if (e)
+		return fail("standard output: %s: the 'listening' lines are lost", strerror(e));
 	return EXIT_OK;
 }
 

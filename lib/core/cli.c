@@ -112,6 +112,11 @@ static bool stdout_flush(void)
 	return false;
 }
 
+int cli_stdout_error(void)
+{
+	return stdout_flush() ? 0 : stdout_errno;
+}
+
 bool cli_out(void)
 {
 	if (stdout_flush())

@@ -61,6 +61,13 @@ bool cli_first_stop(bool *stopping);
  * could not all be written. */
 bool cli_out(void);
 
+/* Flushes standard output: 0 when everything written to it went, else
+ * the first error it met (EIO when the write that failed left none) --
+ * not errno, which an earlier failed write leaves to later calls.  For a
+ * line that must be read (a server's "listening"), where cli_out()'s
+ * stop does not fit. */
+int cli_stdout_error(void);
+
 /* A standard stream that is closed (prog <&-, >&-) gets /dev/null opened
  * the wrong way round in its place: using it fails with EBADF, told as any
  * failure of that stream, and what the tool opens next (a socket, an

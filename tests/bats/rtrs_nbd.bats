@@ -279,6 +279,19 @@ good 0"
 	done
 }
 
+@test "an export whose URIs cannot be written does not serve: one line, exit 1, its socket file gone" {
+	local port
+	port=$(free_port)
+	disk disk.img 4M
+	start_server "$port" -e "d1=$T/disk.img"
+	run --separate-stderr timeout 30 bash -c '"$0" nbd -s n1 -p "$1" -d d1 --socket "$2" >/dev/full' \
+		"$RTRS_CLIENT" "tcp://127.0.0.1:$port" "$T/n1.sock"
+	[ "$status" -eq 1 ] || die "exit $status: $stderr"
+	[ "$stderr" = "rtrs-client nbd: standard output: No space left on device: the export's URIs are lost" ] ||
+		die "$stderr"
+	[ ! -e "$T/n1.sock" ] || die "socket file left"
+}
+
 @test "--socket on a file that is not a socket: refused, the file kept" {
 	local port
 	port=$(free_port)
