@@ -407,6 +407,14 @@ static int bw_dgram(const struct bw_opts *o, const struct xuri *u, struct bw_res
 			     r->target);
 		goto out_close;
 	}
+	/* a count no xprobe server makes (more than was sent, bytes that
+	 * are not whole datagrams) is not reported as a measurement */
+	if (r->srv_msgs > r->msgs || r->srv_bytes != r->srv_msgs * size) {
+		fail("bw", "%s: the server counted %llu datagrams, %llu bytes, of %llu of %u bytes sent: "
+		     "not an xprobe server's count", r->target, (unsigned long long)r->srv_msgs,
+		     (unsigned long long)r->srv_bytes, (unsigned long long)r->msgs, size);
+		goto out_close;
+	}
 	ret = EXIT_OK;
 out_close:
 	free(tx);

@@ -450,7 +450,29 @@ ticks() {
 	m=$(json_get "$output" messages)
 	s=$(json_get "$output" server_messages)
 	[ "$m" -gt 0 ] && [ "$s" -gt 0 ] && [ "$s" -le "$m" ]
+	[ "$(json_get "$output" server_bytes)" -eq $((s * 1024)) ]
 	json_get "$output" loss_pct >/dev/null
+}
+
+@test "bw over udp against a server whose counts cannot be: one line, exit 1, no numbers" {
+	# answers every statistics request with 2^63 datagrams in 0 ns
+	python3 -c 'import socket, struct, sys
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("127.0.0.1", 0))
+print(u.getsockname()[1], flush=True)
+while True:
+    b, a = u.recvfrom(65536)
+    if len(b) >= 16 and b[5] == 4:
+        u.sendto(b[:5] + bytes([5]) + b[6:16] + struct.pack(">QQQ", 1 << 63, 1 << 63, 0), a)
+' >"$BATS_TEST_TMPDIR/fake.port" &
+	BG_PIDS+=($!)
+	local i
+	for i in $(seq 50); do [ -s "$BATS_TEST_TMPDIR/fake.port" ] && break; sleep 0.1; done
+	local uri="udp://127.0.0.1:$(cat "$BATS_TEST_TMPDIR/fake.port")"
+	run_xprobe 1 bw "$uri" -T 0.2 -s 100
+	[[ $stderr == "xprobe bw: $uri: the server counted 9223372036854775808 datagrams, 9223372036854775808 bytes, of "*" of 100 bytes sent: not an xprobe server's count" ]] ||
+		die "$stderr"
+	[ -z "$output" ] || die "printed: $output"
 }
 
 @test "bad bw arguments are usage errors" {
