@@ -193,6 +193,8 @@ struct nreq {
 	uint32_t nsegs, npages;
 	uint32_t parts;			/* RNBD IOs still out (+1 while submitting) */
 	int perr;			/* the first one's error */
+	bool then_flush;		/* a FUA trim or write-zeroes: a FLUSH
+					 * after it, before the reply */
 	struct seg seg1;
 	uint32_t sent;			/* bytes of hdr (+ data) sent */
 	uint32_t err;			/* NBD error */
@@ -471,6 +473,12 @@ static void req_done(void *priv, int err)
 {
 	struct nreq *r = priv;
 
+	if (!err && r->then_flush) {
+		r->then_flush = false;
+		err = rnbd_clt_submit(r->c->srv->ss->dev, RNBD_OP_FLUSH, 0, 0, NULL, 0, req_done, r);
+		if (!err)
+			return;
+	}
 	r->err = nbd_errno(err);
 	queue_reply(r);
 }
@@ -506,8 +514,16 @@ static void submit(struct nreq *r)
 {
 	struct nbdx *s = r->c->srv;
 	unsigned op = rnbd_op_of(r->type);
-	uint32_t rf = r->flags & NBD_CMD_FLAG_FUA ? RNBD_F_FUA : 0;
+	bool fua = r->flags & NBD_CMD_FLAG_FUA;
+	uint32_t rf = fua && op == RNBD_OP_WRITE ? RNBD_F_FUA : 0;
 	int rc;
+
+	/* FUA is valid on every NBD command (a READ ignores it), REQ_FUA on a
+	 * write alone: the block layer ends a discard or write-zeroes that
+	 * carries it with an IO error.  Those are followed by a FLUSH where
+	 * the device has a write cache to flush. */
+	r->then_flush = fua && (op == RNBD_OP_DISCARD || op == RNBD_OP_WRITE_ZEROES) &&
+			(rnbd_clt_geom(s->ss->dev)->cache_policy & RNBD_WRITEBACK);
 
 	/* "do not punch a hole": the block layer's REQ_NOUNMAP */
 	if (op == RNBD_OP_WRITE_ZEROES && (r->flags & NBD_CMD_FLAG_NO_HOLE))
@@ -688,6 +704,7 @@ ended:
 		c->wr = NULL;
 		req_free(r);
 	}
+	c->drop = 0;	/* nor is there more of a refused one to come */
 	return -1;
 }
 

@@ -524,7 +524,8 @@ unsigned rnbd_clt_kick(struct rnbd_clt_dev *d)
 int rnbd_clt_submit(struct rnbd_clt_dev *d, unsigned op, uint32_t flags, uint64_t off,
 		    void *buf, uint64_t len, void (*done)(void *priv, int err), void *priv)
 {
-	uint32_t known = RNBD_F_SYNC | RNBD_F_FUA | (op == RNBD_OP_WRITE_ZEROES ? RNBD_F_NOUNMAP : 0);
+	uint32_t known = RNBD_F_SYNC | (op == RNBD_OP_WRITE ? RNBD_F_FUA : 0) |
+			 (op == RNBD_OP_WRITE_ZEROES ? RNBD_F_NOUNMAP : 0);
 	struct io *io;
 
 	if (op != RNBD_OP_READ && op != RNBD_OP_WRITE && op != RNBD_OP_FLUSH &&

@@ -48,7 +48,9 @@ const struct rnbd_clt_geom *rnbd_clt_geom(const struct rnbd_clt_dev *d);
 uint32_t rnbd_clt_max_io(const struct rnbd_clt_dev *d);
 
 /* One IO: op RNBD_OP_READ / WRITE / FLUSH / DISCARD / WRITE_ZEROES (the
- * value of WRITE_SAME), flags RNBD_F_SYNC / RNBD_F_FUA (and RNBD_F_NOUNMAP
+ * value of WRITE_SAME), flags RNBD_F_SYNC, RNBD_F_FUA on a WRITE only (the
+ * kernel's block layer fails any other op that carries REQ_FUA, and
+ * rnbd-server passes the flag on as it is), RNBD_F_NOUNMAP
  * on WRITE_ZEROES: the range stays allocated, linux 6.8's REQ_NOUNMAP; a
  * device takes WRITE_ZEROES only from a server of that generation or
  * ours, max_write_zeroes_sectors being 0 from older ones); off and len bytes,

@@ -561,13 +561,16 @@ static int io_run(struct export *e, uint32_t op, uint32_t fl, uint8_t *data, uin
 	case RNBD_OP_FLUSH:
 		return sync_dev(e);
 	case RNBD_OP_DISCARD:
-		return discard(e, off, len);
+		rc = discard(e, off, len);
+		break;
 	case RNBD_OP_WRITE_ZEROES:
 		rc = write_zeroes(e, fl, off, len, data, datalen);
 		break;
 	default:
 		return -EOPNOTSUPP;
 	}
+	/* (FUA on a discard or write-zeroes, which the kernel's server
+	 * fails, is kept here: made durable) */
 	if (!rc && (fl & RNBD_F_FUA))
 		rc = sync_dev(e);
 	return rc;

@@ -94,7 +94,9 @@ int rnbd_ublk_req(const struct ublksrv_io_desc *iod, uint64_t dev_sectors, uint3
 		return -EINVAL;
 	if (r->data && n > max_io >> SECTOR_SHIFT)
 		return -EINVAL;
-	if (fl & (UBLK_IO_F_FUA >> 8))
+	/* (REQ_FUA goes with a write only: rnbd_clt_submit() refuses it
+	 * elsewhere, where the server's block layer would fail the IO) */
+	if (r->op == RNBD_OP_WRITE && (fl & (UBLK_IO_F_FUA >> 8)))
 		r->flags |= RNBD_F_FUA;
 	if (r->op == RNBD_OP_WRITE_ZEROES && (fl & (UBLK_IO_F_NOUNMAP >> 8)))
 		r->flags |= RNBD_F_NOUNMAP;

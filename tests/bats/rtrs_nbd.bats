@@ -120,7 +120,7 @@ one_export() {
 	[[ $output == *"Content mismatch at offset 12288"* ]]
 }
 
-@test "flush, FUA writes, trims and write-zeroes with and without NO_HOLE reach the file; reads match a model" {
+@test "flush, FUA on every command, trims and write-zeroes with and without NO_HOLE reach the file; reads match a model" {
 	need fio
 	local port seed
 	port=$(free_port)
@@ -131,6 +131,14 @@ one_export() {
 	echo "# seed $seed" >&3
 	run_limited 120 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 ops "$seed"
 	[[ $output =~ write\ [1-9].*fua\ [1-9].*zeroes\ [1-9].*no_hole\ [1-9].*trim\ [1-9].*flush\ [1-9].*read\ [1-9] ]]
+	# FUA on each command once (NBD allows it on all; the RNBD server gets
+	# it on a WRITE alone, a FLUSH after a TRIM or WRITE_ZEROES)
+	run_limited 20 nbd-abuse 0 "$ABUSE" "unix:$T/n1.sock" d1 fua "$seed"
+	expect_output "write 0
+read 0
+flush 0
+trim 0
+zeroes 0"
 	# write-zeroes with NO_HOLE keeps its MiB allocated, without lets it go
 	# (the server does as the kernel's loop driver)
 	head -c 2M /dev/urandom | dd of="$T/disk.img" conv=notrunc status=none
@@ -215,6 +223,26 @@ good 0"
 	grep -q "hung up in the middle of a write's data (not written)" "$T/nbd-n1.err"
 	run_clt 0 status -s n1 -o json
 	[ "$(json 'j["nbd"]["protocol_errors"] >= 1 and j["nbd"]["accepted"] >= 33')" = True ]
+}
+
+@test "over tcp, a client that hangs up while its refused write's data is being dropped: its connection closes" {
+	local port i hp
+	port=$(free_port)
+	disk disk.img 4M
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 -l tcp://127.0.0.1:0
+	hp=${NBD_URI#nbd://}
+	for i in 1 2 3; do
+		run_limited 20 nbd-abuse 0 "$ABUSE" "tcp:${hp%%/*}" d1 refused-close
+		expect_output "write-past-end 28"
+	done
+	for i in $(seq 50); do
+		run_clt 0 status -s n1 -o json
+		[ "$(json 'j["nbd"]["connections"]')" = 0 ] && break
+		sleep 0.1
+	done
+	[ "$(json 'j["nbd"]["connections"], j["nbd"]["accepted"]')" = "0 3" ] ||
+		die "connections, accepted: $(json 'j["nbd"]["connections"], j["nbd"]["accepted"]')"
 }
 
 @test "2000 requests sent at once, more than a connection may have open: every reply comes" {

@@ -286,6 +286,44 @@ static void test_open_interrupted(void **state)
 	srv_stop(s);
 }
 
+/* FUA goes with a WRITE only: the kernel's block layer fails a bio of any
+ * other op that carries REQ_FUA, and rnbd-server passes the flag on. */
+static void test_fua_write_only(void **state)
+{
+	static const unsigned ops[] = { RNBD_OP_READ, RNBD_OP_FLUSH, RNBD_OP_DISCARD,
+					RNBD_OP_WRITE_ZEROES };
+	static uint8_t buf[4096];
+	struct rtrs_clt_opts o;
+	struct rtrs_clt *clt;
+	struct rnbd_clt_dev *d;
+	struct tsrv *s;
+	struct xuri u;
+	char err[256], uri[64];
+
+	(void)state;
+	s = srv_start(8, 64 << 10, false, 0);
+	snprintf(uri, sizeof(uri), "tcp://127.0.0.1:%u", s->port);
+	assert_int_equal(xuri_parse(uri, 0, &u, err, sizeof(err)), 0);
+	rtrs_clt_opts_default(&o);
+	o.sessname = "fua";
+	o.connections = 1;
+	clt = rtrs_clt_open(&o, &u, 1, NULL, NULL, err, sizeof(err));
+	assert_non_null(clt);
+	d = rnbd_clt_open(clt, "disk", RNBD_ACCESS_RO, TMO, err, sizeof(err));
+	if (!d)
+		fail_msg("open: %s", err);
+	for (unsigned i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		assert_int_equal(rnbd_clt_submit(d, ops[i], RNBD_F_FUA, 0,
+						 ops[i] == RNBD_OP_READ ? buf : NULL,
+						 ops[i] == RNBD_OP_FLUSH ? 0 : 4096, NULL, NULL),
+				 -EINVAL);
+	assert_int_equal(rnbd_clt_busy(d), 0);
+	assert_int_equal(rnbd_clt_close(d, TMO), 0);
+	rtrs_clt_close(clt);
+	wait_sessions(s, 0);
+	srv_stop(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -294,6 +332,7 @@ int main(void)
 		cmocka_unit_test(test_rnbd_rules_io_threads),
 		cmocka_unit_test(test_io_threads_cache_miss),
 		cmocka_unit_test(test_open_interrupted),
+		cmocka_unit_test(test_fua_write_only),
 	};
 
 	xlog_init("test_rnbd_srv");	/* XPRT_LOG=info: why paths close */

@@ -219,7 +219,7 @@ static void test_random(void **state)
 		assert_int_equal(r.off, start << 9);
 		assert_int_equal(r.len, (uint64_t)n << 9);
 		assert_true(r.off + r.len <= dev << 9);
-		assert_int_equal(r.flags, (fl & UBLK_IO_F_FUA ? RNBD_F_FUA : 0) |
+		assert_int_equal(r.flags, (op == UBLK_IO_OP_WRITE && (fl & UBLK_IO_F_FUA) ? RNBD_F_FUA : 0) |
 					  (op == UBLK_IO_OP_WRITE_ZEROES && (fl & UBLK_IO_F_NOUNMAP)
 						   ? RNBD_F_NOUNMAP : 0));
 		assert_int_equal(rnbd_ublk_result(&r, 0), data ? (int32_t)(n << 9) : 0);

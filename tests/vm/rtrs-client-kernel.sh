@@ -5,7 +5,8 @@
 # back through the server and checks the server's device byte for byte,
 # with the kernel server's always_invalidate=Y (rkey_rsp after every IO)
 # and =N; then ranges at odd offsets, a partial last sector, bench --verify
-# with reads and writes mixed, and (with xprt-vm -w) two paths on two rxe
+# with reads and writes mixed, FUA on each NBD command through rtrs-client
+# nbd, and (with xprt-vm -w) two paths on two rxe
 # devices with one of them cut while bench --verify runs.
 #
 #   make tools && tests/vm/xprt-vm -f rtrs -w -- tests/vm/rtrs-client-kernel.sh
@@ -92,7 +93,22 @@ for inv in ${INVALIDATE-Y N}; do
 	head -c "$SIZE" /dev/urandom > "$T/pat"
 done
 
-if [ -n "${XPRT_VM_WIRE_B:-}" ]; then
+# rtrs-client nbd on the kernel server's device: FUA on each NBD command
+# (NBD allows it on all; the kernel's block layer fails any bio but a
+# write that carries REQ_FUA, and rnbd-server passes RNBD_F_FUA on)
+t=nbd
+"$CLT" nbd -s nb -p "rdma://$IP" -d $DEV -q --socket "$T/nb.sock" >"$T/nb.out" 2>"$T/nb.err" &
+np=$!
+if check "$t: rtrs-client nbd serves the device" wait_for 200 test -s "$T/nb.out"; then
+	check "$t: FUA on each command the export offers, each answered 0" \
+		into "$T/fua.out" python3 tests/nbd-abuse "unix:$T/nb.sock" $DEV fua 1
+	sed 's/^/#   /' "$T/fua.out"
+fi
+kill -TERM $np 2>/dev/null
+wait $np
+sed 's/^/#   /' "$T/nb.err"
+
+
 	# Two paths on two devices: rxe0 (10.200.0.1) and rxb (10.210.0.2).
 	t=multipath
 	[ "$(cat /sys/module/rnbd_server/parameters/dev_search_path 2>/dev/null)" = /dev ] ||
