@@ -150,6 +150,10 @@ struct nbd_export;
  * device), a data arena registered with the session, the hooks into
  * sess_run().  NULL (printed). */
 struct nbdx *nbdx_open(struct sess *ss);
+/* A client's replies unread this long, while others wait for buffers,
+ * close its connection (0: never); NBDX_UNREAD_NS by default. */
+#define NBDX_UNREAD_NS (30 * 1000000000ull)
+void nbdx_set_unread_timeout(struct nbdx *x, uint64_t ns);
 const struct nbd_export *nbdx_export(const struct nbdx *x);
 /* Listens on tcp (a tcp:// URI) or else the unix socket path.  EXIT_OK
  * or EXIT_FAIL (printed). */

@@ -21,7 +21,8 @@ static const struct cmd cmds[] = {
 	  " [--rwmixread PCT]\n"
 	  "                     [--verify] [-o text|yaml|json]",
 	  "measure IOPS, bandwidth and latency; --verify checks every read" },
-	{ "nbd",    cmd_nbd,    COMMON " [-l tcp://HOST[:PORT]]... [--socket PATH]...",
+	{ "nbd",    cmd_nbd,    COMMON " [-l tcp://HOST[:PORT]]... [--socket PATH]...\n"
+	  "                     [--unread-timeout DURATION]",
 	  "serve the device as an NBD export (nbdinfo, nbdcopy, qemu, nbd-client)" },
 	{ "map",    cmd_map,    COMMON " [--nbd-device /dev/nbdN]\n"
 	  "                     [--nbd-connections N] [--ublk[=ID]] [--foreground]",

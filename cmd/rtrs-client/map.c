@@ -272,6 +272,22 @@ static int read_line(const char *path, char *buf, size_t len)
 	return 0;
 }
 
+/* Whether process pid is there and has not ended: a zombie (a --foreground
+ * map its parent has not reaped yet) has. */
+static bool running(pid_t pid)
+{
+	char path[64], buf[128];
+	const char *st;
+
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	/* PID (COMM) STATE ...: the name may hold ") " */
+	if (read_line(path, buf, sizeof(buf)) < 0 || !(st = strrchr(buf, ')')))
+		return true;
+	return !(st[1] == ' ' && (st[2] == 'Z' || st[2] == 'X'));
+}
+
 struct mapping {
 	int index;
 	bool ublk;			/* /dev/ublkbN, else /dev/nbdN */
@@ -325,8 +341,7 @@ static int ublk_mapping_of(int index, struct mapping *m)
 
 	snprintf(path, sizeof(path), UBLK_RECORDS "/ublkb%d", index);
 	if (read_line(path, buf, sizeof(buf)) < 0 ||
-	    sscanf(buf, "%d %255s %255s", &pid, sess, dev) != 3 || pid <= 0 ||
-	    (kill(pid, 0) < 0 && errno == ESRCH))
+	    sscanf(buf, "%d %255s %255s", &pid, sess, dev) != 3 || pid <= 0 || !running(pid))
 		return 0;
 	/* a pid reused since, or a device id another server took after ours
 	 * was killed: the driver knows who serves it */
@@ -445,8 +460,11 @@ static int nbd_index(const char *s)
 }
 
 /* Who holds /dev/NAME (nbd3, ublkb0): a mount point (from mountinfo, the
- * device or one of its partitions) or a holder (device-mapper, md).  1
- * with what in buf, 0 when nobody. */
+ * device or one of its partitions), a holder (device-mapper, md), swap,
+ * or anyone else who opened it exclusively (a mount in another mount
+ * namespace, a ZFS pool, a program's O_EXCL): the open that the kernel
+ * refuses with EBUSY then.  1 (mounted) or 2 (the rest) with what in buf,
+ * 0 when nobody. */
 static int in_use(const char *name, char *buf, size_t len)
 {
 	char path[128], dev[32], line[4096], devs[64][32];
@@ -493,9 +511,31 @@ static int in_use(const char *name, char *buf, size_t len)
 			if (de->d_name[0] != '.') {
 				snprintf(buf, len, "held by %s", de->d_name);
 				closedir(d);
-				return 1;
+				return 2;
 			}
 		closedir(d);
+	}
+	snprintf(path, sizeof(path), "/dev/%s", name);
+	if ((f = fopen("/proc/swaps", "re"))) {
+		while (fgets(line, sizeof(line), f)) {
+			size_t n = strlen(path);
+
+			if (!strncmp(line, path, n) && (line[n] == ' ' || line[n] == '\t')) {
+				snprintf(buf, len, "used as swap");
+				fclose(f);
+				return 2;
+			}
+		}
+		fclose(f);
+	}
+	int fd = open(path, O_RDONLY | O_EXCL | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd >= 0)
+		close(fd);
+	else if (errno == EBUSY) {
+		snprintf(buf, len, "open exclusively elsewhere (a mount in another namespace, a pool, "
+			 "a program)");
+		return 2;
 	}
 	return 0;
 }
@@ -1010,7 +1050,7 @@ static int ublk_dead(int idx)
 
 	snprintf(path, sizeof(path), UBLK_RECORDS "/ublkb%d", idx);
 	if (read_line(path, buf, sizeof(buf)) < 0 || sscanf(buf, "%d", &pid) != 1 || pid <= 0 ||
-	    kill(pid, 0) == 0 || errno != ESRCH)
+	    running(pid))
 		return fail("unmap", "/dev/ublkb%d is not mapped by " PROG, idx);
 	if (ublkx_delete_dead((unsigned)idx, err, sizeof(err)))
 		return fail("unmap", "%s", err);
@@ -1070,8 +1110,11 @@ int cmd_unmap(int argc, char **argv)
 		m = all[c];
 		free(all);
 	}
-	if (in_use(m.name, why, sizeof(why)) && !force)
-		return fail("unmap", "/dev/%s is %s (unmount it first, or --force)", m.name, why);
+	int used = in_use(m.name, why, sizeof(why));
+
+	if (used && !force)
+		return fail("unmap", "/dev/%s is %s (%s first, or --force)", m.name, why,
+			    used == 1 ? "unmount it" : "let it go");
 	if (m.ublk) {
 		/* the serving process stops the device and deletes it */
 		if (kill(m.pid, SIGTERM) < 0)
@@ -1088,7 +1131,7 @@ int cmd_unmap(int argc, char **argv)
 	t0 = xtime_ns();
 	/* a ublk device's process serves the flush (30 s at most), closes
 	 * the session (5 s) and deletes the device */
-	while (m.pid > 0 && kill(m.pid, 0) == 0) {
+	while (m.pid > 0 && running(m.pid)) {
 		if (xtime_ns() - t0 > (m.ublk ? 60000000000ull : 30000000000ull))
 			return fail("unmap", "/dev/%s: its process %d did not end within %d s",
 				    m.name, (int)m.pid, m.ublk ? 60 : 30);

@@ -233,6 +233,8 @@ struct conn {
 					 * offered: EPOLLOUT says when it takes
 					 * more (else the round's end sends) */
 	uint32_t pages;			/* arena pages its requests hold */
+	uint64_t stuck_since;		/* replies waiting, the socket taking
+					 * none of them since then; 0 not */
 	uint64_t reqs, bytes_in, bytes_out;
 	struct nbd_srv nbd;
 };
@@ -259,6 +261,8 @@ struct nbdx {
 	uint32_t unit;			/* pages of a logical block (1 for 512 or 4096) */
 	unsigned throttled;		/* connections stopped at CONN_INFLIGHT */
 	unsigned lis_paused;		/* listeners out of epoll for a while */
+	uint64_t stall_since;		/* the first in the stall queue waits */
+	uint64_t unread_ns;		/* --unread-timeout, 0 never */
 	uint64_t accepted, proto_errors;
 	bool verbose, quiet;
 	char desc[RNBD_NAME_MAX + RTRS_NAME_MAX + 64];
@@ -570,8 +574,10 @@ static void stall(struct conn *c)
 	c->stall_next = NULL;
 	if (s->stall_tail)
 		s->stall_tail->stall_next = c;
-	else
+	else {
 		s->stall_head = c;
+		s->stall_since = xtime_ns();
+	}
 	s->stall_tail = c;
 }
 
@@ -652,6 +658,8 @@ static void srv_unstall(struct nbdx *s)
 		s->stall_head = c->stall_next;
 		if (!s->stall_head)
 			s->stall_tail = NULL;
+		else
+			s->stall_since = xtime_ns();	/* the next one's turn */
 		c->stalled = false;
 		if (!c->dead)
 			conn_pump(c);
@@ -866,6 +874,7 @@ static void conn_flush(struct conn *c)
 {
 	struct iovec iov[IOV_BATCH];
 	struct msghdr mh = { .msg_iov = iov };
+	bool moved = false;
 	ssize_t w;
 
 	while (!c->dead && (c->nbd.outlen || c->rq_head)) {
@@ -900,6 +909,7 @@ static void conn_flush(struct conn *c)
 			return;
 		}
 		c->bytes_out += (uint64_t)w;
+		moved |= w > 0;
 		sent = (size_t)w;
 		if (c->nbd.outlen) {
 			size_t k = (size_t)w < c->nbd.outlen ? (size_t)w : c->nbd.outlen;
@@ -927,8 +937,40 @@ static void conn_flush(struct conn *c)
 	if (c->dead)
 		return;
 	c->out_full = c->nbd.outlen || c->rq_head;
+	if (!c->out_full)
+		c->stuck_since = 0;
+	else if (moved || !c->stuck_since)
+		c->stuck_since = xtime_ns();
 	conn_maybe_close(c);
 	set_events(c);
+}
+
+/* A client that asks and does not read its replies holds arena pages
+ * until it does: one cannot keep the others from the largest request
+ * (CONN_PAGES), several can.  When the first connection waiting for pages
+ * has waited --unread-timeout, those whose socket has taken none of
+ * their replies for as long, and that hold pages, are closed: a client
+ * stopped (^Z) for that long while others need the buffers loses its
+ * connections, as one whose peer vanished would. */
+static bool evict_unread(struct nbdx *s)
+{
+	uint64_t now = xtime_ns();
+	bool any = false;
+	char d[32];
+
+	if (now - s->stall_since < s->unread_ns)
+		return false;
+	for (struct conn *c = s->conns; c; c = c->next) {
+		if (c->dead || !c->pages || !c->stuck_since || now - c->stuck_since < s->unread_ns)
+			continue;
+		if (!s->quiet)
+			logc(c, "closed: its replies went unread for %s while others waited for "
+			     "buffers (--unread-timeout)",
+			     xfmt_duration(now - c->stuck_since, d, sizeof(d)));
+		conn_kill(c);
+		any = true;
+	}
+	return any;
 }
 
 /* After each round of the loop: replies out, waiting connections on,
@@ -951,6 +993,8 @@ static void srv_after_round(struct nbdx *s)
 			}
 		}
 		srv_unstall(s);
+		if (s->stall_head && s->unread_ns && evict_unread(s))
+			srv_unstall(s);	/* their queued replies' pages are free */
 		/* those stopped at the in-flight limit go on once replies
 		 * have left: their next requests may be buffered already */
 		for (struct conn *c = s->conns; s->throttled && c; c = c->next) {
@@ -1283,6 +1327,7 @@ struct nbdx *nbdx_open(struct sess *ss)
 		return NULL;
 	}
 	s->ss = ss;
+	s->unread_ns = NBDX_UNREAD_NS;
 	s->verbose = ss->o->verbose;
 	s->quiet = ss->o->quiet;
 	if (sess_add_mem(ss, s->arena.mem, ARENA_BYTES)) {
@@ -1295,6 +1340,11 @@ struct nbdx *nbdx_open(struct sess *ss)
 	ss->on_fd_ctx = s;
 	ss->status_extra = srv_status;
 	return s;
+}
+
+void nbdx_set_unread_timeout(struct nbdx *s, uint64_t ns)
+{
+	s->unread_ns = ns;
 }
 
 const struct nbd_export *nbdx_export(const struct nbdx *s)
@@ -1441,10 +1491,11 @@ unsigned nbdx_close(struct nbdx *s)
 
 /* --- rtrs-client nbd ------------------------------------------------------ */
 
-enum { OPT_SOCKET = 0x200 };
+enum { OPT_SOCKET = 0x200, OPT_UNREAD };
 
 struct nbd_opts {
 	struct sess_opts so;
+	uint64_t unread_ns;
 	struct xuri tcp[MAX_LISTEN];
 	const char *sock[MAX_LISTEN];
 	unsigned ntcp, nsock;
@@ -1456,12 +1507,15 @@ static int nbd_opts(int argc, char **argv, struct nbd_opts *o)
 		SESS_LONGOPTS,
 		{ "listen", required_argument, NULL, 'l' },
 		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "unread-timeout", required_argument, NULL, OPT_UNREAD },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *e;
 	char err[300];
 	int c, rc;
 
+	o->unread_ns = NBDX_UNREAD_NS;
 	while ((c = getopt_long(argc, argv, SESS_SHORTOPTS "l:h", lo, NULL)) != -1) {
 		rc = sess_opt("nbd", c, optarg, &o->so);
 		if (rc == 1)
@@ -1485,6 +1539,11 @@ static int nbd_opts(int argc, char **argv, struct nbd_opts *o)
 			if (!*optarg)
 				return usage_error("nbd", "--socket: an empty path");
 			o->sock[o->nsock++] = optarg;
+			break;
+		case OPT_UNREAD:
+			if (xparse_duration(optarg, 1000000000ull, 0, 86400 * 1000000000ull,
+					    &o->unread_ns, &e))
+				return usage_error("nbd", "--unread-timeout: '%s' is %s", optarg, e);
 			break;
 		case 'h':
 			cmd_usage(stdout, "nbd");
@@ -1528,6 +1587,7 @@ int cmd_nbd(int argc, char **argv)
 		rc = EXIT_FAIL;
 		goto out;
 	}
+	nbdx_set_unread_timeout(x, o.unread_ns);
 	for (unsigned i = 0; i < o.ntcp + o.nsock; i++)
 		if ((rc = nbdx_listen(x, i < o.ntcp ? &o.tcp[i] : NULL,
 				      i < o.ntcp ? NULL : o.sock[i - o.ntcp])))

@@ -70,11 +70,13 @@ one_export() {
 	[[ $stderr == "rtrs-client nbd: -l: "*port* ]]
 	run_clt 2 nbd -s n1 -p tcp://127.0.0.1 -d d1 --socket ''
 	[[ ${stderr%%$'\n'*} == "rtrs-client nbd: --socket: an empty path" ]]
+	run_clt 2 nbd -s n1 -p tcp://127.0.0.1 -d d1 --unread-timeout soon
+	[[ ${stderr%%$'\n'*} == "rtrs-client nbd: --unread-timeout: 'soon' is invalid" ]]
 	run_clt 1 nbd -s n1 -p "tcp://127.0.0.1:$(free_port)" -d d1 --socket "$T/s"
 	[[ $stderr == "rtrs-client nbd: all paths to n1 are down: "* ]]
 	[ ! -e "$T/s" ]
 	run_clt 0 nbd --help
-	[[ $output == *"rtrs-client nbd"*"--socket PATH"* ]]
+	[[ $output == *"rtrs-client nbd"*"--socket PATH"*"--unread-timeout DURATION"* ]]
 }
 
 @test "nbdinfo: size, flags and block sizes; --access ro exports read-only; a taken socket is refused" {
@@ -291,6 +293,29 @@ good 0"
 	run_limited 15 nbdcopy 0 nbdcopy "$NBD_URI" "$T/back"
 	cmp <(head -c 8M "$T/back") "$T/pat"
 	[ -s "$T/disk.img" ]
+}
+
+@test "two clients that ask without reading hold every buffer: after --unread-timeout they are closed, the others go on" {
+	need nbdcopy
+	local port t0 i
+	port=$(free_port)
+	disk disk.img 80M
+	head -c 8M /dev/urandom >"$T/pat"
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock" --unread-timeout 2
+	# each holds half the buffers (a 32 MiB read sent, its reply unread)
+	for i in 1 2; do
+		"$ABUSE" "unix:$T/n1.sock" d1 hog 60 &
+		BG_PIDS+=($!)
+	done
+	sleep 1
+	t0=$SECONDS
+	run_limited 30 nbdcopy 0 nbdcopy "$T/pat" "$NBD_URI"
+	run_limited 30 nbdcopy 0 nbdcopy "$NBD_URI" "$T/back"
+	cmp <(head -c 8M "$T/back") "$T/pat"
+	[ $((SECONDS - t0)) -lt 20 ] || die "took $((SECONDS - t0)) s"
+	[ "$(grep -c "closed: its replies went unread for [0-9.]* s while others waited for buffers (--unread-timeout)" \
+		"$T/nbd-n1.err")" -eq 2 ] || die "$(cat "$T/nbd-n1.err")"
 }
 
 @test "free buffers left in pieces by a client that does not read: a 32 MiB request still goes, others too" {

@@ -6,7 +6,8 @@
 # writes and verifies while one of the two paths is cut and restored; the
 # server is killed (IO fails after --down-timeout, it does not hang) and
 # comes back; SIGTERM and unmap let go of the device and leave nothing
-# behind; a mounted device is not unmapped without --force; nbd-client
+# behind; a device mounted (here or in another mount namespace) or used
+# as swap is not unmapped without --force; nbd-client
 # attaches a device to `rtrs-client nbd`'s export.
 #
 #   make tools && tests/vm/xprt-vm -l nbd -- tests/vm/rtrs-map.sh
@@ -68,6 +69,12 @@ check "list-mapped -o json names it, its session, export and paths" eval \
 "$CLT" list-mapped | sed 's/^/# /'
 check "status -s m1 shows the map running" eval \
 	"\"$CLT\" status -s m1 -o json >$T/s.json && jtrue $T/s.json 'd[\"activity\"] == \"map\"'"
+# swap, and a mount only another mount namespace sees: open exclusively,
+# not in our mountinfo
+check "mkswap, swapon" eval "mkswap -q $DEV >/dev/null && swapon $DEV"
+check "unmap refuses a device used as swap" eval \
+	"! \"$CLT\" unmap $DEV 2>$T/e && grep -q 'is used as swap (let it go first, or --force)' $T/e"
+check "swapoff" swapoff "$DEV"
 check "mkfs.ext4" mkfs.ext4 -q -F "$DEV"
 mkdir -p "$T/mnt" "$T/tree"
 # a tree of files: small, odd-sized, a large one, a hard link and a symlink
@@ -81,6 +88,16 @@ check "copy a tree of files in" cp -a "$T/tree" "$T/mnt/"
 check "unmap refuses a mounted device" eval \
 	"! \"$CLT\" unmap $DEV 2>$T/e && grep -q 'is mounted on $T/mnt (unmount it first, or --force)' $T/e"
 check "umount" umount "$T/mnt"
+unshare -m --propagation private sh -c 'mount -t ext4 "$1" "$2" && echo mounted && exec sleep 60' \
+	sh "$DEV" "$T/mnt" >"$T/ns.out" 2>&1 &
+NSP=$!
+check "mounted in a mount namespace of its own" wait_for 100 grep -q mounted "$T/ns.out"
+check "unmap refuses a device mounted in another namespace" eval \
+	"! \"$CLT\" unmap $DEV 2>$T/e && grep -q 'is open exclusively elsewhere' $T/e"
+kill "$NSP"
+wait "$NSP" 2>/dev/null
+check "the namespace's mount let go of it" wait_for 100 \
+	python3 -c 'import os,sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))' "$DEV"
 check "fsck.ext4 -n: clean" fsck.ext4 -n -f "$DEV"
 check "mount again" mount -t ext4 "$DEV" "$T/mnt"
 check "the tree is the same" diff -r "$T/tree" "$T/mnt/tree"
@@ -117,6 +134,15 @@ check "--foreground: the device on stdout" eval "grep -q '^/dev/nbd[0-9]*$' $T/f
 DEV=$(cat "$T/fg.out") NBD=${DEV#/dev/}
 check "--foreground: SIGTERM unmaps, exit 0" eval "kill -TERM $FGP && wait $FGP"
 check "the device is let go" wait_for 50 no_pid "$NBD"
+# unmap of a --foreground map whose parent (this shell) reaps it only later
+"$CLT" map --foreground -s m8 "${PATHS[@]}" -d d1 >"$T/fg8.out" 2>"$T/fg8.err" &
+FGP=$!
+check "--foreground map m8" wait_for 200 grep -q '^/dev/nbd' "$T/fg8.out"
+DEV=$(cat "$T/fg8.out") NBD=${DEV#/dev/}
+s0=$SECONDS
+check "unmap returns once its unreaped process has ended" "$CLT" unmap "$DEV"
+check "... at once, not after its 30 s limit" eval "[ \$((SECONDS - s0)) -lt 10 ]"
+check "its exit status is 0" wait "$FGP"
 
 # --- map's output captured whole; SIGTERM while the kernel is busy ----------------
 check "map's output and errors captured by \$(... 2>&1) come back at once" eval \
