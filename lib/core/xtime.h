@@ -27,4 +27,11 @@ static inline uint64_t xtime_real_ns(void)
 	return (uint64_t)ts.tv_sec * XTIME_NS_PER_S + (uint64_t)ts.tv_nsec;
 }
 
+/* t + d, or UINT64_MAX where that would wrap: a deadline of "never"
+ * (UINT64_MAX as a duration) stays never instead of passing at once. */
+static inline uint64_t xtime_after(uint64_t t, uint64_t d)
+{
+	return d > UINT64_MAX - t ? UINT64_MAX : t + d;
+}
+
 #endif

@@ -371,7 +371,9 @@ static uint64_t next_timer(const struct xp_host *h, uint64_t now)
 
 int xp_host_timeout_ms(const struct xp_host *h, int max_ms)
 {
-	uint64_t now = xtime_ns(), t = next_timer(h, now), ms;
+	/* alarms left out are those the last progress's clock found due
+	 * (the caller's receives saw them); one due since counts */
+	uint64_t now = xtime_ns(), t = next_timer(h, h->now < now ? h->now : now), ms;
 	int nshm;
 
 	if (t <= now)
@@ -448,6 +450,16 @@ void xp_set_acceptable_sizes(struct xp_port *p, enum xp_prio prio, uint64_t mask
 }
 
 /* ------------------------------------------------------ the event loop */
+
+/* When port p's first alarm falls due, UINT64_MAX if it has none (the
+ * list goes by due time). */
+static uint64_t port_alarm(const struct xp_host *h, const struct xp_port *p)
+{
+	for (const struct xp_alarm *a = h->alarms; a; a = a->next)
+		if (a->port == p)
+			return a->due;
+	return UINT64_MAX;
+}
 
 static bool alarm_due(const struct xp_host *h, const struct xp_port *p)
 {
@@ -590,7 +602,8 @@ void xp_set_alarm(struct xp_port *p, struct xp_alarm *a, uint64_t usecs, void (*
 	if (!p->open)
 		return;
 	a->port = p;
-	a->due = xtime_ns() + usecs * XTIME_NS_PER_US;
+	a->due = xtime_after(xtime_ns(), usecs > UINT64_MAX / XTIME_NS_PER_US ? UINT64_MAX
+									     : usecs * XTIME_NS_PER_US);
 	a->cb = cb;
 	a->ctx = ctx;
 	a->set = true;
@@ -837,7 +850,7 @@ int xp_host_add_fd(struct xp_host *h, int fd)
 
 int xp_host_wait(struct xp_host *h, uint64_t timeout_ns)
 {
-	return host_wait(h, xtime_ns() + timeout_ns);
+	return host_wait(h, xtime_after(xtime_ns(), timeout_ns));
 }
 
 static int blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t until,
@@ -872,7 +885,12 @@ static int blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t unt
 		 * frames still to go: sleep only when idle. */
 		if (xp_host_progress(p->h) > 0 || xp_port_pending(p))
 			continue;
-		if ((rc = host_wait(p->h, until)) < 0)
+		/* no sleep past the port's own alarm: the host's timers leave
+		 * out those due by a fresh clock, and the look above used a
+		 * shared one that may be older */
+		uint64_t a = port_alarm(p->h, p);
+
+		if ((rc = host_wait(p->h, a < until ? a : until)) < 0)
 			return rc;
 	}
 }
@@ -897,8 +915,8 @@ int xp_blocking_receive(struct xp_port *p, struct xp_event *ev, uint64_t timeout
 {
 	uint64_t start = xtime_ns();
 
-	return xp_blocking_receive_until(p, ev, timeout_ns ? start + timeout_ns : UINT64_MAX,
-					 start + spin_ns);
+	return xp_blocking_receive_until(p, ev, timeout_ns ? xtime_after(start, timeout_ns) : UINT64_MAX,
+					 xtime_after(start, spin_ns));
 }
 
 void xp_resume_sending(struct xp_port *p, enum xp_prio prio, uint32_t node, unsigned dst_port)

@@ -68,7 +68,10 @@
  * it wait (their tokens stay out) until xp_resume_sending() lets them go,
  * or xp_drop_sends() completes them with XP_SEND_DROPPED.
  *
- * The library never prints or exits.
+ * The library never exits.  It writes to standard error only through
+ * core/log.h, and by default (XPRT_LOG=warn) only what it has no caller
+ * to return to: a connection a listener failed to accept or pair, an
+ * epoll registration that failed.  XPRT_LOG=error silences those.
  */
 #ifndef XPRT_PORT_H
 #define XPRT_PORT_H

@@ -5,6 +5,7 @@
 #include "core/bytes.h"
 #include "core/cc.h"
 #include "core/ring.h"
+#include "core/xtime.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -1262,16 +1263,16 @@ static int rx_nack(struct pe_eng *e, struct pe_node *n, const struct pw_hdr *h,
 		d->backoff = d->backoff * 2 > e->o.backoff_max_ns ? e->o.backoff_max_ns
 								 : d->backoff * 2;
 	}
-	if (now >= d->first_nobuf + e->o.send_timeout_ns) {
+	if (now >= xtime_after(d->first_nobuf, e->o.send_timeout_ns)) {
 		fail_head(e, s, XP_SEND_TIMED_OUT);
 		return 0;
 	}
 	/* go-back-N: everything from the refused message goes again */
 	s->cur = d;
 	s->cur_off = 0;
-	s->retry_at = now + d->backoff;
-	if (s->retry_at > d->first_nobuf + e->o.send_timeout_ns)
-		s->retry_at = d->first_nobuf + e->o.send_timeout_ns;
+	s->retry_at = xtime_after(now, d->backoff);
+	if (s->retry_at > xtime_after(d->first_nobuf, e->o.send_timeout_ns))
+		s->retry_at = xtime_after(d->first_nobuf, e->o.send_timeout_ns);
 	list_del(&s->active);
 	if (!linked(&s->backoff))
 		list_add_tail(&e->backoff, &s->backoff);
@@ -1454,7 +1455,7 @@ XHOT_INLINE int pe_timers(struct pe_eng *e, uint64_t now)
 			continue;
 		fired++;
 		list_del(&s->backoff);
-		if (d && d->nobuf && now >= d->first_nobuf + e->o.send_timeout_ns)
+		if (d && d->nobuf && now >= xtime_after(d->first_nobuf, e->o.send_timeout_ns))
 			fail_head(e, s, XP_SEND_TIMED_OUT);
 		else
 			activate(s);

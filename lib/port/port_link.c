@@ -1281,7 +1281,7 @@ int xpl_connect_shm(struct xp_host *h, const struct xuri *u, const char *name,
 				  .poll = true, .max_msg = 1u << 20 };
 	struct shmcm_upcalls uc = { .deliver = cli_deliver, .disconnected = cli_disconnected,
 				    .rx_buffer = cli_rx_buffer };
-	uint64_t deadline = xtime_ns() + h->o.connect_timeout_ns;
+	uint64_t deadline = xtime_after(xtime_ns(), h->o.connect_timeout_ns);
 	struct shmcm_conn *sc;
 	/* the link exists before the connection: it is the deliver argument */
 	struct xp_link *k = calloc(1, sizeof(*k)), *kk;
@@ -1499,8 +1499,11 @@ static int tx_shm(struct xp_link *k)
 		bool small;
 		int rc;
 
-		pe_node_set_low_frag(k->h->e, k->node, bulk ? XP_SHM_REF_FRAG
-							    : high ? XP_SHM_LOW_FRAG : 0);
+		/* (never above what a packet holds: only a bulk flow's
+		 * pieces go by reference, and only where the peer may pull) */
+		pe_node_set_low_frag(k->h->e, k->node,
+				     bulk ? XP_SHM_REF_FRAG
+				     : high && XP_SHM_LOW_FRAG < k->frag ? XP_SHM_LOW_FRAG : 0);
 		if (!pe_pull_prio(k->h->e, k->node, 0, min_prio, &f))
 			break;
 		if (f.hdr[2] == XP_HIGH) {	/* pw_hdr: prio is byte 2 */

@@ -264,6 +264,35 @@ static void test_nobuf_retry(void **s)
 	rm(&p);
 }
 
+/* A send timeout of "never" (UINT64_MAX) never passes: no deadline
+ * wrapped round to one passed already.  The sender retries with its
+ * backoff and the message goes once a buffer is there. */
+static void test_timeout_never(void **s)
+{
+	struct pe_opts o = { .send_timeout_ns = UINT64_MAX };
+	struct pair p = mk(1, 8, &o);
+	char msg[16] = "patient", right[64];
+	struct xp_event ev;
+	uint64_t t = 1000;
+
+	pe_port_open(p.a, 1);
+	pe_port_open(p.b, 2);
+	assert_int_equal(pe_send(p.a, 1, 1, 2, XP_LOW, msg, 8, cb, NULL), 0);
+	for (int i = 0; i < 40; i++) {
+		pump(&p, t);
+		assert_int_equal(reap(p.a, 1), 0);
+		assert_true(pe_next_timer(p.a) > t);
+		t = pe_next_timer(p.a);
+	}
+	assert_int_equal(pe_provide(p.b, 2, right, 4, XP_LOW), 0);
+	pump(&p, t);
+	assert_int_equal(pe_next_event(p.b, 2, &ev), 1);
+	assert_string_equal(right, "patient");
+	assert_int_equal(reap(p.a, 1), 1);
+	assert_int_equal(dn[0].st, XP_SUCCESS);
+	rm(&p);
+}
+
 /* No buffer for send_timeout: TIMED_OUT, the stream stops (a later send
  * waits, its token stays out) until resume; drop gives DROPPED. */
 static void test_timeout_resume_drop(void **s)
@@ -1313,6 +1342,7 @@ int main(void)
 		cmocka_unit_test(test_odd_token_ring),
 		cmocka_unit_test(test_token_limits),
 		cmocka_unit_test(test_nobuf_retry),
+		cmocka_unit_test(test_timeout_never),
 		cmocka_unit_test(test_timeout_resume_drop),
 		cmocka_unit_test(test_closed_rejected),
 		cmocka_unit_test(test_priorities),

@@ -999,6 +999,29 @@ static void test_shm_small_frag(void **s)
 		xp_port_stats(p, &st1);
 		assert_int_equal(st1.direct_bytes - st0.direct_bytes, sizeof(msg));
 	}
+	/* with high priority in use, low goes in small pieces through the
+	 * mailbox: never above the link's fragment, which a packet holds
+	 * (4 KiB pieces went by reference, and failed the link where the
+	 * peer may not pull from us) */
+	char hi[16];
+
+	xp_port_stats(p, &st0);
+	assert_int_equal(xp_provide_receive_buffer(p, hi, 4, XP_HIGH), 0);
+	assert_int_equal(xp_provide_receive_buffer(p, big, 8, XP_LOW), 0);
+	assert_int_equal(send1(p, (uint32_t)node, ECHO_PORT, XP_HIGH, "hi!", 4, NULL), 0);
+	assert_int_equal(send1(p, (uint32_t)node, ECHO_PORT, XP_LOW, msg, sizeof(msg), NULL), 0);
+	memset(big, 0, sizeof(big));
+	for (int n = 0; n < 2; n++) {
+		assert_int_equal(wait_event(p, &ev, 5 * S), 1);
+		assert_int_equal(ev.length, ev.type == XP_HIGH_RECV_EVENT ? 4 : sizeof(msg));
+	}
+	assert_memory_equal(big, msg, sizeof(msg));
+	assert_string_equal(hi, "hi!");
+	wait_done(p, 5, S);
+	assert_int_equal(dn[3].st, XP_SUCCESS);
+	assert_int_equal(dn[4].st, XP_SUCCESS);
+	xp_port_stats(p, &st1);
+	assert_int_equal(st1.direct_bytes, st0.direct_bytes);
 	assert_int_equal(send1(p, (uint32_t)node, ECHO_PORT, XP_LOW, "quit", 4, NULL), 0);
 	assert_int_equal(reap_child(pid), 0);
 	close_port(p);
@@ -1108,6 +1131,42 @@ static void test_alarms(void **s)
 	assert_false(d.set);
 	assert_int_equal(xp_blocking_receive(p, &ev, S / 50, 0), 0);
 	assert_int_equal(nfired, 3);
+	/* "never" as a delay stays never, not a wrapped due time passed */
+	xp_set_alarm(p, &a, UINT64_MAX, alarm_cb, (void *)6);
+	assert_int_equal(xp_blocking_receive(p, &ev, S / 50, 0), 0);
+	assert_true(a.set);
+	xp_cancel_alarm(&a);
+	assert_int_equal(nfired, 3);
+	xp_close(p);
+	xp_host_free(h);
+}
+
+/* An alarm that falls due right as a blocking receive's spin ends (after
+ * the spin's last shared clock reading, before the sleep's own) is not
+ * slept past: the receive returns it, not its timeout.  The due time
+ * moves around the spin's end, iteration by iteration. */
+static void test_alarm_at_spin_end(void **s)
+{
+	char err[256];
+	struct xp_host *h = xp_host_new(NULL, err, sizeof(err));
+	struct xp_port *p = xp_open(h, 0, err, sizeof(err));
+	struct xp_alarm a;
+	struct xp_event ev;
+	unsigned late = 0;
+
+	(void)s;
+	assert_non_null(p);
+	xp_initialize_alarm(&a);
+	for (unsigned i = 0; i < 3000; i++) {
+		xp_set_alarm(p, &a, 45 + i % 11, alarm_cb, NULL);
+		if (xp_blocking_receive(p, &ev, S / 2, 50 * 1000) != 1) {
+			late++;		/* slept to the timeout past it */
+			continue;
+		}
+		assert_int_equal(ev.type, XP_ALARM_EVENT);
+		unknown(p, &ev);
+	}
+	assert_int_equal(late, 0);
 	xp_close(p);
 	xp_host_free(h);
 }
@@ -1213,6 +1272,7 @@ int main(void)
 		cmocka_unit_test(test_token_bound),
 		cmocka_unit_test(test_alarms),
 		cmocka_unit_test(test_clock_after_pause),
+		cmocka_unit_test(test_alarm_at_spin_end),
 		cmocka_unit_test_teardown(test_shm_echo, teardown),
 		cmocka_unit_test_teardown(test_shm_reserve, teardown),
 		cmocka_unit_test_teardown(test_shm_low_behind_high, teardown),
