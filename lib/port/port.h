@@ -176,7 +176,13 @@ struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t e
 /* NULL ok.  Pending sends complete XP_SEND_DROPPED: their callbacks run
  * inside xp_close() (the port has no event loop after it); those of
  * xp_send_no_callback() just end.  Alarms are cancelled, DMA memory freed
- * and registrations forgotten. */
+ * and registrations forgotten.  Since nothing may read a send's buffer
+ * after its callback, xp_close() first lets the transports finish with
+ * the frames they hold of the port's sends -- progress, up to a second:
+ * a peer that does not read (a full tcp socket, a big shm fragment it
+ * has not pulled) -- and then fails each link that still holds one, with
+ * every other port's sends on it (XP_SEND_TARGET_NODE_UNREACHABLE): a
+ * port closed while its peers read costs nothing of the sort. */
 void xp_close(struct xp_port *p);
 unsigned xp_port_id(const struct xp_port *p);
 /* A pointer for the application, e.g. for use in send callbacks. */
