@@ -108,7 +108,7 @@ kill -TERM $np 2>/dev/null
 wait $np
 sed 's/^/#   /' "$T/nb.err"
 
-
+if [ -n "${XPRT_VM_WIRE_B:-}" ]; then
 	# Two paths on two devices: rxe0 (10.200.0.1) and rxb (10.210.0.2).
 	t=multipath
 	[ "$(cat /sys/module/rnbd_server/parameters/dev_search_path 2>/dev/null)" = /dev ] ||
