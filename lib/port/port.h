@@ -155,8 +155,11 @@ unsigned xp_host_listeners(const struct xp_host *h);
  * own waits until 256 progress rounds without one). */
 int xp_host_fd(struct xp_host *h);
 /* Moves bytes: accepts connections, sends fragments, receives them, runs
- * timers.  Never blocks and never runs a user callback.  Returns the
- * number of things done (0: idle), or -errno on a host-wide failure. */
+ * timers.  Never runs a user callback, and never blocks but in one case:
+ * a shm link that fails while the peer is pulling a big fragment from our
+ * memory is waited on (a second at most) until the peer has let go of
+ * it, since the buffer goes back to its owner next.  Returns the number
+ * of things done (0: idle), or -errno on a host-wide failure. */
 int xp_host_progress(struct xp_host *h);
 /* How long a caller sleeping on xp_host_fd() may wait before the host's
  * next timer (a retry, a timeout) is due: 0..max_ms. */
