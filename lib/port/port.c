@@ -656,7 +656,9 @@ static void mem_forget(struct xp_host *h, unsigned i)
 
 static int mem_add(struct xp_host *h, unsigned port, void *addr, size_t len, bool dma)
 {
-	if (!len)
+	/* (a range past the top of the address space would wrap, and the
+	 * overlap test with it) */
+	if (!len || len > UINTPTR_MAX - (uintptr_t)addr)
 		return -EINVAL;
 	if (mem_find(h, port, addr, len) >= 0)
 		return -EEXIST;

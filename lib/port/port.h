@@ -179,13 +179,17 @@ struct xp_port *xp_open(struct xp_host *h, unsigned port_id, char *err, size_t e
 /* NULL ok.  Pending sends complete XP_SEND_DROPPED: their callbacks run
  * inside xp_close() (the port has no event loop after it); those of
  * xp_send_no_callback() just end.  Alarms are cancelled, DMA memory freed
- * and registrations forgotten.  Since nothing may read a send's buffer
+ * and registrations forgotten.  DROPPED here says the send was not
+ * acknowledged when the port closed, not that it never arrived: one
+ * already on the wire may have (a program that sends it again may
+ * deliver it twice).  Since nothing may read a send's buffer
  * after its callback, xp_close() first lets the transports finish with
  * the frames they hold of the port's sends -- progress, up to a second:
  * a peer that does not read (a full tcp socket, a big shm fragment it
  * has not pulled) -- and then fails each link that still holds one, with
- * every other port's sends on it (XP_SEND_TARGET_NODE_UNREACHABLE): a
- * port closed while its peers read costs nothing of the sort. */
+ * every other port's sends on it (XP_SEND_TARGET_NODE_UNREACHABLE; over
+ * shm after up to another second for the peer to let go of what it was
+ * pulling): a port closed while its peers read costs nothing of the sort. */
 void xp_close(struct xp_port *p);
 unsigned xp_port_id(const struct xp_port *p);
 /* A pointer for the application, e.g. for use in send callbacks. */
@@ -324,7 +328,8 @@ void xp_cancel_alarm(struct xp_alarm *a);
  * aligned, that the kernel may back with transparent huge pages (what
  * pins the memory -- registration, or a peer's process_vm_readv over
  * shm:// -- then walks one entry per 2 MiB).  xp_register_memory / xp_deregister_memory: 0 or -EINVAL
- * (empty range, or not exactly a registered one), -EEXIST (overlaps one),
+ * (empty range, one past the end of the address space, or not exactly a
+ * registered one), -EEXIST (overlaps one),
  * -ENOMEM.  Closing the port frees its DMA memory and forgets its
  * registrations. */
 void *xp_dma_malloc(struct xp_port *p, size_t len);

@@ -1141,6 +1141,30 @@ static void test_alarms(void **s)
 	xp_host_free(h);
 }
 
+/* A registration is a range in the address space: one past its end
+ * (whose end would wrap to 0, and the overlap test with it) is refused,
+ * and one that ends at its top overlaps what it holds.  (A host without
+ * links: nothing is registered with a device.) */
+static void test_register_range(void **s)
+{
+	char err[256];
+	struct xp_host *h = xp_host_new(NULL, err, sizeof(err));
+	struct xp_port *p = xp_open(h, 0, err, sizeof(err));
+	uint8_t *top = (uint8_t *)UINTPTR_MAX - 100;
+
+	(void)s;
+	assert_non_null(p);
+	assert_int_equal(xp_register_memory(p, top, 1000), -EINVAL);
+	assert_int_equal(xp_register_memory(p, top, 101), -EINVAL);
+	assert_int_equal(xp_register_memory(p, top, 100), 0);
+	assert_int_equal(xp_register_memory(p, top + 50, 10), -EEXIST);
+	assert_int_equal(xp_register_memory(p, (void *)16, 10), 0);
+	assert_int_equal(xp_deregister_memory(p, top, 100), 0);
+	assert_int_equal(xp_deregister_memory(p, (void *)16, 10), 0);
+	xp_close(p);
+	xp_host_free(h);
+}
+
 /* An alarm that falls due right as a blocking receive's spin ends (after
  * the spin's last shared clock reading, before the sleep's own) is not
  * slept past: the receive returns it, not its timeout.  The due time
@@ -1273,6 +1297,7 @@ int main(void)
 		cmocka_unit_test(test_alarms),
 		cmocka_unit_test(test_clock_after_pause),
 		cmocka_unit_test(test_alarm_at_spin_end),
+		cmocka_unit_test(test_register_range),
 		cmocka_unit_test_teardown(test_shm_echo, teardown),
 		cmocka_unit_test_teardown(test_shm_reserve, teardown),
 		cmocka_unit_test_teardown(test_shm_low_behind_high, teardown),
