@@ -258,6 +258,7 @@ struct nbdx {
 	struct conn *flush_head;
 	struct nreq *free_reqs;
 	unsigned nconns, next_id;
+	unsigned ndead;			/* closed, not yet freed (srv_reap) */
 	uint32_t unit;			/* pages of a logical block (1 for 512 or 4096) */
 	unsigned throttled;		/* connections stopped at CONN_INFLIGHT */
 	unsigned lis_paused;		/* listeners out of epoll for a while */
@@ -372,6 +373,7 @@ static void conn_kill(struct conn *c)
 	if (c->dead)
 		return;
 	c->dead = true;
+	s->ndead++;
 	epoll_ctl(s->ss->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->fd = -1;
@@ -400,10 +402,13 @@ static void srv_reap(struct nbdx *s)
 {
 	struct conn *c = s->conns, *next;
 
-	for (; c; c = next) {
+	/* (a walk over every connection each round would make idle ones
+	 * cost every request) */
+	for (; c && s->ndead; c = next) {
 		next = c->next;
 		if (!c->dead || c->inflight || c->stalled || c->flushing)
 			continue;
+		s->ndead--;
 		if (c->throttled)
 			s->throttled--;
 		if (c->prev)
