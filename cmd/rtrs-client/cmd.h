@@ -107,6 +107,9 @@ struct sess {
 	struct xctl *ctl;
 	int epfd;
 	uint64_t ctl_ns;		/* when the control socket was looked at */
+	/* sess_close() waits for the device's IO and CLOSE until then (0:
+	 * 5 s from its call) */
+	uint64_t close_by;
 	/* what `status` shows of the command's own progress */
 	const char *activity;
 	uint64_t done_bytes, total_bytes;

@@ -1424,7 +1424,7 @@ unsigned nbdx_close(struct nbdx *s)
 {
 	struct sess *ss = s->ss;
 	unsigned lost = 0;
-	uint64_t t0;
+	uint64_t end;
 
 	srv_after_round(s);
 	srv_close_listeners(s);
@@ -1447,9 +1447,10 @@ unsigned nbdx_close(struct nbdx *s)
 			set_events(c);
 		}
 	cli_stop_requested = 0;
-	t0 = xtime_ns();
-	while (s->nconns && !cli_stop_requested && xtime_ns() - t0 < 5000000000ull &&
-	       rtrs_clt_alive(ss->clt)) {
+	/* one deadline for all of it, the session's close too */
+	end = xtime_ns() + 5000000000ull;
+	ss->close_by = end;
+	while (s->nconns && !cli_stop_requested && xtime_ns() < end && rtrs_clt_alive(ss->clt)) {
 		sess_run(ss, 100000000ull);
 		srv_after_round(s);
 	}
@@ -1465,14 +1466,13 @@ unsigned nbdx_close(struct nbdx *s)
 		}
 	srv_after_round(s);
 	/* requests at the server write into the arena: they come back (or
-	 * fail) before it goes */
-	t0 = xtime_ns();
+	 * fail) before it goes, or it stays */
 	for (;;) {
 		bool busy = false;
 
 		for (struct conn *c = s->conns; c; c = c->next)
 			busy |= c->inflight > 0;
-		if (!busy || xtime_ns() - t0 > 5000000000ull || !rtrs_clt_alive(ss->clt))
+		if (!busy || cli_stop_requested || xtime_ns() >= end || !rtrs_clt_alive(ss->clt))
 			break;
 		sess_run(ss, 100000000ull);
 		srv_after_round(s);
@@ -1480,8 +1480,11 @@ unsigned nbdx_close(struct nbdx *s)
 	srv_reap(s);
 	ss->on_fd = NULL;
 	ss->status_extra = NULL;
-	if (s->conns)
+	if (s->conns) {
+		if (cli_stop_requested)
+			ss->close_by = 1;	/* a second signal: no more waiting */
 		return lost;	/* still in flight: the memory stays (we are exiting) */
+	}
 	rtrs_clt_del_mem(ss->clt, s->arena.mem);
 	while (s->free_reqs) {
 		struct nreq *r = s->free_reqs;

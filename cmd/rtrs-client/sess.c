@@ -506,7 +506,10 @@ int sess_open(struct sess *ss, const char *cmd, struct sess_opts *o)
 void sess_close(struct sess *ss)
 {
 	if (ss->dev) {
-		rnbd_clt_close(ss->dev, 5000000000ull);
+		uint64_t now = xtime_ns();
+
+		rnbd_clt_close(ss->dev, !ss->close_by ? 5000000000ull
+					: ss->close_by > now ? ss->close_by - now : 1);
 		ss->dev = NULL;
 	}
 	rtrs_clt_close(ss->clt);

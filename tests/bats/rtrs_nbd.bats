@@ -552,6 +552,39 @@ good 0"
 	done
 }
 
+@test "SIGTERM with requests stuck at a stopped server: the end within 5 s, exit 1; a second signal ends it at once" {
+	local port rc t0 sig2
+	port=$(free_port)
+	disk disk.img 80M
+	start_server "$port" -e "d1=$T/disk.img"
+	for sig2 in "" TERM; do
+		start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock"
+		kill -STOP "$SRV_PID"
+		# two 32 MiB reads the server will not answer while stopped
+		"$ABUSE" "unix:$T/n1.sock" d1 hog 30 &
+		BG_PIDS+=($!)
+		sleep 0.5
+		t0=$(date +%s%N)
+		kill -TERM "$NBD_PID"
+		if [ -n "$sig2" ]; then
+			sleep 0.5
+			kill -"$sig2" "$NBD_PID"
+		fi
+		rc=0
+		wait "$NBD_PID" || rc=$?
+		t0=$((($(date +%s%N) - t0) / 1000000))
+		kill -CONT "$SRV_PID"
+		[ "$rc" -eq 1 ] || die "exit $rc: $(cat "$T/nbd-n1.err")"
+		grep -q "request(s) got no answer before the end" "$T/nbd-n1.err"
+		if [ -n "$sig2" ]; then
+			[ "$t0" -lt 2500 ] || die "a second signal: the end after $t0 ms"
+		else
+			[ "$t0" -lt 7000 ] || die "the end after $t0 ms"
+		fi
+		[ ! -e "$T/n1.sock" ]
+	done
+}
+
 @test "SIGTERM under a stream of writes: what was asked is answered, then ESHUTDOWN, then the end; exit 0, every write answered 0 is on disk" {
 	local seed rc=0 ap off sum
 	one_export 80M
