@@ -235,6 +235,10 @@ struct conn {
 	uint32_t pages;			/* arena pages its requests hold */
 	uint64_t stuck_since;		/* replies waiting, the socket taking
 					 * none of them since then; 0 not */
+	/* while others wait for pages: the WRITE whose data is coming (by
+	 * c->reqs and c->wr_got) when last seen moving, and since when */
+	uint64_t wr_seen_req, wr_since;
+	uint32_t wr_seen_got;
 	uint64_t reqs, bytes_in, bytes_out;
 	struct nbd_srv nbd;
 };
@@ -952,26 +956,45 @@ static void conn_flush(struct conn *c)
 
 /* A client that asks and does not read its replies holds arena pages
  * until it does: one cannot keep the others from the largest request
- * (CONN_PAGES), several can.  When the first connection waiting for pages
- * has waited --unread-timeout, those whose socket has taken none of
- * their replies for as long, and that hold pages, are closed: a client
- * stopped (^Z) for that long while others need the buffers loses its
- * connections, as one whose peer vanished would. */
+ * (CONN_PAGES), several can -- and so can clients that stop in the middle
+ * of a WRITE's data.  When the first connection waiting for pages has
+ * waited --unread-timeout, those that hold pages and whose socket has
+ * taken none of their replies, or given none of a WRITE's data, for as
+ * long are closed: a client stopped (^Z) for that long while others need
+ * the buffers loses its connections, as one whose peer vanished would.
+ * Runs each round while some connection waits for pages. */
 static bool evict_unread(struct nbdx *s)
 {
 	uint64_t now = xtime_ns();
-	bool any = false;
+	bool due = now - s->stall_since >= s->unread_ns, any = false;
 	char d[32];
 
-	if (now - s->stall_since < s->unread_ns)
-		return false;
 	for (struct conn *c = s->conns; c; c = c->next) {
-		if (c->dead || !c->pages || !c->stuck_since || now - c->stuck_since < s->unread_ns)
+		const char *what = NULL;
+		uint64_t idle = 0;
+
+		if (c->dead || !c->pages)
 			continue;
+		if (c->wr && (c->wr_seen_req != c->reqs || c->wr_seen_got != c->wr_got ||
+			      !c->wr_since)) {
+			c->wr_seen_req = c->reqs;
+			c->wr_seen_got = c->wr_got;
+			c->wr_since = now;
+		}
+		if (!due)
+			continue;
+		if (c->stuck_since && now - c->stuck_since >= s->unread_ns) {
+			what = "its replies went unread";
+			idle = now - c->stuck_since;
+		} else if (c->wr && now - c->wr_since >= s->unread_ns) {
+			what = "a write's data stopped coming";
+			idle = now - c->wr_since;
+		} else {
+			continue;
+		}
 		if (!s->quiet)
-			logc(c, "closed: its replies went unread for %s while others waited for "
-			     "buffers (--unread-timeout)",
-			     xfmt_duration(now - c->stuck_since, d, sizeof(d)));
+			logc(c, "closed: %s for %s while others waited for buffers (--unread-timeout)",
+			     what, xfmt_duration(idle, d, sizeof(d)));
 		conn_kill(c);
 		any = true;
 	}

@@ -295,7 +295,7 @@ good 0"
 	[ -s "$T/disk.img" ]
 }
 
-@test "two clients that ask without reading hold every buffer: after --unread-timeout they are closed, the others go on" {
+@test "two clients that ask without reading, or stop in a write's data, hold every buffer: after --unread-timeout they are closed, the others go on" {
 	need nbdcopy
 	local port t0 i
 	port=$(free_port)
@@ -316,6 +316,20 @@ good 0"
 	[ $((SECONDS - t0)) -lt 20 ] || die "took $((SECONDS - t0)) s"
 	[ "$(grep -c "closed: its replies went unread for [0-9.]* s while others waited for buffers (--unread-timeout)" \
 		"$T/nbd-n1.err")" -eq 2 ] || die "$(cat "$T/nbd-n1.err")"
+	# so do two that stop in the middle of a 32 MiB write's data
+	for i in 1 2; do
+		"$ABUSE" "unix:$T/n1.sock" d1 write-stall 60 &
+		BG_PIDS+=($!)
+	done
+	sleep 1
+	t0=$SECONDS
+	run_limited 30 nbdcopy 0 nbdcopy "$NBD_URI" "$T/back2"
+	cmp <(head -c 8M "$T/back2") "$T/pat"
+	[ $((SECONDS - t0)) -lt 20 ] || die "took $((SECONDS - t0)) s"
+	[ "$(grep -c "closed: a write's data stopped coming for [0-9.]* s while others waited for buffers (--unread-timeout)" \
+		"$T/nbd-n1.err")" -eq 2 ] || die "$(cat "$T/nbd-n1.err")"
+	# the half-sent writes were not done
+	cmp <(head -c 8M "$T/disk.img") "$T/pat"
 }
 
 @test "free buffers left in pieces by a client that does not read: a 32 MiB request still goes, others too" {
