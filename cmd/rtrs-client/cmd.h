@@ -119,6 +119,10 @@ struct sess {
 	void (*on_fd)(void *ctx, uint64_t tag, uint32_t events);
 	void *on_fd_ctx;
 	void (*status_extra)(void *ctx, struct xnode *m);	/* more for `status` */
+	/* a device the server refused to open again after a reconnect:
+	 * the error said (0 none), when it was last tried (dev_notices) */
+	int reopen_said;
+	uint64_t reopen_ns;
 	/* each path's state when last looked at (path_notices) */
 	uint8_t path_st[SESS_PATHS_SAID];
 	unsigned npaths_said;

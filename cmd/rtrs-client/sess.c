@@ -521,6 +521,39 @@ void sess_close(struct sess *ss)
 	ss->epfd = -1;
 }
 
+/* A device the server would not open again after a reconnect (taken for
+ * writing by another session meanwhile, or gone) fails its IO with that
+ * error: said once, tried again every second while a path is connected,
+ * and said when it is open again (IO works from then on). */
+#define REOPEN_RETRY_NS 1000000000ull
+
+static void dev_notices(struct sess *ss, uint64_t now)
+{
+	int err;
+
+	if (!ss->dev)
+		return;
+	rnbd_clt_reopens(ss->dev, &err);
+	if (!err) {
+		if (ss->reopen_said && !ss->o->quiet)
+			fprintf(stderr, PROG " %s: device %s is open again\n", ss->cmd, ss->o->device);
+		ss->reopen_said = 0;
+		return;
+	}
+	if (err != ss->reopen_said) {
+		if (!ss->o->quiet)
+			fprintf(stderr, PROG " %s: device %s could not be opened again after the "
+				"reconnect: %s; IO fails with it, trying again every second\n", ss->cmd,
+				ss->o->device, strerror(-err));
+		ss->reopen_said = err;
+		ss->reopen_ns = now;
+	}
+	if (now - ss->reopen_ns >= REOPEN_RETRY_NS) {
+		ss->reopen_ns = now;
+		rnbd_clt_reopen(ss->dev);
+	}
+}
+
 int sess_run(struct sess *ss, uint64_t max_wait_ns)
 {
 	struct epoll_event evs[32];
@@ -534,6 +567,7 @@ int sess_run(struct sess *ss, uint64_t max_wait_ns)
 	if (ss->dev)
 		n += (int)rnbd_clt_kick(ss->dev);
 	path_notices(ss, true);
+	dev_notices(ss, now);
 	if (cli_stop_requested)
 		return -EINTR;
 	/* a loop that never sleeps still answers its control socket */

@@ -49,6 +49,8 @@ struct rnbd_clt_dev {
 	uint64_t reopens;
 	int reopen_err;
 	int lost;		/* the last re-open failed: IO fails with it */
+	bool retrying;		/* a re-open of rnbd_clt_reopen(): outside the
+				 * session's gate, which it does not resume */
 	struct rnbd_clt_dev *kept_next;	/* on `kept` */
 };
 
@@ -333,15 +335,18 @@ static int fix_held(void *ctx, void (*conf)(void *priv, int err), void *priv, vo
 static void reopen_done(struct rnbd_clt_dev *d, int err, uint32_t new_id)
 {
 	struct held_fix h = { d, new_id, err };
+	bool retry = d->retrying;
 
-	if (err || new_id != d->g.device_id)
+	if (!retry && (err || new_id != d->g.device_id))
 		rtrs_clt_held_foreach(d->s, fix_held, &h);
 	if (!err)
 		d->g.device_id = new_id;
 	d->reopen = RO_IDLE;
+	d->retrying = false;
 	d->reopen_err = err;
 	d->lost = err;
-	rtrs_clt_resume(d->s);
+	if (!retry)
+		rtrs_clt_resume(d->s);
 }
 
 static void reopen_open_conf(void *priv, int err)
@@ -410,10 +415,30 @@ static bool reopen_step(struct rnbd_clt_dev *d)
 
 void rnbd_clt_link_ev(struct rnbd_clt_dev *d, enum rtrs_clt_link_ev ev)
 {
-	if (!d || ev != RTRS_CLT_LINK_EV_RECONNECTED || d->reopen != RO_IDLE)
+	if (!d || ev != RTRS_CLT_LINK_EV_RECONNECTED)
 		return;
+	if (d->reopen != RO_IDLE) {
+		/* a retry under way is this reconnect's re-open now: it
+		 * resumes the session when it ends */
+		d->retrying = false;
+		return;
+	}
 	d->reopen = RO_SEND_INFO;
 	reopen_step(d);
+}
+
+int rnbd_clt_reopen(struct rnbd_clt_dev *d)
+{
+	if (!d->lost)
+		return 0;
+	if (d->reopen != RO_IDLE)
+		return -EINPROGRESS;
+	if (!rtrs_clt_connected(d->s))
+		return -ENOTCONN;
+	d->retrying = true;
+	d->reopen = RO_SEND_INFO;
+	reopen_step(d);
+	return -EINPROGRESS;
 }
 
 uint64_t rnbd_clt_reopens(const struct rnbd_clt_dev *d, int *last_err)

@@ -79,6 +79,14 @@ uint32_t rnbd_clt_busy(const struct rnbd_clt_dev *d);
  * readdressed; one whose re-open failed has them failed with that error,
  * and its later IO too (rnbd_clt_reopens() says why). */
 void rnbd_clt_link_ev(struct rnbd_clt_dev *d, enum rtrs_clt_link_ev ev);
+/* Once a re-open after a reconnect has failed (the server refused it: the
+ * device taken for writing by another session meanwhile, or gone), the
+ * device's IO fails with that error until this opens it again: 0 when
+ * the device is open, else -EINPROGRESS (a re-open is out: its result
+ * comes from rtrs_clt_poll(), into rnbd_clt_reopens()) or -ENOTCONN (no
+ * path connected to send one on).  Held IO of the session is not waited
+ * for: the device's IO goes on failing until it is done. */
+int rnbd_clt_reopen(struct rnbd_clt_dev *d);
 /* How many re-opens succeeded; *last_err: the last one's result. */
 uint64_t rnbd_clt_reopens(const struct rnbd_clt_dev *d, int *last_err);
 

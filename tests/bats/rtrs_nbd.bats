@@ -434,6 +434,39 @@ good 0"
 	cmp "$T/out" "$T/disk.img"
 }
 
+@test "a restarted server that will not open the device again (another session writes it): said, tried every second, served again once free" {
+	need nbdcopy
+	local port rc
+	port=$(free_port)
+	disk disk.img 16M
+	head -c 1M /dev/urandom >"$T/pat"
+	start_server "$port" -e "d1=$T/disk.img"
+	start_nbd n1 -p "tcp://127.0.0.1:$port" -d d1 --socket "$T/n1.sock" --reconnect-delay 3s \
+		--down-timeout 60s
+	kill -9 "$SRV_PID"
+	wait "$SRV_PID" 2>/dev/null || true
+	start_server "$port" -e "d1=$T/disk.img"
+	# another session opens d1 for writing before n1 is back, and holds it 5 s
+	(sleep 5; printf 'x%.0s' $(seq 512)) |
+		"$RTRS_CLIENT" write -s w2 -p "tcp://127.0.0.1:$port" -d d1 --offset 1M -q ||
+		die "the other writer failed"
+	grep -q "^rtrs-client nbd: device d1 could not be opened again after the reconnect: .*; IO fails with it, trying again every second$" \
+		"$T/nbd-n1.err" || die "$(cat "$T/nbd-n1.err")"
+	# free again: n1 opens it within a second or two, and serves
+	for i in $(seq 50); do
+		grep -q "^rtrs-client nbd: device d1 is open again$" "$T/nbd-n1.err" && break
+		sleep 0.1
+	done
+	grep -q "^rtrs-client nbd: device d1 is open again$" "$T/nbd-n1.err" || die "$(cat "$T/nbd-n1.err")"
+	run_limited 20 nbdcopy 0 nbdcopy "$T/pat" "$NBD_URI"
+	cmp <(head -c 1M "$T/disk.img") "$T/pat"
+	[ "$(head -c 512 <(tail -c +$((1024 * 1024 + 1)) "$T/disk.img"))" = "$(printf 'x%.0s' $(seq 512))" ]
+	kill -TERM "$NBD_PID"
+	rc=0
+	wait "$NBD_PID" || rc=$?
+	[ "$rc" -eq 0 ] || die "exit $rc: $(cat "$T/nbd-n1.err")"
+}
+
 @test "the only cable pulled (silence, no reset): NBD IO fails within heartbeats + --down-timeout, and works again once it is back" {
 	need nbdcopy
 	netns_available || skip "no network namespaces here (needs root and iproute2)"
