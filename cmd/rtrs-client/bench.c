@@ -153,8 +153,9 @@ static void slot_done(void *priv, int err)
 			b->first_err = err;
 			b->first_err_off = sl->off;
 		}
-		/* every path closed: nothing more can succeed */
-		if (err == -ENOTCONN)
+		/* every path closed, or down past --down-timeout: nothing
+		 * more can succeed (IO fails at once until one is back) */
+		if (err == -ENOTCONN || err == -ECONNABORTED)
 			b->stop = true;
 	} else if (!b->prefill) {
 		d->ios++;

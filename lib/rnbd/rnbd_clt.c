@@ -51,6 +51,11 @@ struct rnbd_clt_dev {
 	int lost;		/* the last re-open failed: IO fails with it */
 	bool retrying;		/* a re-open of rnbd_clt_reopen(): outside the
 				 * session's gate, which it does not resume */
+	/* IO that ended inside rnbd_clt_submit() (failed at once): its done
+	 * runs from the next rnbd_clt_kick(), never inside the submit, where
+	 * a caller that submits again from done would recurse without end */
+	unsigned in_submit;
+	struct io *fin_head, *fin_tail;
 	struct rnbd_clt_dev *kept_next;	/* on `kept` */
 };
 
@@ -468,6 +473,15 @@ static void io_finish(struct io *io)
 {
 	struct rnbd_clt_dev *d = io->d;
 
+	if (d->in_submit) {
+		io->next = NULL;
+		if (d->fin_tail)
+			d->fin_tail->next = io;
+		else
+			d->fin_head = io;
+		d->fin_tail = io;
+		return;
+	}
 	d->busy--;
 	if (io->done)
 		io->done(io->priv, io->err);
@@ -497,8 +511,20 @@ unsigned rnbd_clt_kick(struct rnbd_clt_dev *d)
 	unsigned sent = 0;
 	struct io *io;
 
+	/* those that ended inside a submit, as they were now: what their
+	 * done callbacks submit and fails at once waits for the next call */
+	if (!d->in_submit && d->fin_head) {
+		struct io *fin = d->fin_head;
+
+		d->fin_head = d->fin_tail = NULL;
+		while ((io = fin)) {
+			fin = io->next;
+			io_finish(io);
+			sent++;
+		}
+	}
 	if (d->reopen != RO_IDLE && !reopen_step(d))
-		return 0;
+		return sent;
 	while ((io = d->qhead)) {
 		if (d->lost && !io->err)
 			io->err = d->lost;	/* the device is gone from the server */
@@ -580,7 +606,9 @@ int rnbd_clt_submit(struct rnbd_clt_dev *d, unsigned op, uint32_t flags, uint64_
 	else
 		d->qhead = io;
 	d->qtail = io;
+	d->in_submit++;
 	rnbd_clt_kick(d);
+	d->in_submit--;
 	return 0;
 }
 

@@ -64,7 +64,9 @@ uint32_t rnbd_clt_max_io(const struct rnbd_clt_dev *d);
 int rnbd_clt_submit(struct rnbd_clt_dev *d, unsigned op, uint32_t flags, uint64_t off,
 		    void *buf, uint64_t len, void (*done)(void *priv, int err), void *priv);
 /* Sends queued parts now that permits may be free (call after
- * rtrs_clt_poll()); how many went out. */
+ * rtrs_clt_poll()), and runs the done of IO that failed inside
+ * rnbd_clt_submit() (done never runs inside it: a caller that submits
+ * from done would recurse); how many went out or ended. */
 unsigned rnbd_clt_kick(struct rnbd_clt_dev *d);
 /* IOs submitted and not yet done. */
 uint32_t rnbd_clt_busy(const struct rnbd_clt_dev *d);

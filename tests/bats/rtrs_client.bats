@@ -799,6 +799,25 @@ restart_test() {
 	restart_test --queue-depth 8
 }
 
+@test "bench whose server is gone past --down-timeout: IO that fails at once ends it, exit 1 with the errors counted" {
+	local port rc=0
+	port=$(free_port)
+	truncate -s 8M "$T/disk.img"
+	start_server "$port" -e "d1=$T/disk.img" --queue-depth 32
+	"$RTRS_CLIENT" bench -s e10 -p "tcp://127.0.0.1:$port" -d d1 --time 20 --down-timeout 1s \
+		--reconnect-delay 300ms -o json >"$T/b.json" 2>"$T/b.err" &
+	local bp=$!
+	BG_PIDS+=($bp)
+	wait_status e10 'j["activity"] == "bench" and j["paths"][0]["reads"] > 0'
+	kill -TERM "$SRV_PID"
+	wait "$SRV_PID" 2>/dev/null || true
+	wait $bp || rc=$?
+	[ "$rc" -eq 1 ] || die "bench exited $rc: $(cat "$T/b.err")"
+	grep -q "^rtrs-client bench: [0-9]* IO errors, the first at offset [0-9]*: all paths to e10 have been down for 1.00 s (--down-timeout)$" \
+		"$T/b.err" || die "$(cat "$T/b.err")"
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["errors"] > 0, d' "$T/b.json"
+}
+
 @test "a server restarted without the device: what waited fails, one line names the re-open" {
 	local port
 	port=$(free_port)
