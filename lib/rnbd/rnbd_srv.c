@@ -39,6 +39,9 @@ struct export {
 	bool blockdev;
 	bool found;			/* opened through the search path: named by
 					 * its real path, not an export name */
+	dev_t id_dev;			/* the file it is (st_dev, st_ino; a block
+					 * device: st_rdev, 0) */
+	ino_t id_ino;
 	uint64_t reads, read_bytes, writes, write_bytes, flushes, discards, errors;
 	uint64_t queued;		/* IOs a worker ran */
 	bool nowait_wr;			/* RWF_NOWAIT writes work here (until EOPNOTSUPP) */
@@ -313,6 +316,8 @@ static int export_add(struct rnbd_srv *r, const char *name, const char *path, bo
 	rc = export_geometry(e, &st, err, errlen);
 	if (rc < 0)
 		goto out_close;
+	e->id_dev = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
+	e->id_ino = S_ISBLK(st.st_mode) ? 0 : st.st_ino;
 	if (e->c.size < 512) {
 		xerr(err, errlen, "%s: empty (a device needs at least one 512-byte sector)", path);
 		rc = -EINVAL;
@@ -444,10 +449,24 @@ static int do_open(struct rnbd_sess *rs, int dir, void *data, uint32_t datalen, 
 		xlog_info("OPEN of '%s': no such export", m.dev_name);
 		return -ENOENT;
 	}
+	/* one file under two names (two exports of it, an export and the
+	 * search path, a link) is one device: one writer at most among
+	 * all of them */
+	unsigned others = 0;
+
+	for (unsigned i = 0; i < rs->r->nex; i++) {
+		const struct export *o = rs->r->ex[i];
+
+		if (o != e && o->id_dev == e->id_dev && o->id_ino == e->id_ino)
+			others += o->c.writers;
+	}
+	e->c.writers += others;
 	rc = rnbd_core_open(&rs->c, &e->c, m.access_mode, rs->r->max_io, data);
+	e->c.writers -= others;
 	if (rc == -EPERM)
-		xlog_info("OPEN of '%s' %s refused: %u writer(s) already", e->name,
-			  rnbd_access_mode_str(m.access_mode), e->c.writers);
+		xlog_info("OPEN of '%s' %s refused: %u writer(s) already%s", e->name,
+			  rnbd_access_mode_str(m.access_mode), e->c.writers + others,
+			  others ? " (of the same file under another name)" : "");
 	return rc;
 }
 

@@ -654,6 +654,20 @@ time.sleep(30)
 	run_srv 0 status --ctl "$CTL" -o json
 	# what the search path found is listed by its real path
 	[ "$(json 'sorted(e["name"] for e in j["exports"])')" = "['$(realpath "$T/devs")/a.img', '$(realpath "$T/devs")/sub/b.img', 'd']" ] || die "$output"
+	# ...and so does an export's (d) under its file's name in the search path
+	cp "$T/disk.img" "$T/devs/d.img"
+	kill "$SRV_PID"; wait "$SRV_PID" 2>/dev/null || true
+	start_server -e d=$T/devs/d.img -e alias=$T/devs/d.img --dev-search-path "$T/devs"
+	bench_until s1 d randwrite 'any(d["session"] == "s1" and d["access"] == "rw" for d in j["devices"])'
+	bp=$BENCH_PID
+	for name in d.img alias; do
+		run_limited 60 rtrs-client 1 "$RTRS_CLIENT" write -s s2 -p "tcp://127.0.0.1:$PORT" -d $name <"$T/pat"
+		expect_stderr_line "rtrs-client write: device $name: access refused (open for writing elsewhere, or read-only)"
+	done
+	kill -INT $bp
+	wait $bp || die "bench: $(cat "$T/b.err")"
+	# once it has gone, another name of the file takes the writer
+	run_limited 60 rtrs-client 0 "$RTRS_CLIENT" write -s s2 -p "tcp://127.0.0.1:$PORT" -d alias <"$T/pat"
 	kill "$SRV_PID"; wait "$SRV_PID" 2>/dev/null || true
 	# %SESSNAME%: each session its own directory
 	start_server -e d=$T/disk.img --dev-search-path "$T/%SESSNAME%"
