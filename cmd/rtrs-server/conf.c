@@ -208,38 +208,43 @@ static int each_str(const struct cctx *x, const struct xnode *n, const char *key
 	return EXIT_OK;
 }
 
+/* One entry of exports: NAME=PATH[:ro] or {name, path, readonly}. */
+static int export_entry(const struct cctx *x, const struct xnode *e, struct srv_conf *c)
+{
+	const struct xnode *name, *path, *ro;
+	char what[300], err[256];
+	bool r = false;
+
+	snprintf(what, sizeof(what), "%s: line %d: exports", x->path, xnode_line(e));
+	if (xnode_type(e) == XN_STR)
+		return conf_add_export(c, x->cmd, what, xnode_str(e));
+	if (xnode_type(e) != XN_MAP)
+		return bad(x, e, "exports: NAME=PATH[:ro] or {name, path, readonly}");
+	for (size_t k = 0; k < xnode_len(e); k++) {
+		const char *key;
+
+		xnode_at(e, k, &key);
+		if (strcmp(key, "name") && strcmp(key, "path") && strcmp(key, "readonly"))
+			return bad(x, xnode_get(e, key), "exports: unknown key '%s'", key);
+	}
+	name = xnode_get(e, "name");
+	path = xnode_get(e, "path");
+	ro = xnode_get(e, "readonly");
+	if (!xnode_str(name) || !xnode_str(path))
+		return bad(x, e, "exports: an entry needs a name and a path");
+	if (ro && xnode_to_bool(ro, &r, err, sizeof(err)) < 0)
+		return bad(x, ro, "exports: %s", err);
+	return add_export(c, x->cmd, what, xnode_str(name), xnode_str(path), r);
+}
+
+/* A list of entries, or one entry standing for a list of one. */
 static int exports(const struct cctx *x, const struct xnode *n, struct srv_conf *c)
 {
 	if (xnode_type(n) != XN_LIST)
-		return bad(x, n, "exports: a list of NAME=PATH[:ro] or {name, path, readonly}");
+		return export_entry(x, n, c);
 	for (size_t i = 0; i < xnode_len(n); i++) {
-		const struct xnode *e = xnode_at(n, i, NULL), *name, *path, *ro;
-		char what[300], err[256];
-		bool r = false;
-		int rc;
+		int rc = export_entry(x, xnode_at(n, i, NULL), c);
 
-		snprintf(what, sizeof(what), "%s: line %d: exports", x->path, xnode_line(e));
-		if (xnode_type(e) == XN_STR) {
-			rc = conf_add_export(c, x->cmd, what, xnode_str(e));
-		} else if (xnode_type(e) == XN_MAP) {
-			for (size_t k = 0; k < xnode_len(e); k++) {
-				const char *key;
-
-				xnode_at(e, k, &key);
-				if (strcmp(key, "name") && strcmp(key, "path") && strcmp(key, "readonly"))
-					return bad(x, xnode_get(e, key), "exports: unknown key '%s'", key);
-			}
-			name = xnode_get(e, "name");
-			path = xnode_get(e, "path");
-			ro = xnode_get(e, "readonly");
-			if (!xnode_str(name) || !xnode_str(path))
-				return bad(x, e, "exports: an entry needs a name and a path");
-			if (ro && xnode_to_bool(ro, &r, err, sizeof(err)) < 0)
-				return bad(x, ro, "exports: %s", err);
-			rc = add_export(c, x->cmd, what, xnode_str(name), xnode_str(path), r);
-		} else {
-			return bad(x, e, "exports: NAME=PATH[:ro] or {name, path, readonly}");
-		}
 		if (rc)
 			return rc;
 	}

@@ -329,6 +329,17 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	[ "$(json 'j["server"]["hb_interval_ms"]')" = 2000 ]
 	[ "$(json 'j["server"]["allow"]')" = "['127.0.0.0/8', 'trusted']" ]
 	[ "$(json '[e["ro"] for e in j["exports"]]')" = "[False, True]" ]
+	kill "$SRV_PID"; wait "$SRV_PID" 2>/dev/null || true
+	# one entry stands for a list of one, a string or a map alike
+	printf 'listen: tcp://127.0.0.1:0\nexports: one=%s\n' "$T/disk.img" >"$T/one.yaml"
+	start_server -c "$T/one.yaml"
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json '[(e["name"], e["ro"]) for e in j["exports"]]')" = "[('one', False)]" ] || die "$output"
+	kill "$SRV_PID"; wait "$SRV_PID" 2>/dev/null || true
+	printf 'listen: tcp://127.0.0.1:0\nexports: { name: m, path: %s, readonly: yes }\n' "$T/disk.img" >"$T/one.yaml"
+	start_server -c "$T/one.yaml"
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json '[(e["name"], e["ro"]) for e in j["exports"]]')" = "[('m', True)]" ] || die "$output"
 }
 
 @test "config errors name the file, the line and the key" {
@@ -341,6 +352,9 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	printf 'exports: [noequals]\n' >"$T/bad.yaml"
 	run_srv 2 -c "$T/bad.yaml"
 	expect_stderr_match "line 1: exports: 'noequals' is not NAME=PATH"
+	printf 'exports: 3\n' >"$T/bad.yaml"
+	run_srv 2 -c "$T/bad.yaml"
+	expect_stderr_match "line 1: exports: '3' is not NAME=PATH"
 	printf 'exports: [\n' >"$T/bad.yaml"
 	run_srv 2 -c "$T/bad.yaml"
 	expect_stderr_match "^rtrs-server: $T/bad.yaml: line "
