@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -570,6 +571,12 @@ int xctl_call(const char *path, int argc, char *const *argv, FILE *out, char *er
 			snprintf(err, errlen, "%s: %s", path, strerror(-fd));
 		return fd;
 	}
+	/* a process that does not answer (stopped, wedged) is said to be so,
+	 * not waited for without end: XCTL_CALL_TIMEOUT_S between bytes */
+	struct timeval tv = { XCTL_CALL_TIMEOUT_S, 0 };
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	write_all(fd, req, n);
 	/* the status line, then the output as it comes */
 	char buf[4096], head[16];
@@ -581,6 +588,12 @@ int xctl_call(const char *path, int argc, char *const *argv, FILE *out, char *er
 
 		if (k < 0 && errno == EINTR)
 			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			close(fd);
+			snprintf(err, errlen, "%s: no answer within %d s (is the process stopped?)", path,
+				 XCTL_CALL_TIMEOUT_S);
+			return -ETIMEDOUT;
+		}
 		if (k <= 0)
 			break;
 		size_t i = 0;

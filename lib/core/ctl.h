@@ -59,7 +59,9 @@ void xctl_close(struct xctl *c);
 /* Client side: runs argv on the server at path, copies its output to out.
  * Returns the command's exit status (>= 0), or -errno with a message in err
  * ("no such session: PATH" for a missing socket, -ECONNREFUSED when nobody
- * answers). */
+ * answers, -ETIMEDOUT when a process is there and says nothing for
+ * XCTL_CALL_TIMEOUT_S: stopped, or wedged). */
+#define XCTL_CALL_TIMEOUT_S 5
 int xctl_call(const char *path, int argc, char *const *argv, FILE *out, char *err,
 	      size_t errlen);
 

@@ -264,6 +264,19 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	[[ $stderr == "rtrs-server status: unexpected argument 'extra'"* ]]
 }
 
+@test "status of a stopped server: one line after 5 s, exit 1; once continued it answers" {
+	local t0
+	start_server -e d=$T/disk.img
+	kill -STOP "$SRV_PID"
+	t0=$SECONDS
+	run_srv 1 status --ctl "$CTL"
+	kill -CONT "$SRV_PID"
+	expect_stderr_line "rtrs-server: status: $CTL: no answer within 5 s (is the process stopped?)"
+	[ $((SECONDS - t0)) -le 8 ]
+	run_srv 0 status --ctl "$CTL"
+	[[ $output == *"pid "* ]]
+}
+
 @test "the default control socket is per user; a second server is refused" {
 	"$RTRS_SERVER" -e d=$T/disk.img -l tcp://127.0.0.1:0 >"$SRV_OUT" 2>"$SRV_ERR" &
 	SRV_PID=$!
