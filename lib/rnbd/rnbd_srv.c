@@ -914,6 +914,7 @@ unsigned rnbd_srv_exports(const struct rnbd_srv *r) { return r->nex; }
 int rnbd_srv_export_get(const struct rnbd_srv *r, unsigned idx, struct rnbd_export_info *ei)
 {
 	const struct export *e;
+	struct stat st;
 
 	if (idx >= r->nex)
 		return -ENOENT;
@@ -925,6 +926,7 @@ int rnbd_srv_export_get(const struct rnbd_srv *r, unsigned idx, struct rnbd_expo
 		.reads = e->reads, .read_bytes = e->read_bytes, .writes = e->writes,
 		.write_bytes = e->write_bytes, .flushes = e->flushes, .discards = e->discards,
 		.errors = e->errors, .queued = e->queued,
+		.deleted = !e->blockdev && fstat(e->fd, &st) == 0 && st.st_nlink == 0,
 	};
 	return 0;
 }

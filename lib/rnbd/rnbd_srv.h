@@ -91,6 +91,9 @@ struct rnbd_export_info {
 	unsigned opens, writers;	/* sessions that have it open; of them rw/migration */
 	uint64_t reads, read_bytes, writes, write_bytes, flushes, discards, errors;
 	uint64_t queued;		/* of them, run by an IO thread */
+	bool deleted;			/* a file that has no name any more (removed,
+					 * or renamed over): what is written to it is
+					 * lost when the server lets go of it */
 };
 unsigned rnbd_srv_exports(const struct rnbd_srv *r);
 int rnbd_srv_export_get(const struct rnbd_srv *r, unsigned idx, struct rnbd_export_info *ei);

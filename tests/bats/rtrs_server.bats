@@ -264,6 +264,19 @@ json() {	# EXPR: python expression over j = the JSON in $output
 	[[ $stderr == "rtrs-server status: unexpected argument 'extra'"* ]]
 }
 
+@test "status says an export's file was deleted (removed, or renamed over) while served" {
+	cp "$T/disk.img" "$T/a.img"
+	cp "$T/disk.img" "$T/b.img"
+	start_server -e a=$T/a.img -e b=$T/b.img
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json '[e["deleted"] for e in j["exports"]]')" = "[False, False]" ] || die "$output"
+	rm "$T/a.img"
+	cp "$T/disk.img" "$T/new.img"
+	mv "$T/new.img" "$T/b.img"
+	run_srv 0 status --ctl "$CTL" -o json
+	[ "$(json '[e["deleted"] for e in j["exports"]]')" = "[True, True]" ] || die "$output"
+}
+
 @test "status of a stopped server: one line after 5 s, exit 1; once continued it answers" {
 	local t0
 	start_server -e d=$T/disk.img
