@@ -957,7 +957,7 @@ static void conn_flush(struct conn *c)
 /* A client that asks and does not read its replies holds arena pages
  * until it does: one cannot keep the others from the largest request
  * (CONN_PAGES), several can -- and so can clients that stop in the middle
- * of a WRITE's data.  When the first connection waiting for pages has
+ * of a WRITE's data.  When the connection first in line for pages has
  * waited --unread-timeout, those that hold pages and whose socket has
  * taken none of their replies, or given none of a WRITE's data, for as
  * long are closed: a client stopped (^Z) for that long while others need
@@ -975,8 +975,10 @@ static bool evict_unread(struct nbdx *s)
 
 		if (c->dead || !c->pages)
 			continue;
+		/* (not read because we stopped reading it -- at CONN_INFLIGHT,
+		 * say -- is no stall of the client's) */
 		if (c->wr && (c->wr_seen_req != c->reqs || c->wr_seen_got != c->wr_got ||
-			      !c->wr_since)) {
+			      !c->wr_since || !(c->events & EPOLLIN))) {
 			c->wr_seen_req = c->reqs;
 			c->wr_seen_got = c->wr_got;
 			c->wr_since = now;
@@ -1503,11 +1505,10 @@ unsigned nbdx_close(struct nbdx *s)
 	srv_reap(s);
 	ss->on_fd = NULL;
 	ss->status_extra = NULL;
-	if (s->conns) {
-		if (cli_stop_requested)
-			ss->close_by = 1;	/* a second signal: no more waiting */
+	if (cli_stop_requested)
+		ss->close_by = 1;	/* a second signal: no more waiting */
+	if (s->conns)
 		return lost;	/* still in flight: the memory stays (we are exiting) */
-	}
 	rtrs_clt_del_mem(ss->clt, s->arena.mem);
 	while (s->free_reqs) {
 		struct nreq *r = s->free_reqs;

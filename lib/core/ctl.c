@@ -127,8 +127,15 @@ static int connect_to(const char *path)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* a process that does not answer (stopped, wedged) is said to be so,
+	 * not waited for without end: XCTL_CALL_TIMEOUT_S for the connect
+	 * (its backlog full of earlier callers) and between bytes after */
+	struct timeval tv = { XCTL_CALL_TIMEOUT_S, 0 };
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		rc = -errno;
+		rc = errno == EAGAIN ? -ETIMEDOUT : -errno;
 		close(fd);
 		return rc;
 	}
@@ -148,8 +155,9 @@ struct xctl *xctl_listen(const char *path, char *err, size_t errlen)
 	}
 	/* A socket file nobody answers on is a leftover of a dead process. */
 	rc = connect_to(path);
-	if (rc >= 0) {
-		close(rc);
+	if (rc >= 0 || rc == -ETIMEDOUT) {	/* (one that does not answer: stopped) */
+		if (rc >= 0)
+			close(rc);
 		snprintf(err, errlen, "control socket %s: in use by a running process", path);
 		errno = EADDRINUSE;
 		return NULL;
@@ -567,16 +575,13 @@ int xctl_call(const char *path, int argc, char *const *argv, FILE *out, char *er
 			snprintf(err, errlen, "%s: no such control socket (is it running?)", path);
 		else if (fd == -ECONNREFUSED)
 			snprintf(err, errlen, "%s: nobody answers (a leftover socket?)", path);
+		else if (fd == -ETIMEDOUT)
+			snprintf(err, errlen, "%s: no answer within %d s (is the process stopped?)", path,
+				 XCTL_CALL_TIMEOUT_S);
 		else
 			snprintf(err, errlen, "%s: %s", path, strerror(-fd));
 		return fd;
 	}
-	/* a process that does not answer (stopped, wedged) is said to be so,
-	 * not waited for without end: XCTL_CALL_TIMEOUT_S between bytes */
-	struct timeval tv = { XCTL_CALL_TIMEOUT_S, 0 };
-
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	write_all(fd, req, n);
 	/* the status line, then the output as it comes */
 	char buf[4096], head[16];

@@ -621,6 +621,7 @@ int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns)
 	if (!d)
 		return 0;
 	deadline = xtime_ns() + timeout_ns;
+	rnbd_clt_kick(d);	/* IO that failed inside a submit ends first */
 	/* a re-open under way answers into d (and counts in the session's
 	 * gate): it ends first */
 	while (d->busy || d->reopen != RO_IDLE) {
@@ -643,9 +644,12 @@ int rnbd_clt_close(struct rnbd_clt_dev *d, uint64_t timeout_ns)
 		goto out;
 	}
 	if (d->reopen != RO_IDLE) {
-		/* nothing of the re-open is out: count it done in the gate */
+		/* nothing of the re-open is out: count it done in the gate
+		 * (a retry never counted there) */
 		d->reopen = RO_IDLE;
-		rtrs_clt_resume(d->s);
+		if (!d->retrying)
+			rtrs_clt_resume(d->s);
+		d->retrying = false;
 	}
 	rtrs_clt_hold_on_reconnect(d->s, false);
 	rnbd_close_encode(&(struct rnbd_close){ d->g.device_id }, msg);

@@ -56,11 +56,14 @@ uint32_t rnbd_clt_max_io(const struct rnbd_clt_dev *d);
  * ours, max_write_zeroes_sectors being 0 from older ones); off and len bytes,
  * multiples of 512 within the device (FLUSH: 0, 0); buf (READ, WRITE) in
  * memory given to rtrs_clt_add_mem().  done(priv, err) runs from
- * rtrs_clt_poll() when every part is answered: 0 or the first part's
+ * rtrs_clt_poll() when every part is answered, or from the next
+ * rnbd_clt_kick() (or rnbd_clt_close()) for IO that failed inside the
+ * submit -- never inside rnbd_clt_submit() itself: 0 or the first part's
  * -errno.  Parts that find no free permit wait in the device's queue
  * (rnbd_clt_kick()).  Returns 0 or at once -EINVAL (alignment, range, op),
  * -EROFS (a write on a read-only mapping), -EOPNOTSUPP (discard or
- * write-zeroes the device does not take), -ENOMEM. */
+ * write-zeroes the device does not take), -ENOMEM, or the error the
+ * server refused the device's re-open with (rnbd_clt_reopen()). */
 int rnbd_clt_submit(struct rnbd_clt_dev *d, unsigned op, uint32_t flags, uint64_t off,
 		    void *buf, uint64_t len, void (*done)(void *priv, int err), void *priv);
 /* Sends queued parts now that permits may be free (call after

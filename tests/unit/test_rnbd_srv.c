@@ -286,6 +286,11 @@ static void test_open_interrupted(void **state)
 	srv_stop(s);
 }
 
+static void fua_done(void *priv, int err)
+{
+	*(int *)priv = err;
+}
+
 /* FUA goes with a WRITE only: the kernel's block layer fails a bio of any
  * other op that carries REQ_FUA, and rnbd-server passes the flag on. */
 static void test_fua_write_only(void **state)
@@ -319,6 +324,28 @@ static void test_fua_write_only(void **state)
 				 -EINVAL);
 	assert_int_equal(rnbd_clt_busy(d), 0);
 	assert_int_equal(rnbd_clt_close(d, TMO), 0);
+	/* ...and a WRITE takes it */
+	uint8_t *wbuf = aligned_alloc(4096, 4096);
+	int res = 1;
+	uint64_t end = xtime_ns() + 10 * XTIME_NS_PER_S;
+
+	assert_non_null(wbuf);
+	memset(wbuf, 0x5a, 4096);
+	assert_int_equal(rtrs_clt_add_mem(clt, wbuf, 4096, err, sizeof(err)), 0);
+	d = rnbd_clt_open(clt, "disk", RNBD_ACCESS_RW, TMO, err, sizeof(err));
+	if (!d)
+		fail_msg("open rw: %s", err);
+	assert_int_equal(rnbd_clt_submit(d, RNBD_OP_WRITE, RNBD_F_FUA, 0, wbuf, 4096, fua_done, &res),
+			 0);
+	while (res == 1 && xtime_ns() < end) {
+		rtrs_clt_poll(clt, xtime_ns());
+		rnbd_clt_kick(d);
+		usleep(100);
+	}
+	assert_int_equal(res, 0);
+	assert_int_equal(rnbd_clt_close(d, TMO), 0);
+	assert_int_equal(rtrs_clt_del_mem(clt, wbuf), 0);
+	free(wbuf);
 	rtrs_clt_close(clt);
 	wait_sessions(s, 0);
 	srv_stop(s);
