@@ -41,6 +41,7 @@ start_server() {
 	local port=$1
 	shift
 	[ -x "$RTRS_SERVER" ] || skip "rtrs-server not built ($RTRS_SERVER)"
+	rm -f "$SRV_OUT"	# (a restart must not find the last run's lines)
 	"$RTRS_SERVER" -l "tcp://0.0.0.0:$port" --ctl "$T/srv.sock" "$@" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
 	SRV_PID=$!
 	BG_PIDS+=("$SRV_PID")

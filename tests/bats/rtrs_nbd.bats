@@ -27,6 +27,9 @@ start_nbd() {
 	local i s=$1
 	shift
 	NBD_OUT=$T/nbd-$s.out
+	# (an earlier run's URIs are not this one's: the wait below must not
+	# find them before the new process has truncated the file)
+	rm -f "$NBD_OUT"
 	# (SIGHUP's default action, whatever the suite was started under)
 	env --default-signal=HUP "$RTRS_CLIENT" nbd -s "$s" "$@" >"$NBD_OUT" 2>"$T/nbd-$s.err" &
 	NBD_PID=$!

@@ -49,6 +49,7 @@ start_server() {
 	local i args=("$@") pre=(env --default-signal=HUP)
 	[[ " $* " == *" -l "* || " $* " == *" -c "* ]] || args+=(-l tcp://127.0.0.1:0)
 	[ "${SRV_NOHUP:-0}" = 1 ] && pre=(bash -c 'trap "" HUP; exec "$@"' nohup)
+	rm -f "$SRV_OUT"	# (a restart must not find the last run's lines)
 	"${pre[@]}" "$RTRS_SERVER" "${args[@]}" --ctl "$CTL" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
 	SRV_PID=$!
 	BG_PIDS+=("$SRV_PID")

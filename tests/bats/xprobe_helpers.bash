@@ -42,6 +42,7 @@ run_xprobe() {
 start_server() {
 	local n=0 a
 	for a in "$@"; do [[ $a == *://* ]] && n=$((n + 1)); done
+	rm -f "$SRV_OUT"	# (a restart must not find the last run's lines)
 	"$XPROBE" serve "$@" >"$SRV_OUT" 2>"$SRV_ERR" 3>&- &
 	SRV_PID=$!
 	BG_PIDS+=($SRV_PID)
