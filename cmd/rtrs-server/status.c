@@ -83,10 +83,10 @@ static void exports_node(struct xnode *l, const struct rnbd_srv *r)
 		m = xnode_push_map(l);
 		xnode_set_str(m, "name", e.name);
 		xnode_set_str(m, "path", e.path);
-		xnode_set_bool(m, "deleted", e.deleted);
 		xnode_set_str(m, "type", e.blockdev ? "blockdev" : "file");
 		xnode_set_u64(m, "size", e.size);
 		xnode_set_bool(m, "ro", e.ro);
+		xnode_set_bool(m, "deleted", e.deleted);
 		xnode_set_u64(m, "opens", e.opens);
 		xnode_set_u64(m, "writers", e.writers);
 		xnode_set_u64(m, "reads", e.reads);
