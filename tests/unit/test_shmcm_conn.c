@@ -1371,9 +1371,12 @@ static void test_tx_claim(void **s)
 	assert_int_equal(shmcm_tx_commit(a.c, 1, 2, len), 0);
 	want_len = len;
 	assert_true(wait_for(&b, got_all, 3000));
+	/* (under the lock: the receive thread may take what comes next) */
+	pthread_mutex_lock(&b.mu);
 	assert_int_equal(b.got_len, len);
 	assert_memory_equal(b.got, want, len);
 	assert_int_equal(b.nmsg, (size_t)n);
+	pthread_mutex_unlock(&b.mu);
 	/* nothing committed: nothing sent, and sends work again */
 	n = shmcm_tx_claim(a.c, iov, 8);
 	assert_true(n >= 1);
